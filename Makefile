@@ -1,0 +1,43 @@
+# gdal-idem: the README's commands. Works on a fresh Debian 12 machine as root.
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+PYTHON ?= /usr/bin/python3
+JOBS ?= $(shell nproc)
+PLUGIN_DIR = $(abspath $(BUILD_DIR))/gdalplugins
+
+.PHONY: all deps build test unit-test py-test demo install bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+# Every test, against a throwaway PostgreSQL + PostGIS cluster (pg_virtualenv) and real SQLite
+# files: the C++ unit and conformance tests through ctest, then the pytest suite through the
+# real gdalwarp, gdal_translate, osgeo.gdal and rasterio with the freshly built plugin.
+test: build
+	scripts/with-postgres $(MAKE) --no-print-directory unit-test py-test
+
+unit-test:
+	GDAL_DRIVER_PATH=$(PLUGIN_DIR) ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
+
+py-test:
+	GDAL_DRIVER_PATH=$(PLUGIN_DIR) IDEM_BUILD_DIR=$(abspath $(BUILD_DIR)) \
+	  $(PYTHON) -m pytest autotest -q -p no:cacheprovider
+
+demo: build
+	GDAL_DRIVER_PATH=$(PLUGIN_DIR) IDEM_BUILD_DIR=$(abspath $(BUILD_DIR)) scripts/demo
+
+install: build
+	cmake --install $(BUILD_DIR)
+
+bench:
+	$(MAKE) build BUILD_DIR=build-release BUILD_TYPE=Release
+	scripts/with-postgres bench/run build-release
+
+clean:
+	rm -rf $(BUILD_DIR) build-release

@@ -1,0 +1,36 @@
+// The /vsiidem/ virtual filesystem: /vsiidem/<path> maps to <path> (/vsiidem//abs/path for an
+// absolute one). Writes by any driver go to a temporary name and are renamed into place on close.
+// Unlinks are deferred within the process, so GDAL's pre-delete before CreateCopy (DESIGN.md
+// fact 5) cannot destroy output that IDEM then skips. It is a C++ VSIFilesystemHandler subclass
+// (DESIGN.md fact 9).
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace idem {
+
+constexpr const char* k_vsiidem_prefix = "/vsiidem/";
+
+// Install the handler (idempotent, also across two copies of this code in one process).
+void install_vsiidem_handler();
+
+// "/vsiidem/a/b.tif" -> "a/b.tif", "/vsiidem//x/y" -> "/x/y"; nullopt-like "" when not /vsiidem/.
+std::string vsiidem_real_path(const std::string& vsi_path);
+bool is_vsiidem_path(const std::string& path);
+
+// Deferred unlinks of the real path `real_path` (as recorded, made absolute): whether one is
+// pending, and cancelling it (a skip keeps the file). Both take the absolute real path.
+bool vsiidem_unlink_pending(const std::string& real_path);
+void vsiidem_cancel_unlink(const std::string& real_path);
+
+// Called for each deferred unlink that is carried out (at process end or on flush), BEFORE the
+// file is removed; used to delete the ledger rows recording that output (ledger row first, then
+// the file). If it throws or returns false, the file is kept.
+using UnlinkHook = std::function<bool(const std::string& real_path)>;
+void vsiidem_set_unlink_hook(UnlinkHook hook);
+
+// Carry out every pending unlink now (also runs automatically at process exit).
+void vsiidem_flush_unlinks();
+
+}  // namespace idem

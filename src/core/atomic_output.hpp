@@ -1,0 +1,47 @@
+// The commit protocol: write into a temporary directory beside the final path (same filesystem,
+// same basename, so drivers name their sidecars the same), then publish with fsync + rename of
+// every file (primary last) + fsync of the directory. Like ccache's AtomicFile: nothing is
+// published without an explicit commit(); the destructor cleans up and never publishes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace idem {
+
+// Every temporary directory IDEM creates is named "<k_temp_prefix><token>" inside the output's
+// directory; `gdal-idem reap` removes only such directories, only when older than the lease.
+constexpr const char* k_temp_prefix = ".idem-tmp-";
+
+class AtomicOutput {
+public:
+  // `final_path` is the real path of the primary file. `token` makes the temporary directory
+  // unique per attempt (the claim token). Creates the temporary directory; throws
+  // idem::Error(k_io) naming the directory when it cannot be created (missing, read-only...).
+  AtomicOutput(const std::string& final_path, const std::string& token);
+  ~AtomicOutput();  // removes the temporary directory and everything in it unless committed
+  AtomicOutput(const AtomicOutput&) = delete;
+  AtomicOutput& operator=(const AtomicOutput&) = delete;
+
+  // Where the driver writes the primary file: <dir>/<k_temp_prefix><token>/<basename>.
+  const std::string& temp_path() const { return m_temp_path; }
+  const std::string& final_path() const { return m_final_path; }
+  const std::string& temp_dir() const { return m_temp_dir; }
+
+  // Publish every file in the temporary directory: fsync each (unless !durable), rename each to
+  // the final directory with the primary last, fsync the final directory, remove the temporary
+  // directory. Throws idem::Error(k_io) on failure (files not yet renamed are cleaned up).
+  // Returns the final paths published, primary last.
+  std::vector<std::string> commit(bool durable = true);
+
+private:
+  std::string m_final_path;
+  std::string m_temp_dir;
+  std::string m_temp_path;
+  bool m_committed = false;
+};
+
+// fsync a file or directory by path; throws idem::Error(k_io).
+void fsync_path(const std::string& path);
+
+}  // namespace idem

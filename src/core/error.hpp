@@ -1,0 +1,27 @@
+// The core library's error type. The core may throw it; the driver, the VSI handler and the CLI
+// catch it at their boundary (CPLError / a message and a documented exit code).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace idem {
+
+enum class ErrorKind {
+  k_usage,       // bad input from the user: options, arguments, CRS, paths
+  k_source,      // a source cannot be read or described
+  k_ledger,      // the ledger cannot be reached or refused an operation
+  k_io,          // writing, renaming or syncing an output failed
+  k_internal,
+};
+
+class Error : public std::runtime_error {
+public:
+  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), m_kind(kind) {}
+  ErrorKind kind() const { return m_kind; }
+
+private:
+  ErrorKind m_kind;
+};
+
+}  // namespace idem

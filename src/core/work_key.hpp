@@ -1,0 +1,54 @@
+// Work description -> idempotency key: the public face of key derivation (docs/keys.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/source_digest.hpp"
+
+class GDALDataset;
+
+namespace idem {
+
+// Bump when anything that goes into the canonical work description changes; docs/keys.md says how.
+constexpr int k_algo_version = 1;
+
+struct KeyOptions {
+  std::string namespace_name = "default";
+  std::string format = "GTiff";                      // the real output driver (FORMAT=)
+  std::vector<std::pair<std::string, std::string>> creation_options;  // pass-through, as given
+  std::string destination;                           // real output path/URI, made absolute
+  SourceDigestPolicy digest_policy = SourceDigestPolicy::k_auto;
+  bool include_gdal_version = false;                 // IDEM_KEY_GDAL_VERSION
+  DigestCache* digest_cache = nullptr;               // may be null: no caching
+};
+
+// The target grid of the work, for the ledger's footprint and tile columns.
+struct TargetGrid {
+  int x_size = 0;
+  int y_size = 0;
+  double geotransform[6] = {0, 1, 0, 0, 0, 1};
+  bool has_geotransform = false;
+  std::string srs_wkt;  // empty when the output has no CRS
+};
+
+struct WorkDescription {
+  std::string canonical_json;  // sorted keys, no whitespace; what the key hashes
+  std::string key;             // lowercase hex SHA-256 of "namespace:v<ALGO>:" + canonical_json
+  TargetGrid grid;
+  bool is_warp = false;        // the source is a VRTWarpedDataset
+  // The source is a temporary dataset GDAL materialised before calling the driver (multi-source
+  // gdalwarp, DESIGN.md fact 4): the claim necessarily comes after the work.
+  bool source_was_materialised = false;
+};
+
+// Describe the CreateCopy source `src` plus the options into canonical work JSON and a key.
+// Throws idem::Error (k_usage for bad CRS/options, k_source for unreadable sources).
+WorkDescription describe_work(GDALDataset* src, const KeyOptions& options);
+
+// The key for a canonical JSON under a namespace (exposed for tests and `gdal-idem explain`).
+std::string compute_key(const std::string& namespace_name, const std::string& canonical_json);
+
+}  // namespace idem
