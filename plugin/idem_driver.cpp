@@ -1,21 +1,621 @@
-// The IDEM raster driver (stub; being written).
+// The IDEM raster driver: CreateCopy only. describe -> key -> look up -> skip / wait / claim ->
+// materialise into a temporary directory -> commit (fsync + rename) -> fenced completion.
 #include "idem_driver.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "core/atomic_output.hpp"
+#include "core/error.hpp"
+#include "core/paths.hpp"
+#include "core/source_digest.hpp"
+#include "core/tile_grid.hpp"
+#include "core/work_key.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
 #include "gdal_priv.h"
+#include "ledger/ledger.hpp"
+#include "vsiidem.hpp"
+#include "warp_engine.hpp"
 
 namespace idem {
 
+namespace {
+
+constexpr const char* k_driver_name = "IDEM";
+constexpr int k_default_stale_seconds = 300;
+
+std::mutex g_listener_mutex;
+DryRunListener g_dry_run_listener;
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct IdemOptions {
+  std::string format = "GTiff";
+  std::string namespace_name = "default";
+  std::optional<std::string> layer;
+  std::optional<TileIndex> tile;
+  std::vector<std::pair<std::string, std::string>> passthrough;  // as given
+  std::string ledger_dsn;
+  std::chrono::seconds lease{k_default_stale_seconds};
+  bool fail_when_busy = false;
+  bool durable = true;
+  bool dry_run = false;
+  SourceDigestPolicy digest_policy = SourceDigestPolicy::k_auto;
+  bool include_gdal_version = false;
+};
+
+std::string upper(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return text;
+}
+
+std::chrono::seconds parse_stale_seconds(const char* value) {
+  char* end = nullptr;
+  const long seconds = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || seconds < 2) {
+    throw Error(ErrorKind::k_usage, std::string("IDEM_STALE_SECONDS=") + value +
+                                        " is not a lease length: give whole seconds, at least 2 "
+                                        "(e.g. the orchestrator's task timeout plus a margin)");
+  }
+  return std::chrono::seconds(seconds);
+}
+
+IdemOptions parse_options(CSLConstList creation_options) {
+  IdemOptions options;
+  if (const char* ns = CPLGetConfigOption("IDEM_NAMESPACE", nullptr)) {
+    options.namespace_name = ns;
+  }
+  for (CSLConstList item = creation_options; item != nullptr && *item != nullptr; ++item) {
+    char* raw_key = nullptr;
+    const char* value = CPLParseNameValue(*item, &raw_key);
+    if (raw_key == nullptr || value == nullptr) {
+      CPLFree(raw_key);
+      throw Error(ErrorKind::k_usage, std::string("creation option '") + *item +
+                                          "' is not NAME=VALUE");
+    }
+    const std::string key = raw_key;
+    CPLFree(raw_key);
+    const std::string name = upper(key);
+    if (name == "FORMAT") {
+      options.format = value;
+    } else if (name == "NAMESPACE") {
+      options.namespace_name = value;
+    } else if (name == "LAYER") {
+      options.layer = std::string(value);
+    } else if (name == "TILE") {
+      options.tile = parse_tile_index(value);
+    } else {
+      options.passthrough.emplace_back(key, value);
+    }
+  }
+  if (options.namespace_name.empty()) {
+    throw Error(ErrorKind::k_usage, "the namespace is empty: set NAMESPACE or IDEM_NAMESPACE");
+  }
+  options.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
+  if (const char* stale = CPLGetConfigOption("IDEM_STALE_SECONDS", nullptr)) {
+    options.lease = parse_stale_seconds(stale);
+  }
+  const std::string on_busy = upper(CPLGetConfigOption("IDEM_ON_BUSY", "WAIT"));
+  if (on_busy != "WAIT" && on_busy != "FAIL") {
+    throw Error(ErrorKind::k_usage,
+                "IDEM_ON_BUSY=" + on_busy + " is not valid: use WAIT (the default) or FAIL");
+  }
+  options.fail_when_busy = on_busy == "FAIL";
+  options.durable = CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES"));
+  options.dry_run = CPLTestBool(CPLGetConfigOption("IDEM_DRY_RUN", "NO"));
+  options.digest_policy =
+      parse_source_digest_policy(CPLGetConfigOption("IDEM_SOURCE_DIGEST", "AUTO"));
+  options.include_gdal_version = CPLTestBool(CPLGetConfigOption("IDEM_KEY_GDAL_VERSION", "NO"));
+  return options;
+}
+
+GDALDriver* find_format_driver(const std::string& format) {
+  if (upper(format) == k_driver_name) {
+    throw Error(ErrorKind::k_usage, "FORMAT=IDEM would wrap IDEM in itself: name the real output "
+                                    "driver, e.g. FORMAT=GTiff or FORMAT=COG");
+  }
+  auto* driver = GetGDALDriverManager()->GetDriverByName(format.c_str());
+  if (driver == nullptr || driver->GetMetadataItem(GDAL_DCAP_RASTER) == nullptr) {
+    throw Error(ErrorKind::k_usage, "FORMAT=" + format +
+                                        " is not a GDAL raster driver here; `gdalinfo --formats` "
+                                        "lists them (e.g. GTiff, COG, PNG)");
+  }
+  if (driver->GetMetadataItem(GDAL_DCAP_CREATE) == nullptr &&
+      driver->GetMetadataItem(GDAL_DCAP_CREATECOPY) == nullptr) {
+    throw Error(ErrorKind::k_usage, "FORMAT=" + format + " cannot write files (read-only driver)");
+  }
+  return driver;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attempt identity
+
+std::string random_token() {
+  std::random_device device;
+  std::mt19937_64 generator((uint64_t(device()) << 32) ^ device() ^
+                            uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char text[33];
+  std::snprintf(text, sizeof(text), "%016llx%016llx", (unsigned long long)generator(),
+                (unsigned long long)generator());
+  return text;
+}
+
+std::string host_name() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) {
+    return "unknown";
+  }
+  return name;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outputs on disk
+
+std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    return std::nullopt;
+  }
+  OutputFingerprint fingerprint;
+  fingerprint.size = info.st_size;
+  fingerprint.mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+  return fingerprint;
+}
+
+// Does the output on disk still match what the ledger recorded at completion?
+bool output_matches(const std::string& path, const OutputFingerprint& recorded) {
+  const auto now = fingerprint_of(path);
+  return now && now->size == recorded.size && now->mtime_ns == recorded.mtime_ns;
+}
+
+// Refuse before claiming when the output cannot be written, so no claim is left behind.
+void check_destination_directory(const std::string& destination) {
+  const std::string directory = dirname_of(destination);
+  struct stat info;
+  if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    throw Error(ErrorKind::k_usage, "the destination directory " + directory +
+                                        " does not exist; create it first (mkdir -p)");
+  }
+  if (access(directory.c_str(), W_OK) != 0) {
+    throw Error(ErrorKind::k_usage, "the destination directory " + directory +
+                                        " is not writable (" + std::strerror(errno) +
+                                        "); fix its permissions or write elsewhere");
+  }
+}
+
+GDALDataset* open_output(const std::string& path) {
+  auto* dataset = GDALDataset::Open(path.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY |
+                                                      GDAL_OF_VERBOSE_ERROR);
+  if (dataset == nullptr) {
+    throw Error(ErrorKind::k_io, "the output " + path + " cannot be opened after writing it: " +
+                                     CPLGetLastErrorMsg());
+  }
+  return dataset;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lease keeper renews the claim while the work runs; once renewal fails the progress
+// callback returns FALSE and the work aborts (nothing is published).
+
+class LeaseKeeper {
+public:
+  LeaseKeeper(Ledger& ledger, std::string work_key, std::string token, std::chrono::seconds lease)
+      : m_ledger(ledger), m_work_key(std::move(work_key)), m_token(std::move(token)),
+        m_lease(lease) {
+    m_thread = std::thread([this] { run(); });
+  }
+  ~LeaseKeeper() { stop(); }
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  bool lost() const { return m_lost.load(); }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      m_stopping = true;
+    }
+    m_wake.notify_all();
+    if (m_thread.joinable()) {
+      m_thread.join();
+    }
+  }
+
+  // Renew now (before publishing); false when the claim is gone.
+  bool renew_now() {
+    if (m_lost.load()) {
+      return false;
+    }
+    try {
+      if (!m_ledger.heartbeat(m_work_key, m_token, m_lease)) {
+        m_lost = true;
+      }
+    } catch (const Error& error) {
+      CPLDebug("IDEM", "heartbeat failed: %s", error.what());
+      m_lost = true;
+    }
+    return !m_lost.load();
+  }
+
+private:
+  void run() {
+    const auto interval = std::max<std::chrono::milliseconds>(
+        std::chrono::milliseconds(500), std::chrono::duration_cast<std::chrono::milliseconds>(m_lease) / 3);
+    std::unique_lock<std::mutex> lock(m_mutex);
+    while (!m_stopping) {
+      m_wake.wait_for(lock, interval, [this] { return m_stopping; });
+      if (m_stopping) {
+        break;
+      }
+      lock.unlock();
+      const bool held = renew_now();
+      lock.lock();
+      if (!held) {
+        break;
+      }
+    }
+  }
+
+  Ledger& m_ledger;
+  std::string m_work_key;
+  std::string m_token;
+  std::chrono::seconds m_lease;
+  std::atomic<bool> m_lost{false};
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  bool m_stopping = false;
+  std::thread m_thread;
+};
+
+// Crash tests stop a worker at a chosen point: IDEM_TEST_PAUSE_AT=during_write|before_commit|
+// before_complete|after_complete sleeps IDEM_TEST_PAUSE_SECONDS (default 30) there, so a test can
+// kill -9 the process at exactly that step. Not for production use.
+void test_pause(const char* point) {
+  const char* at = CPLGetConfigOption("IDEM_TEST_PAUSE_AT", nullptr);
+  if (at == nullptr || !EQUAL(at, point)) {
+    return;
+  }
+  const double seconds = CPLAtof(CPLGetConfigOption("IDEM_TEST_PAUSE_SECONDS", "30"));
+  std::fprintf(stderr, "IDEM: test pause at %s for %.1f s\n", point, seconds);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+}
+
+struct ProgressRelay {
+  GDALProgressFunc user_progress;
+  void* user_data;
+  LeaseKeeper* keeper;
+  bool paused_mid_write = false;
+};
+
+int CPL_STDCALL relay_progress(double complete, const char* message, void* data) {
+  auto* relay = static_cast<ProgressRelay*>(data);
+  if (complete >= 0.5 && !relay->paused_mid_write) {
+    relay->paused_mid_write = true;
+    test_pause("during_write");
+  }
+  if (relay->keeper->lost()) {
+    CPLError(CE_Failure, CPLE_UserInterrupt,
+             "IDEM: the claim on this work was lost (lease expired and another worker took it "
+             "over); aborting without publishing");
+    return FALSE;
+  }
+  return relay->user_progress(complete, message, relay->user_data);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The creator: one CreateCopy call.
+
+class IdemCreator {
+public:
+  GDALDataset* create(const char* filename, GDALDataset* source, CSLConstList creation_options,
+                      GDALProgressFunc progress, void* progress_data);
+
+private:
+  GDALDataset* dry_run(const WorkDescription& work);
+  GDALDataset* skip(const LedgerRow& row, const char* why);
+  GDALDataset* run_claimed(const ClaimResult& claim, GDALDataset* source, GDALDriver* format_driver,
+                           GDALProgressFunc progress, void* progress_data);
+
+  IdemOptions m_options;
+  std::string m_destination;  // absolute real path
+  bool m_via_vsiidem = false;
+  std::unique_ptr<Ledger> m_ledger;
+  WorkDescription m_work;
+};
+
+GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
+                                 CSLConstList creation_options, GDALProgressFunc progress,
+                                 void* progress_data) {
+  if (progress == nullptr) {
+    progress = GDALDummyProgress;
+  }
+  m_options = parse_options(creation_options);
+  GDALDriver* format_driver = find_format_driver(m_options.format);
+  CPLStringList passthrough;
+  for (const auto& [key, value] : m_options.passthrough) {
+    passthrough.SetNameValue(key.c_str(), value.c_str());
+  }
+  // Unknown options for the real driver are reported the way GDAL reports them for any driver.
+  GDALValidateCreationOptions(format_driver, passthrough.List());
+
+  m_via_vsiidem = is_vsiidem_path(filename);
+  const std::string real_path = m_via_vsiidem ? vsiidem_real_path(filename) : filename;
+  if (is_vsi_path(real_path)) {
+    throw Error(ErrorKind::k_usage, std::string("IDEM cannot publish to ") + real_path +
+                                        " yet: object-storage and other /vsi outputs are not "
+                                        "supported; write to a local path");
+  }
+  m_destination = absolute_path(real_path);
+  if (!m_options.dry_run) {
+    check_destination_directory(m_destination);
+  }
+
+  KeyOptions key_options;
+  key_options.namespace_name = m_options.namespace_name;
+  key_options.format = format_driver->GetDescription();
+  key_options.creation_options = m_options.passthrough;
+  key_options.destination = m_destination;
+  key_options.digest_policy = m_options.digest_policy;
+  key_options.include_gdal_version = m_options.include_gdal_version;
+
+  if (m_options.dry_run) {
+    InMemoryDigestCache cache;
+    key_options.digest_cache = &cache;
+    m_work = describe_work(source, key_options);
+    return dry_run(m_work);
+  }
+
+  m_ledger = Ledger::open(m_options.ledger_dsn);
+  key_options.digest_cache = &m_ledger->digest_cache();
+  m_work = describe_work(source, key_options);
+  if (m_work.source_was_materialised) {
+    CPLError(CE_Warning, CPLE_AppDefined,
+             "IDEM: GDAL warped the several sources into a temporary file before calling IDEM, "
+             "so the claim came after the work. Build a VRT of the sources first (gdalbuildvrt "
+             "mosaic.vrt a.tif b.tif) and warp mosaic.vrt, so the work is claimed before it runs.");
+  }
+
+  ClaimRequest request;
+  request.work_key = m_work.key;
+  request.namespace_name = m_options.namespace_name;
+  request.layer = m_options.layer;
+  request.tile = m_options.tile ? m_options.tile : web_mercator_tile(m_work.grid);
+  request.output_uri = m_destination;
+  request.work_json = m_work.canonical_json;
+  request.lease = m_options.lease;
+  request.worker_host = host_name();
+  request.worker_pid = getpid();
+  request.footprint_wkt = footprint_wkt(m_work.grid);
+
+  bool announced_wait = false;
+  for (;;) {
+    const LedgerRow row = m_ledger->lookup(m_work.key);
+    if (row.state == RowState::k_completed && !row.superseded_at) {
+      if (row.fingerprint && row.output_uri == m_destination &&
+          output_matches(m_destination, *row.fingerprint)) {
+        return skip(row, announced_wait ? "completed by another worker while this one waited"
+                                        : "already completed");
+      }
+      if (!m_via_vsiidem && !fingerprint_of(m_destination)) {
+        CPLError(CE_Warning, CPLE_AppDefined,
+                 "IDEM: this work was completed before, but GDAL deleted %s before calling the "
+                 "driver, so it is rebuilt. Write the output as /vsiidem/%s to make reruns skip.",
+                 m_destination.c_str(), m_destination.c_str());
+      } else {
+        CPLError(CE_Warning, CPLE_AppDefined,
+                 "IDEM: %s is missing or changed since this work was completed; rebuilding it.",
+                 m_destination.c_str());
+      }
+      m_ledger->invalidate(m_work.key, row.claim_token);
+      continue;
+    }
+    request.claim_token = random_token();
+    const ClaimResult claim = m_ledger->claim(request);
+    if (claim.outcome == ClaimOutcome::k_claimed) {
+      return run_claimed(claim, source, format_driver, progress, progress_data);
+    }
+    if (claim.outcome == ClaimOutcome::k_completed) {
+      continue;  // completed between our lookup and claim: check it like any completed row
+    }
+    const LedgerRow& holder = claim.row;
+    const std::string holder_text =
+        holder.worker_host + " pid " + std::to_string(holder.worker_pid) + " (attempt " +
+        std::to_string(holder.attempt) + ", lease left " +
+        std::to_string(static_cast<long>(holder.lease_left_seconds.value_or(0))) + " s)";
+    if (m_options.fail_when_busy) {
+      throw Error(ErrorKind::k_ledger, "work " + m_work.key.substr(0, 12) + " for " +
+                                           m_destination + " is being done by " + holder_text +
+                                           "; IDEM_ON_BUSY=FAIL");
+    }
+    if (!announced_wait) {
+      CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds this work",
+               holder_text.c_str());
+      announced_wait = true;
+    }
+    const double left = holder.lease_left_seconds.value_or(1.0);
+    const double pause = std::clamp(left, 0.2, 2.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(pause * 1000)));
+  }
+}
+
+GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
+  // A dry run must not let GDAL's deferred pre-delete remove an existing output.
+  vsiidem_cancel_unlink(m_destination);
+  {
+    std::lock_guard<std::mutex> lock(g_listener_mutex);
+    if (g_dry_run_listener) {
+      // `gdal-idem key` listens and prints the key itself.
+      g_dry_run_listener(DryRunReport{work.key, work.canonical_json, m_destination});
+    } else {
+      std::printf("IDEM dry run: key=%s destination=%s\n", work.key.c_str(),
+                  m_destination.c_str());
+      std::fflush(stdout);
+    }
+  }
+  // Hand GDAL an empty in-memory dataset of the right size: nothing is written anywhere.
+  auto* mem = GetGDALDriverManager()->GetDriverByName("MEM");
+  return mem->Create("", std::max(1, work.grid.x_size), std::max(1, work.grid.y_size), 0,
+                     GDT_Byte, nullptr);
+}
+
+GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why) {
+  vsiidem_cancel_unlink(m_destination);
+  std::fprintf(stderr, "IDEM: skipped %s: %s (key %s, attempt %lld)\n", m_destination.c_str(),
+               why, row.work_key.substr(0, 12).c_str(), static_cast<long long>(row.attempt));
+  return open_output(m_destination);
+}
+
+GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* source,
+                                      GDALDriver* format_driver, GDALProgressFunc progress,
+                                      void* progress_data) {
+  const std::string& token = claim.claim_token;
+  CPLDebug("IDEM", "claimed %s (attempt %lld)", m_work.key.c_str(),
+           static_cast<long long>(claim.attempt));
+  try {
+    AtomicOutput output(m_destination, token);
+    LeaseKeeper keeper(*m_ledger, m_work.key, token, m_options.lease);
+    ProgressRelay relay{progress, progress_data, &keeper, false};
+
+    MaterialiseRequest request;
+    request.source = source;
+    request.format_driver = format_driver;
+    request.output_path = output.temp_path();
+    for (const auto& [key, value] : m_options.passthrough) {
+      request.creation_options.SetNameValue(key.c_str(), value.c_str());
+    }
+    request.scratch_dir = output.temp_dir();
+    request.progress = relay_progress;
+    request.progress_data = &relay;
+    GDALDatasetUniquePtr written = materialise(request);
+    // GDAL 3.6 has no GDALDataset::Close(): flush, close, and look for errors raised doing so
+    // (a full disk shows up here).
+    CPLErrorReset();
+    written->FlushCache(true);
+    written.reset();
+    if (CPLGetLastErrorType() == CE_Failure) {
+      throw Error(ErrorKind::k_io, std::string("writing the output failed: ") +
+                                       CPLGetLastErrorMsg());
+    }
+
+    if (!keeper.renew_now()) {
+      throw Error(ErrorKind::k_ledger, "the claim on this work was lost before publishing "
+                                       "(lease expired and another worker took it over)");
+    }
+    test_pause("before_commit");
+    output.commit(m_options.durable);
+    vsiidem_cancel_unlink(m_destination);
+    const auto fingerprint = fingerprint_of(m_destination);
+    if (!fingerprint) {
+      throw Error(ErrorKind::k_io, "the output " + m_destination + " vanished after publishing");
+    }
+    test_pause("before_complete");
+    if (!m_ledger->complete(m_work.key, token, *fingerprint)) {
+      throw Error(ErrorKind::k_ledger,
+                  "the output was published but the claim had been taken over by another worker, "
+                  "so this attempt's completion was refused; that worker records the work");
+    }
+  } catch (...) {
+    try {
+      m_ledger->release(m_work.key, token);
+    } catch (const Error& error) {
+      CPLDebug("IDEM", "releasing the claim failed: %s", error.what());
+    }
+    throw;
+  }
+  test_pause("after_complete");
+  return open_output(m_destination);
+}
+
+GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*strict*/,
+                              char** options, GDALProgressFunc progress, void* progress_data) {
+  try {
+    IdemCreator creator;
+    return creator.create(filename, source, options, progress, progress_data);
+  } catch (const Error& error) {
+    CPLError(CE_Failure, error.kind() == ErrorKind::k_usage ? CPLE_IllegalArg : CPLE_AppDefined,
+             "IDEM: %s", error.what());
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_AppDefined, "IDEM: unexpected error: %s", error.what());
+  }
+  return nullptr;
+}
+
+// Deferred unlinks carried out at the end of a process delete the ledger rows first.
+bool forget_before_unlink(const std::string& real_path) {
+  const char* dsn = CPLGetConfigOption("IDEM_LEDGER", "");
+  if (dsn[0] == '\0') {
+    VSIStatBufL info;
+    if (VSIStatL(Ledger::default_sqlite_path().c_str(), &info) != 0) {
+      return true;  // no ledger was ever made here, so no row records this output
+    }
+  }
+  try {
+    Ledger::open(dsn)->forget_output(real_path);
+    return true;
+  } catch (const Error& error) {
+    CPLError(CE_Warning, CPLE_AppDefined,
+             "IDEM: %s was not deleted because its ledger rows could not be removed first: %s",
+             real_path.c_str(), error.what());
+    return false;
+  }
+}
+
+const char* creation_option_list() {
+  return "<CreationOptionList>"
+         "  <Option name='FORMAT' type='string' default='GTiff' description='The real output "
+         "driver (GTiff, COG, PNG, ...); its creation options pass through'/>"
+         "  <Option name='NAMESPACE' type='string' default='default' description='Keeps "
+         "different flows on the same inputs apart (overrides IDEM_NAMESPACE)'/>"
+         "  <Option name='LAYER' type='string' description='Layer name recorded in the ledger'/>"
+         "  <Option name='TILE' type='string' description='Tile index z/x/y recorded in the "
+         "ledger (found automatically for WebMercatorQuad tiles)'/>"
+         "  <Option name='*' type='string' description='Any other option is a creation option "
+         "of the FORMAT driver'/>"
+         "</CreationOptionList>";
+}
+
+}  // namespace
+
+void set_dry_run_listener(DryRunListener listener) {
+  std::lock_guard<std::mutex> lock(g_listener_mutex);
+  g_dry_run_listener = std::move(listener);
+}
+
 void register_idem_driver() {
-  if (GDALGetDriverByName("IDEM") != nullptr) {
+  install_vsiidem_handler();
+  vsiidem_set_unlink_hook(forget_before_unlink);
+  if (GDALGetDriverByName(k_driver_name) != nullptr) {
     return;
   }
   auto* driver = new GDALDriver();
-  driver->SetDescription("IDEM");
+  driver->SetDescription(k_driver_name);
   driver->SetMetadataItem(GDAL_DCAP_RASTER, "YES");
+  driver->SetMetadataItem(GDAL_DCAP_CREATECOPY, "YES");
   driver->SetMetadataItem(GDAL_DMD_LONGNAME, "Idempotent output (gdal-idem)");
+  driver->SetMetadataItem(GDAL_DMD_CREATIONOPTIONLIST, creation_option_list());
+  driver->SetMetadataItem(GDAL_DMD_CREATIONDATATYPES,
+                          "Byte Int8 UInt16 Int16 UInt32 Int32 UInt64 Int64 Float32 Float64 "
+                          "CInt16 CInt32 CFloat32 CFloat64");
+  driver->pfnCreateCopy = idem_create_copy;
   GetGDALDriverManager()->RegisterDriver(driver);
 }
-
-void set_dry_run_listener(DryRunListener) {}
 
 }  // namespace idem

@@ -11,7 +11,8 @@ namespace idem {
 // Register the IDEM driver and install /vsiidem/ (idempotent).
 void register_idem_driver();
 
-// Dry runs (IDEM_DRY_RUN=YES) report the key here as well as on stdout; `gdal-idem key` sets it.
+// Dry runs (IDEM_DRY_RUN=YES) print "IDEM dry run: key=..." on stdout, or, when a listener is
+// set (`gdal-idem key` sets one), report to it instead.
 struct DryRunReport {
   std::string key;
   std::string canonical_json;

@@ -19,6 +19,11 @@ void install_vsiidem_handler();
 std::string vsiidem_real_path(const std::string& vsi_path);
 bool is_vsiidem_path(const std::string& path);
 
+// The key under which /vsiidem/ records a path (pending unlinks, files being written): a
+// /vsiidem/ name or a real path, made absolute and lexically normalised (idem::absolute_path).
+// The functions below normalise their argument the same way, so either form may be passed.
+std::string vsiidem_absolute_path(const std::string& path);
+
 // Deferred unlinks of the real path `real_path` (as recorded, made absolute): whether one is
 // pending, and cancelling it (a skip keeps the file). Both take the absolute real path.
 bool vsiidem_unlink_pending(const std::string& real_path);
@@ -30,7 +35,13 @@ void vsiidem_cancel_unlink(const std::string& real_path);
 using UnlinkHook = std::function<bool(const std::string& real_path)>;
 void vsiidem_set_unlink_hook(UnlinkHook hook);
 
-// Carry out every pending unlink now (also runs automatically at process exit).
+// Carry out every pending unlink now (also runs automatically at process exit: from std::atexit,
+// and from the handler's destructor when GDALDestroyDriverManager tears GDAL down). Each pending
+// unlink runs at most once. Best called from the IDEM driver's pfnUnloadDriver: GDAL destroys
+// drivers before it frees its config options and file manager.
 void vsiidem_flush_unlinks();
+
+// The config option IDEM_FSYNC=NO skips the fsync of files and directories when /vsiidem/
+// publishes (for tests and scratch data; the rename stays atomic, not durable).
 
 }  // namespace idem

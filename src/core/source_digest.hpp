@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 
 namespace idem {
 
@@ -32,6 +35,57 @@ public:
   virtual void put(const std::string& path, const FileIdentity& identity,
                    const std::string& digest) = 0;
 };
+
+// The in-process cache: a map guarded by a mutex. Local files are keyed by their identity alone
+// (another spelling of the path to the same inode hits); entries without an inode (object-store
+// keys, see digest_source_file) are keyed by path and identity.
+class InMemoryDigestCache : public DigestCache {
+public:
+  std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
+  void put(const std::string& path, const FileIdentity& identity,
+           const std::string& digest) override;
+  std::size_t size() const;
+
+private:
+  using Key = std::tuple<std::string, uint64_t, uint64_t, int64_t, int64_t, int64_t>;
+  static Key make_key(const std::string& path, const FileIdentity& identity);
+  mutable std::mutex m_mutex;
+  std::map<Key, std::string> m_digests;
+};
+
+// IDEM_SOURCE_DIGEST from the GDAL configuration (AUTO when unset).
+SourceDigestPolicy source_digest_policy_from_config();
+
+// The identity of a local file (stat); throws idem::Error(k_source) naming the file.
+FileIdentity local_file_identity(const std::string& path);
+
+// Lowercase hex SHA-256 of a file's bytes, streamed in 4 MiB blocks. Local paths are read with
+// read(2); /vsi paths through VSIFReadL. Throws idem::Error(k_source) naming the file.
+std::string sha256_of_file(const std::string& path);
+
+// sha256_of_file for a local file, through `cache` (may be null) keyed by its FileIdentity.
+// A file that changes while it is hashed is not cached.
+std::string digest_local_file(const std::string& path, DigestCache* cache);
+
+// /vsis3/, /vsigs/, /vsiaz/, /vsiadls/, /vsioss/, /vsiswift/, /vsicurl/ and their streaming forms.
+bool is_object_store_path(const std::string& path);
+
+// How a source file is identified in the key.
+struct SourceDigest {
+  std::string method;  // "sha256", "x-amz-checksum-sha256" or "etag"
+  std::string value;
+  int64_t size = -1;   // bytes; part of the identity for header-based methods
+};
+
+// Identify one source file under `policy`:
+//  - local files and other /vsi paths (vsimem, vsizip...): SHA-256 of the content (cached for
+//    local files);
+//  - object stores: CONTENT reads the object (cached by URI + ETag + size); ETAG uses the
+//    x-amz-checksum-sha256 header where present, else the ETag, and fails without either;
+//    AUTO uses the headers when present, else the content.
+// Throws idem::Error(k_source) naming the file when it cannot be read or identified.
+SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy policy,
+                                DigestCache* cache);
 
 
 }  // namespace idem

@@ -66,6 +66,9 @@ struct LedgerRow {
   std::optional<double> lease_expires_at;
   std::optional<double> completed_at;
   std::optional<double> superseded_at;  // a later completion overwrote this row's output
+  // Set when the claim was given back (release) or the completion dropped (invalidate): the row
+  // then reads as in flight with an expired lease, and any claim takes it.
+  std::optional<double> released_at;
   // Seconds of lease left, computed by the database (negative when expired); in-flight rows only.
   std::optional<double> lease_left_seconds;
 };
@@ -74,6 +77,28 @@ enum class ClaimOutcome {
   k_claimed,    // this caller holds the claim now (fresh insert or takeover of an expired lease)
   k_busy,       // another holder's lease is live
   k_completed,  // the work is completed (and not superseded)
+};
+
+// One numbered schema migration (sql/<backend>/NNNN_name.sql), embedded at build time.
+struct Migration {
+  int version = 0;
+  std::string name;  // file name, e.g. "0001_init.sql"
+  std::string sql;
+  // Applied only when this extension is installed (e.g. "postgis"); re-checked on every migrate
+  // until applied. From a "-- idem:requires-extension NAME" line in the file.
+  std::optional<std::string> requires_extension;
+};
+
+// The migrations of a backend ("sqlite" or "postgresql"), in version order. Throws k_usage for
+// an unknown backend.
+std::vector<Migration> migrations(const std::string& backend);
+// sql/postgres/worker_role.sql: the least-privilege role for workers (not a migration).
+std::string postgres_worker_role_sql();
+
+struct MigrationReport {
+  std::vector<std::string> applied;  // file names applied by this call
+  std::vector<std::string> skipped;  // conditional migrations whose extension is missing
+  int schema_version = 0;            // highest applied version afterwards
 };
 
 struct ClaimResult {
@@ -96,8 +121,18 @@ public:
   static std::string redact_dsn(const std::string& dsn);
   // The default SQLite path ($XDG_STATE_HOME/gdal-idem/ledger.sqlite or ~/.local/state/...).
   static std::string default_sqlite_path();
+  // "sqlite" or "postgresql": which backend `open(dsn)` would use (no connection made).
+  static std::string backend_of(const std::string& dsn);
 
   virtual std::string backend_name() const = 0;  // "sqlite" or "postgresql"
+
+  // Apply pending migrations (`gdal-idem init`); idempotent. open() already does this lazily
+  // when the user has the rights. Throws k_ledger when a migration fails.
+  virtual MigrationReport migrate() = 0;
+  // Highest applied schema version (0 when uninitialised).
+  virtual int schema_version() = 0;
+  // Whether rows carry a footprint geometry (PostgreSQL with PostGIS).
+  virtual bool has_footprints() = 0;
 
   // One atomic statement: insert, or take over a row that is in flight with an expired lease or
   // whose completion was superseded/invalidated. Increments attempt, sets the caller's token.
@@ -107,6 +142,8 @@ public:
                          std::chrono::seconds lease) = 0;
   // Fenced completion; false when the token no longer holds the claim (nothing changed then).
   // Marks older completed rows with the same output_uri as superseded, in the same transaction.
+  // Idempotent for the same token: a retry after an error whose outcome was unknown returns true
+  // when the first call committed. False after release() of that token.
   virtual bool complete(const std::string& work_key, const std::string& claim_token,
                         const OutputFingerprint& fingerprint,
                         std::optional<int64_t> feature_count = std::nullopt) = 0;
@@ -131,6 +168,7 @@ public:
     std::optional<std::string> output_uri;
     std::optional<RowState> state;
     bool expired_only = false;  // in-flight rows whose lease has expired
+    std::optional<int64_t> limit;  // at most this many rows (ordered by work_key)
   };
   virtual std::vector<LedgerRow> rows(const RowFilter& filter) = 0;
 

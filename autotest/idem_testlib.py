@@ -1,0 +1,158 @@
+"""Shared helpers for the driver, CLI and /vsiidem/ tests: paths of the built plugin and
+command, synthetic sources, running the real programs, and reading ledger rows from SQLite or
+PostgreSQL. Fixtures defined here are imported by the test modules that use them."""
+
+import os
+import sqlite3
+import subprocess
+import uuid
+
+import numpy as np
+import pytest
+from osgeo import gdal, osr
+
+gdal.UseExceptions()
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD_DIR = os.environ.get("IDEM_BUILD_DIR", os.path.join(ROOT, "build"))
+PLUGIN_DIR = os.path.join(BUILD_DIR, "gdalplugins")
+GDAL_IDEM = os.path.join(BUILD_DIR, "src", "gdal-idem")
+
+
+def make_source(path, size=512, bands=3, epsg=32633, origin=(500000.0, 4650000.0), pixel=10.0,
+                dtype=gdal.GDT_Byte, nodata=None, seed=1):
+    """A realistic synthetic source: gradients plus noise, projected CRS."""
+    driver = gdal.GetDriverByName("GTiff")
+    ds = driver.Create(str(path), size, size, bands, dtype, ["TILED=YES"])
+    ds.SetGeoTransform([origin[0], pixel, 0, origin[1], 0, -pixel])
+    srs = osr.SpatialReference()
+    srs.ImportFromEPSG(epsg)
+    ds.SetProjection(srs.ExportToWkt())
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size]
+    for b in range(bands):
+        data = (xx * (b + 1) + yy * 2) % 251 + rng.integers(0, 5, (size, size))
+        band = ds.GetRasterBand(b + 1)
+        band.WriteArray(data.astype(np.uint8 if dtype == gdal.GDT_Byte else np.float32))
+        if nodata is not None:
+            band.SetNoDataValue(nodata)
+    ds = None
+    return str(path)
+
+
+def env_with(**extra):
+    env = dict(os.environ)
+    env["GDAL_DRIVER_PATH"] = PLUGIN_DIR
+    for key, value in extra.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
+def run(args, env=None, cwd=None, timeout=300, check=False):
+    proc = subprocess.run([str(a) for a in args], env=env or env_with(), cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                             f"stderr:\n{proc.stderr}")
+    return proc
+
+
+def read_pixels(path):
+    ds = gdal.Open(str(path))
+    return np.stack([ds.GetRasterBand(i + 1).ReadAsArray() for i in range(ds.RasterCount)])
+
+
+def assert_same_pixels(a, b):
+    pa, pb = read_pixels(a), read_pixels(b)
+    assert pa.shape == pb.shape
+    differing = int(np.count_nonzero(pa != pb))
+    assert differing == 0, f"{differing} pixels differ between {a} and {b}"
+
+
+def temp_dirs_beside(path):
+    directory = os.path.dirname(str(path))
+    return [n for n in os.listdir(directory) if n.startswith(".idem-tmp-")]
+
+
+def file_state(path):
+    st = os.stat(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    return (st.st_ino, st.st_mtime_ns, st.st_size, data)
+
+
+class Ledger:
+    """A ledger DSN plus a way to read its rows, for SQLite or PostgreSQL."""
+
+    def __init__(self, backend, dsn, connect):
+        self.backend = backend
+        self.dsn = dsn
+        self._connect = connect
+
+    def rows(self, where="TRUE", params=()):
+        table = "ledger" if self.backend == "sqlite" else "idem.ledger"
+        if self.backend == "sqlite":
+            where = where.replace("%s", "?")
+            if not os.path.exists(self.dsn[len("sqlite:"):]):
+                return []
+        sql = f"SELECT * FROM {table} WHERE {where} ORDER BY claimed_at"
+        conn = self._connect()
+        try:
+            cur = conn.cursor()
+            try:
+                cur.execute(sql, params)
+            except Exception as exc:  # no schema yet: no rows
+                if "no such table" in str(exc) or "does not exist" in str(exc):
+                    return []
+                raise
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r)) for r in cur.fetchall()]
+        finally:
+            conn.close()
+
+    def completed(self):
+        return [r for r in self.rows() if r["completed_at"] is not None]
+
+
+def _pg_dsn():
+    dsn = os.environ.get("IDEM_TEST_PG_DSN")
+    if not dsn:
+        if os.environ.get("IDEM_TEST_REQUIRE_PG") == "1":
+            pytest.fail("IDEM_TEST_PG_DSN is not set but IDEM_TEST_REQUIRE_PG=1")
+        pytest.skip("no PostgreSQL (run under scripts/with-postgres)")
+    return dsn
+
+
+def pg_fresh_database():
+    """A new empty database (with PostGIS) in the test cluster; returns its DSN."""
+    import psycopg
+    base = _pg_dsn()
+    name = "idem_t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = base.replace("dbname=" + base.split("dbname=")[1].split()[0], "dbname=" + name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS postgis")
+    return dsn
+
+
+def make_ledger(backend, tmp_path):
+    if backend == "sqlite":
+        path = os.path.join(str(tmp_path), "ledger.sqlite")
+        return Ledger("sqlite", "sqlite:" + path, lambda: sqlite3.connect(path))
+    import psycopg
+    dsn = pg_fresh_database()
+    return Ledger("postgresql", dsn, lambda: psycopg.connect(dsn))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger(request, tmp_path):
+    return make_ledger(request.param, tmp_path)
+
+
+@pytest.fixture
+def sqlite_ledger(tmp_path):
+    return make_ledger("sqlite", tmp_path)

@@ -1,0 +1,253 @@
+"""The IDEM driver through the real programs: first run writes and completes, a rerun skips
+(same inode, bytes, mtime), a changed option rebuilds and supersedes, a missing or changed output
+is redone, every entry point (gdalwarp, gdal_translate, gdal.Warp, gdal.Translate, rasterio)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from osgeo import gdal
+
+from idem_testlib import (GDAL_IDEM, assert_same_pixels, env_with, file_state, ledger,  # noqa: F401
+                          make_source, read_pixels, run, sqlite_ledger, temp_dirs_beside)
+
+
+@pytest.fixture
+def source(tmp_path):
+    return make_source(tmp_path / "scene.tif")
+
+
+def warp_cmd(src, dst, *extra):
+    return ["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-r", "bilinear",
+            *extra, src, dst]
+
+
+def vsi(path):
+    return "/vsiidem/" + str(path)  # absolute path -> /vsiidem//abs/path
+
+
+def test_idem_gdalwarp_first_run_writes_output_and_completes(ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    proc = run(warp_cmd(source, vsi(out)), env=env_with(IDEM_LEDGER=ledger.dsn), check=True)
+    assert out.exists()
+    assert temp_dirs_beside(out) == []
+    rows = ledger.rows()
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["completed_at"] is not None
+    assert row["attempt"] == 1
+    assert row["output_uri"] == str(out)
+    assert row["output_size"] == out.stat().st_size
+    assert row["output_mtime_ns"] == out.stat().st_mtime_ns
+    assert "skipped" not in proc.stderr
+    # Pixels identical to a direct gdalwarp with the same options.
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", source, direct],
+        check=True)
+    assert_same_pixels(out, direct)
+
+
+def test_idem_gdalwarp_rerun_skips_and_leaves_output_untouched(ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    run(warp_cmd(source, vsi(out)), env=env, check=True)
+    before = file_state(out)
+    proc = run(warp_cmd(source, vsi(out)), env=env, check=True)
+    assert "IDEM: skipped" in proc.stderr
+    assert "already completed" in proc.stderr
+    assert file_state(out) == before
+    assert temp_dirs_beside(out) == []
+    rows = ledger.rows()
+    assert len(rows) == 1 and rows[0]["attempt"] == 1
+
+
+def test_idem_changed_option_rebuilds_and_supersedes(ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    run(warp_cmd(source, vsi(out)), env=env, check=True)
+    first = read_pixels(out)
+    proc = run(["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-r", "cubic",
+                source, vsi(out)], env=env, check=True)
+    assert "skipped" not in proc.stderr
+    assert not np.array_equal(first, read_pixels(out))
+    rows = ledger.rows()
+    assert len(rows) == 2
+    old, new = rows
+    assert old["superseded_at"] is not None
+    assert new["completed_at"] is not None and new["superseded_at"] is None
+    # Going back to bilinear must rebuild (the old row's output was overwritten), not skip.
+    proc = run(warp_cmd(source, vsi(out)), env=env, check=True)
+    assert "skipped" not in proc.stderr
+    np.testing.assert_array_equal(first, read_pixels(out))
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "replace"])
+def test_idem_missing_or_changed_output_is_redone(sqlite_ledger, source, tmp_path, damage):
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    run(warp_cmd(source, vsi(out)), env=env, check=True)
+    good = read_pixels(out)
+    if damage == "delete":
+        out.unlink()
+    elif damage == "truncate":
+        with open(out, "r+b") as f:
+            f.truncate(out.stat().st_size // 2)
+    else:
+        make_source(out, size=64)
+    proc = run(warp_cmd(source, vsi(out)), env=env, check=True)
+    assert "skipped" not in proc.stderr
+    assert "rebuilding" in proc.stderr
+    np.testing.assert_array_equal(good, read_pixels(out))
+    rows = sqlite_ledger.completed()
+    assert len(rows) == 1 and rows[0]["output_size"] == out.stat().st_size
+
+
+def test_idem_plain_output_path_rebuilds_and_says_why(sqlite_ledger, source, tmp_path):
+    out = tmp_path / "plain.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    run(warp_cmd(source, out), env=env, check=True)
+    proc = run(warp_cmd(source, out), env=env, check=True)
+    assert "/vsiidem/" in proc.stderr and "rebuilt" in proc.stderr
+    assert out.exists()
+    assert len(sqlite_ledger.completed()) == 1
+
+
+def test_idem_gdal_translate_first_run_and_skip(ledger, source, tmp_path):
+    out = tmp_path / "small.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    cmd = ["gdal_translate", "-of", "IDEM", "-outsize", "50%", "50%", "-co", "COMPRESS=DEFLATE",
+           source, vsi(out)]
+    run(cmd, env=env, check=True)
+    direct = tmp_path / "direct.tif"
+    run(["gdal_translate", "-of", "GTiff", "-outsize", "50%", "50%", "-co", "COMPRESS=DEFLATE",
+         source, direct], check=True)
+    assert_same_pixels(out, direct)
+    assert gdal.Info(str(out), format="json")["metadata"]["IMAGE_STRUCTURE"]["COMPRESSION"] == \
+        "DEFLATE"
+    before = file_state(out)
+    proc = run(cmd, env=env, check=True)
+    assert "IDEM: skipped" in proc.stderr
+    assert file_state(out) == before
+    assert len(ledger.completed()) == 1
+
+
+PY_ENTRY = r"""
+import sys
+from osgeo import gdal
+gdal.UseExceptions()
+kind, src, dst = sys.argv[1:4]
+if kind == "warp":
+    ds = gdal.Warp(dst, src, format="IDEM", dstSRS="EPSG:3857", resampleAlg="bilinear",
+                   creationOptions=["FORMAT=GTiff"])
+elif kind == "translate":
+    ds = gdal.Translate(dst, src, format="IDEM", width=256, height=256)
+elif kind == "rasterio":
+    import rasterio, rasterio.shutil
+    from rasterio.vrt import WarpedVRT
+    from rasterio.enums import Resampling
+    with rasterio.open(src) as s, WarpedVRT(s, crs="EPSG:3857",
+                                            resampling=Resampling.bilinear) as vrt:
+        rasterio.shutil.copy(vrt, dst, driver="IDEM", FORMAT="GTiff")
+    ds = gdal.Open(dst[len("/vsiidem/"):])
+assert ds is not None and ds.RasterCount == 3
+ds = None
+"""
+
+
+@pytest.mark.parametrize("kind", ["warp", "translate", "rasterio"])
+def test_idem_python_entry_points_write_then_skip(sqlite_ledger, source, tmp_path, kind):
+    out = tmp_path / f"{kind}.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    cmd = ["/usr/bin/python3", "-c", PY_ENTRY, kind, source, vsi(out)]
+    run(cmd, env=env, check=True)
+    assert out.exists()
+    assert temp_dirs_beside(out) == []
+    before = file_state(out)
+    proc = run(cmd, env=env, check=True)
+    assert "IDEM: skipped" in proc.stderr
+    assert file_state(out) == before
+    rows = sqlite_ledger.rows()
+    assert len(rows) == 1 and rows[0]["completed_at"] is not None
+
+
+def test_idem_progress_passes_through_and_ends_at_one(sqlite_ledger, source, tmp_path):
+    gdal.SetConfigOption("IDEM_LEDGER", sqlite_ledger.dsn)
+    try:
+        seen = []
+
+        def progress(complete, message, data):
+            seen.append(complete)
+            return 1
+
+        # In-process: the plugin is registered by GDAL from GDAL_DRIVER_PATH (set by make).
+        ds = gdal.Warp(vsi(tmp_path / "p.tif"), source, format="IDEM", dstSRS="EPSG:3857",
+                       callback=progress)
+        assert ds is not None
+        ds = None
+    finally:
+        gdal.SetConfigOption("IDEM_LEDGER", None)
+    assert seen and seen[-1] == pytest.approx(1.0)
+    assert all(b >= a for a, b in zip(seen, seen[1:]))
+
+
+def test_idem_cog_output_is_a_cog_with_direct_warp_pixels(sqlite_ledger, source, tmp_path):
+    out = tmp_path / "cog.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    run(warp_cmd(source, vsi(out), "-co", "FORMAT=COG", "-co", "COMPRESS=DEFLATE"), env=env,
+        check=True)
+    info = gdal.Info(str(out), format="json")
+    assert info["metadata"]["IMAGE_STRUCTURE"].get("LAYOUT") == "COG"
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "COG", "-co", "COMPRESS=DEFLATE", "-t_srs", "EPSG:3857", "-r",
+         "bilinear", source, direct], check=True)
+    assert_same_pixels(out, direct)
+    assert temp_dirs_beside(out) == []
+
+
+@pytest.mark.parametrize("et", [None, "0"])
+def test_idem_pixels_identical_to_direct_gdalwarp(sqlite_ledger, tmp_path, et):
+    src = make_source(tmp_path / "big.tif", size=1024)
+    extra = [] if et is None else ["-et", et]
+    out = tmp_path / "idem.tif"
+    run(warp_cmd(src, vsi(out), *extra), env=env_with(IDEM_LEDGER=sqlite_ledger.dsn), check=True)
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", *extra, src, direct],
+        check=True)
+    assert_same_pixels(out, direct)
+
+
+def test_idem_tile_columns_from_option_and_from_grid(sqlite_ledger, source, tmp_path):
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    explicit = tmp_path / "explicit.tif"
+    run(warp_cmd(source, vsi(explicit), "-co", "LAYER=ortho", "-co", "TILE=3/4/5"), env=env,
+        check=True)
+    # A grid that is exactly WebMercatorQuad tile 12/2200/1343.
+    z, x, y = 12, 2200, 1343
+    half = 20037508.342789244
+    span = 2 * half / 2 ** z
+    minx, maxy = -half + x * span, half - y * span
+    auto = tmp_path / "auto.tif"
+    run(["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-te", repr(minx),
+         repr(maxy - span), repr(minx + span), repr(maxy), "-ts", "256", "256", source,
+         vsi(auto)], env=env, check=True)
+    rows = {r["output_uri"]: r for r in sqlite_ledger.rows()}
+    e = rows[str(explicit)]
+    assert (e["layer"], e["tile_z"], e["tile_x"], e["tile_y"]) == ("ortho", 3, 4, 5)
+    a = rows[str(auto)]
+    assert (a["tile_z"], a["tile_x"], a["tile_y"]) == (z, x, y)
+
+
+def test_idem_gdalinfo_lists_every_creation_option():
+    proc = run(["gdalinfo", "--format", "IDEM"], check=True)
+    for name in ("FORMAT", "NAMESPACE", "LAYER", "TILE"):
+        assert f"name='{name}'" in proc.stdout or f'name="{name}"' in proc.stdout
+
+
+def test_idem_unknown_passthrough_option_is_warned_like_gdal(sqlite_ledger, source, tmp_path):
+    out = tmp_path / "o.tif"
+    proc = run(warp_cmd(source, vsi(out), "-co", "NOT_AN_OPTION=1"),
+               env=env_with(IDEM_LEDGER=sqlite_ledger.dsn), check=True)
+    assert "NOT_AN_OPTION" in proc.stderr
+    assert "does not support" in proc.stderr

@@ -1,0 +1,253 @@
+"""The IDEM driver under crashes, races and bad input: kill -9 at each step, many workers on one
+destination or on many tiles, busy handling, a lost lease, and clear errors that lose nothing."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from osgeo import gdal
+
+from idem_testlib import (PLUGIN_DIR, env_with, file_state, ledger, make_source,  # noqa: F401
+                          read_pixels, run, sqlite_ledger, temp_dirs_beside)
+
+
+@pytest.fixture
+def source(tmp_path):
+    return make_source(tmp_path / "scene.tif", size=768)
+
+
+def warp_cmd(src, dst, *extra):
+    return ["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-r", "bilinear",
+            *extra, src, "/vsiidem/" + str(dst)]
+
+
+def start_paused(cmd, env, point, seconds=60):
+    """Start a worker that pauses at `point` and return once it is there."""
+    env = dict(env, IDEM_TEST_PAUSE_AT=point, IDEM_TEST_PAUSE_SECONDS=str(seconds))
+    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    for line in proc.stderr:
+        if f"test pause at {point}" in line:
+            return proc
+        if time.time() > deadline:
+            break
+    proc.kill()
+    raise AssertionError(f"worker never reached {point}: rc={proc.wait()}")
+
+
+def kill9(proc):
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def in_flight(rows):
+    return [r for r in rows if r["completed_at"] is None]
+
+
+@pytest.mark.parametrize("point", ["during_write", "before_commit", "before_complete"])
+def test_idem_kill9_never_leaves_partial_output_and_rerun_completes(ledger, source, tmp_path,
+                                                                    point):
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_STALE_SECONDS=3)
+    worker = start_paused(warp_cmd(source, out), env, point)
+    kill9(worker)
+    if point == "before_complete":
+        # Renamed into place: the file is whole; the ledger must not say completed.
+        assert gdal.Open(str(out)) is not None
+    else:
+        assert not out.exists()
+    rows = ledger.rows()
+    assert len(rows) == 1 and rows[0]["completed_at"] is None
+    # A rerun waits out the dead worker's lease, takes over and completes.
+    proc = run(warp_cmd(source, out), env=env, check=True)
+    assert "skipped" not in proc.stderr
+    rows = ledger.rows()
+    assert len(rows) == 1
+    assert rows[0]["completed_at"] is not None and rows[0]["attempt"] == 2
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", source, direct],
+        check=True)
+    assert (read_pixels(out) == read_pixels(direct)).all()
+
+
+def test_idem_kill9_after_complete_rerun_skips(sqlite_ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    kill9(start_paused(warp_cmd(source, out), env, "after_complete"))
+    before = file_state(out)
+    proc = run(warp_cmd(source, out), env=env, check=True)
+    assert "IDEM: skipped" in proc.stderr
+    assert file_state(out) == before
+
+
+def test_idem_busy_fail_names_the_holder(ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    holder = start_paused(warp_cmd(source, out), env, "during_write")
+    try:
+        proc = run(warp_cmd(source, out), env=dict(env, IDEM_ON_BUSY="FAIL"))
+        assert proc.returncode != 0
+        assert f"pid {holder.pid}" in proc.stderr
+        assert "IDEM_ON_BUSY=FAIL" in proc.stderr
+    finally:
+        kill9(holder)
+    assert not out.exists()
+
+
+def test_idem_busy_wait_returns_the_other_workers_output(sqlite_ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    holder = start_paused(warp_cmd(source, out), env, "during_write", seconds=3)
+    proc = run(warp_cmd(source, out), env=env, check=True)
+    assert holder.wait() == 0
+    assert "waiting for" in proc.stderr
+    assert "completed by another worker while this one waited" in proc.stderr
+    rows = sqlite_ledger.rows()
+    assert len(rows) == 1 and rows[0]["attempt"] == 1 and rows[0]["completed_at"] is not None
+
+
+def test_idem_lost_lease_aborts_without_publishing(sqlite_ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn, IDEM_STALE_SECONDS=2)
+    zombie = start_paused(warp_cmd(source, out), env, "during_write", seconds=1)
+    zombie.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(3)  # the zombie's lease expires
+        run(warp_cmd(source, out), env=env, check=True)
+        taken_over = file_state(out)
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+    _, stderr = zombie.communicate(timeout=120)
+    assert zombie.returncode != 0
+    assert "lost" in stderr
+    assert file_state(out) == taken_over
+    rows = sqlite_ledger.rows()
+    assert len(rows) == 1 and rows[0]["attempt"] == 2 and rows[0]["completed_at"] is not None
+    assert rows[0]["worker_pid"] != zombie.pid
+    assert temp_dirs_beside(out) == []
+
+
+def test_idem_eight_processes_one_destination_one_attempt(ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    procs = [subprocess.Popen([str(c) for c in warp_cmd(source, out)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(8)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert all(rc == 0 for rc, _ in results), results
+    rows = ledger.rows()
+    assert len(rows) == 1 and rows[0]["attempt"] == 1 and rows[0]["completed_at"] is not None
+    assert sum("skipped" in err for _, err in results) == 7
+    assert gdal.Open(str(out)).RasterCount == 3
+
+
+TILE_WORKER = r"""
+import random, sys
+from osgeo import gdal
+gdal.UseExceptions()
+src, outdir, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tiles = [(x, y) for x in range(8) for y in range(8)]
+random.Random(seed).shuffle(tiles)
+for x, y in tiles:
+    minx, maxy = 500000 + x * 960, 4650000 - y * 960
+    ds = gdal.Warp(f"/vsiidem/{outdir}/t_{x}_{y}.tif", src, format="IDEM",
+                   outputBounds=(minx, maxy - 960, minx + 960, maxy), width=64, height=64,
+                   resampleAlg="bilinear")
+    assert ds is not None
+    ds = None
+"""
+
+
+def test_idem_eight_processes_sixty_four_tiles_each_done_once(ledger, source, tmp_path):
+    outdir = tmp_path / "tiles"
+    outdir.mkdir()
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    procs = [subprocess.Popen(["/usr/bin/python3", "-c", TILE_WORKER, source, str(outdir),
+                               str(seed)], env=env, stderr=subprocess.PIPE, text=True)
+             for seed in range(8)]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    rows = ledger.rows()
+    assert len(rows) == 64
+    assert all(r["attempt"] == 1 and r["completed_at"] is not None for r in rows)
+    assert len(os.listdir(outdir)) == 64
+
+
+def test_idem_unknown_format_is_refused(sqlite_ledger, source, tmp_path):
+    out = tmp_path / "o.tif"
+    proc = run(warp_cmd(source, out, "-co", "FORMAT=NOPE"),
+               env=env_with(IDEM_LEDGER=sqlite_ledger.dsn))
+    assert proc.returncode != 0
+    assert "FORMAT=NOPE" in proc.stderr
+    assert not out.exists()
+    assert sqlite_ledger.rows() == []
+
+
+def test_idem_missing_destination_directory_is_refused(sqlite_ledger, source, tmp_path):
+    out = tmp_path / "missing" / "o.tif"
+    proc = run(warp_cmd(source, out), env=env_with(IDEM_LEDGER=sqlite_ledger.dsn))
+    assert proc.returncode != 0
+    assert "does not exist" in proc.stderr and str(out.parent) in proc.stderr
+    assert sqlite_ledger.rows() == []
+
+
+@pytest.fixture
+def mount_point(tmp_path):
+    point = tmp_path / "mnt"
+    point.mkdir()
+    yield point
+    subprocess.run(["umount", str(point)], capture_output=True)
+
+
+def mount_or_skip(args):
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount here: {proc.stderr.strip()}")
+
+
+def test_idem_read_only_destination_is_refused(sqlite_ledger, source, mount_point):
+    mount_or_skip(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount_point)])
+    out = mount_point / "o.tif"
+    proc = run(warp_cmd(source, out), env=env_with(IDEM_LEDGER=sqlite_ledger.dsn))
+    assert proc.returncode != 0
+    assert "not writable" in proc.stderr
+    assert sqlite_ledger.rows() == []
+
+
+def test_idem_full_disk_fails_cleanly_and_releases(sqlite_ledger, source, mount_point):
+    mount_or_skip(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)])
+    out = mount_point / "o.tif"
+    proc = run(warp_cmd(source, out), env=env_with(IDEM_LEDGER=sqlite_ledger.dsn))
+    assert proc.returncode != 0
+    assert not out.exists()
+    assert temp_dirs_beside(out) == []
+    rows = sqlite_ledger.rows()
+    assert all(r["completed_at"] is None for r in rows)
+    # Released at once: a retry with room to write claims immediately.
+    assert all(r["released_at"] is not None for r in rows)
+
+
+def test_idem_unreachable_ledger_fails_without_password(source, tmp_path):
+    out = tmp_path / "o.tif"
+    proc = run(warp_cmd(source, out),
+               env=env_with(IDEM_LEDGER="postgresql://etl:s3cretpw@127.0.0.1:9/ledger"))
+    assert proc.returncode != 0
+    assert "s3cretpw" not in proc.stderr + proc.stdout
+    assert "127.0.0.1" in proc.stderr
+    assert not out.exists()
+
+
+def test_idem_unreadable_source_fails_without_claim(sqlite_ledger, source, tmp_path):
+    # A VRT whose underlying file disappears after gdalwarp opened it: IDEM cannot digest it.
+    vrt = tmp_path / "mosaic.vrt"
+    gdal.BuildVRT(str(vrt), [source])
+    os.rename(source, str(tmp_path / "moved.tif"))
+    out = tmp_path / "o.tif"
+    proc = run(warp_cmd(str(vrt), out), env=env_with(IDEM_LEDGER=sqlite_ledger.dsn))
+    assert proc.returncode != 0
+    assert "scene.tif" in proc.stderr
+    assert not out.exists()
+    assert sqlite_ledger.rows() == []

@@ -1,0 +1,872 @@
+// The /vsiidem/ virtual filesystem (see vsiidem.hpp): a C++ VSIFilesystemHandler that maps
+// /vsiidem/<path> to <path>, writes every file opened for writing into a temporary directory
+// beside it (AtomicOutput) and renames it into place when its last writing handle closes, and
+// defers unlinks to the end of the process so that GDAL's pre-delete before CreateCopy
+// (DESIGN.md facts 5 and 8) cannot destroy an output that IDEM then skips.
+//
+// Two copies of this code may live in one process (the gdal-idem CLI links the driver
+// statically, and GDAL may load gdal_IDEM.so too). Only one handler is installed; the public
+// functions below reach it through GDAL's own VSIGetFileMetadata / VSISetFileMetadata on
+// control domains, so whichever copy a caller links talks to the installed handler's state.
+#include "vsiidem.hpp"
+
+#include "core/atomic_output.hpp"
+#include "core/error.hpp"
+#include "core/paths.hpp"
+
+#include "cpl_conv.h"
+#include "cpl_error.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+#include "cpl_vsi_error.h"
+#include "cpl_vsi_virtual.h"
+#include "gdal_version.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace idem {
+
+namespace {
+
+constexpr const char* k_debug_category = "VSIIDEM";
+
+// Control domains understood by the installed handler's Get/SetFileMetadata.
+constexpr const char* k_domain_handler = "IDEM_HANDLER";            // get: VERSION=1
+constexpr const char* k_domain_unlink_pending = "IDEM_UNLINK_PENDING";  // get: PENDING=YES|NO
+constexpr const char* k_domain_cancel_unlink = "IDEM_CANCEL_UNLINK";    // set
+constexpr const char* k_domain_flush_unlinks = "IDEM_FLUSH_UNLINKS";    // set
+constexpr const char* k_domain_unlink_hook = "IDEM_UNLINK_HOOK";        // set: CALLBACK, USER_DATA
+
+// The hook crosses between copies of this code as a plain C function pointer and its data.
+using CUnlinkHook = int (*)(const char* real_path, void* user_data);
+
+bool is_write_access(const char* access) {
+  return std::strchr(access, 'w') != nullptr || std::strchr(access, 'a') != nullptr ||
+         std::strchr(access, '+') != nullptr;
+}
+
+bool truncates(const char* access) { return std::strchr(access, 'w') != nullptr; }
+
+std::string random_token() {
+  std::random_device device;
+  std::uniform_int_distribution<std::uint32_t> distribution;
+  char text[32];
+  std::snprintf(text, sizeof(text), "%08" PRIx32 "%08" PRIx32, distribution(device),
+                distribution(device));
+  return text;
+}
+
+// The path a /vsiidem/ name stands for: "/vsiidem/a" -> "a", "/vsiidem//x" -> "/x",
+// "/vsiidem" or "/vsiidem/" -> "." (the working directory, as GDAL's CPLGetDirname yields it).
+std::string strip_prefix(const char* vsi_path) {
+  const std::string path = vsi_path == nullptr ? std::string() : std::string(vsi_path);
+  const std::string prefix = k_vsiidem_prefix;
+  const std::string bare_prefix = prefix.substr(0, prefix.size() - 1);
+  if (path == bare_prefix || path == prefix) {
+    return ".";
+  }
+  if (path.rfind(prefix, 0) == 0) {
+    return path.substr(prefix.size());
+  }
+  return path;
+}
+
+// The absolute, lexically normalised real path recorded for a /vsiidem/ name (the same form the
+// driver stores in the ledger: idem::absolute_path).
+std::string real_absolute(const char* vsi_path) { return absolute_path(strip_prefix(vsi_path)); }
+
+VSIFilesystemHandler* handler_for(const std::string& real_path) {
+  return VSIFileManager::GetHandler(real_path.c_str());
+}
+
+bool local_path(const std::string& path) { return !is_vsi_path(path); }
+
+bool durable_writes() { return CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES")); }
+
+// Copy `from` into the new file `to` (reflink where the filesystem can, else bytes), keeping its
+// permission bits: r+ and a opens of a published file modify a copy, never the file in place.
+void copy_file_contents(const std::string& from, const std::string& to) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    throw Error(ErrorKind::k_io, "cannot open " + from + " to update it: " + std::strerror(errno));
+  }
+  struct stat info {};
+  ::fstat(in, &info);
+  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, info.st_mode & 07777);
+  if (out < 0) {
+    const int error_number = errno;
+    ::close(in);
+    throw Error(ErrorKind::k_io, "cannot create " + to + ": " + std::strerror(error_number));
+  }
+  bool copied = false;
+#ifdef FICLONE
+  copied = ::ioctl(out, FICLONE, in) == 0;
+#endif
+  std::vector<char> buffer(copied ? 0 : 1 << 20);
+  while (!copied) {
+    const ssize_t got = ::read(in, buffer.data(), buffer.size());
+    if (got == 0) {
+      copied = true;
+      break;
+    }
+    if (got < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      break;
+    }
+    ssize_t done = 0;
+    while (done < got) {
+      const ssize_t put = ::write(out, buffer.data() + done, static_cast<size_t>(got - done));
+      if (put < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        break;
+      }
+      done += put;
+    }
+    if (done < got) {
+      break;
+    }
+  }
+  const int error_number = errno;
+  ::fchmod(out, info.st_mode & 07777);
+  ::close(in);
+  if (::close(out) != 0 || !copied) {
+    throw Error(ErrorKind::k_io, "cannot copy " + from + " to " + to + ": " +
+                                     std::strerror(error_number ? error_number : EIO));
+  }
+}
+
+/************************************************************************/
+/*                           VsiIdemState                               */
+/************************************************************************/
+
+// A file being written through /vsiidem/: its temporary home and how many handles write it.
+struct InFlight {
+  std::unique_ptr<AtomicOutput> output;
+  int writers = 0;
+  bool discard = false;  // unlinked while open: never published
+};
+
+// Process-wide state of the handler this copy installed. Leaked on purpose: it must outlive
+// static destruction, since the flush can run from atexit or from GDAL's cleanup.
+class VsiIdemState {
+public:
+  std::mutex m_mutex;
+  std::map<std::string, std::shared_ptr<InFlight>> m_in_flight;  // by absolute final path
+  std::set<std::string> m_pending_unlinks;                         // absolute real paths
+  CUnlinkHook m_hook = nullptr;
+  void* m_hook_data = nullptr;
+
+  // The live (not discarded) in-flight entry for `real`, or nullptr. Caller holds m_mutex.
+  std::shared_ptr<InFlight> live_entry(const std::string& real) {
+    auto it = m_in_flight.find(real);
+    if (it == m_in_flight.end() || it->second->discard) {
+      return nullptr;
+    }
+    return it->second;
+  }
+
+  // Carry out every pending unlink: hook first (ledger rows), then the file. Each path is
+  // taken out of the set before it is handled, so every unlink runs at most once.
+  void flush(bool from_gdal_cleanup) {
+    std::set<std::string> paths;
+    CUnlinkHook hook = nullptr;
+    void* hook_data = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      paths.swap(m_pending_unlinks);
+      hook = m_hook;
+      hook_data = m_hook_data;
+    }
+    for (const auto& path : paths) {
+      if (!local_path(path) && from_gdal_cleanup) {
+        // GDAL's file manager is being torn down: no VSI call is safe any more.
+        std::fprintf(stderr, "gdal-idem: deferred delete of %s skipped at GDAL cleanup\n",
+                     path.c_str());
+        continue;
+      }
+      if (hook != nullptr && hook(path.c_str(), hook_data) == 0) {
+        continue;  // the hook keeps the file (its ledger rows could not be removed)
+      }
+      const int result = local_path(path) ? ::unlink(path.c_str()) : VSIUnlink(path.c_str());
+      if (result == 0) {
+        CPLDebug(k_debug_category, "carried out the deferred unlink of %s%s", path.c_str(),
+                 from_gdal_cleanup ? " (GDAL cleanup)" : "");
+      } else if (errno != ENOENT) {
+        std::fprintf(stderr, "gdal-idem: deferred delete of %s failed: %s\n", path.c_str(),
+                     std::strerror(errno));
+      }
+    }
+  }
+};
+
+VsiIdemState& state() {
+  static auto* instance = new VsiIdemState();
+  return *instance;
+}
+
+void flush_at_exit() { state().flush(false); }
+
+/************************************************************************/
+/*                          VsiIdemWriteHandle                          */
+/************************************************************************/
+
+// A handle writing the temporary file of an in-flight output; the last one to close publishes.
+class VsiIdemWriteHandle final : public VSIVirtualHandle {
+public:
+  VsiIdemWriteHandle(VSIVirtualHandle* inner, std::string real, std::shared_ptr<InFlight> entry)
+      : m_inner(inner), m_real(std::move(real)), m_entry(std::move(entry)) {}
+  ~VsiIdemWriteHandle() override { Close(); }
+  VsiIdemWriteHandle(const VsiIdemWriteHandle&) = delete;
+  VsiIdemWriteHandle& operator=(const VsiIdemWriteHandle&) = delete;
+
+  int Seek(vsi_l_offset offset, int whence) override { return m_inner->Seek(offset, whence); }
+  vsi_l_offset Tell() override { return m_inner->Tell(); }
+  size_t Read(void* buffer, size_t size, size_t count) override {
+    return m_inner->Read(buffer, size, count);
+  }
+  int ReadMultiRange(int ranges, void** data, const vsi_l_offset* offsets,
+                     const size_t* sizes) override {
+    return m_inner->ReadMultiRange(ranges, data, offsets, sizes);
+  }
+  size_t Write(const void* buffer, size_t size, size_t count) override {
+    return m_inner->Write(buffer, size, count);
+  }
+  int Eof() override { return m_inner->Eof(); }
+  int Flush() override { return m_inner->Flush(); }
+  int Truncate(vsi_l_offset new_size) override { return m_inner->Truncate(new_size); }
+  void* GetNativeFileDescriptor() override { return m_inner->GetNativeFileDescriptor(); }
+  VSIRangeStatus GetRangeStatus(vsi_l_offset offset, vsi_l_offset length) override {
+    return m_inner->GetRangeStatus(offset, length);
+  }
+  bool HasPRead() const override { return m_inner->HasPRead(); }
+  size_t PRead(void* buffer, size_t size, vsi_l_offset offset) const override {
+    return m_inner->PRead(buffer, size, offset);
+  }
+#if GDAL_VERSION_NUM >= GDAL_COMPUTE_VERSION(3, 7, 0)
+  void AdviseRead(int ranges, const vsi_l_offset* offsets, const size_t* sizes) override {
+    m_inner->AdviseRead(ranges, offsets, sizes);
+  }
+#endif
+#if GDAL_VERSION_NUM >= GDAL_COMPUTE_VERSION(3, 10, 0)
+  int Error() override { return m_inner->Error(); }
+  void ClearErr() override { m_inner->ClearErr(); }
+#endif
+
+  int Close() override;
+
+private:
+  VSIVirtualHandle* m_inner;
+  std::string m_real;
+  std::shared_ptr<InFlight> m_entry;
+  bool m_closed = false;
+};
+
+int VsiIdemWriteHandle::Close() {
+  if (m_closed) {
+    return 0;
+  }
+  m_closed = true;
+  int result = m_inner->Close();
+  delete m_inner;
+  m_inner = nullptr;
+  try {
+    auto& shared = state();
+    bool last = false;
+    bool discard = false;
+    {
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      last = --m_entry->writers == 0;
+      discard = m_entry->discard;
+    }
+    if (!last) {
+      return result;
+    }
+    const bool durable = durable_writes();
+    if (!discard && result == 0 && durable) {
+      // The slow part, outside the lock; commit() re-syncs, which is then cheap.
+      fsync_path(m_entry->output->temp_path());
+    }
+    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    if (m_entry->writers > 0) {
+      return result;  // reopened meanwhile: the new last writer publishes
+    }
+    auto it = shared.m_in_flight.find(m_real);
+    if (it != shared.m_in_flight.end() && it->second == m_entry) {
+      shared.m_in_flight.erase(it);
+    }
+    if (m_entry->discard) {
+      CPLDebug(k_debug_category, "discarded %s (unlinked while open)", m_real.c_str());
+      m_entry->output.reset();
+      return result;
+    }
+    if (result != 0) {
+      CPLError(CE_Failure, CPLE_FileIO,
+               "/vsiidem/: closing the temporary file of %s failed; it was not published",
+               m_real.c_str());
+      m_entry->output.reset();
+      return result;
+    }
+    m_entry->output->commit(durable);
+    m_entry->output.reset();
+    // A file renamed into place replaces what a deferred unlink was going to remove.
+    shared.m_pending_unlinks.erase(m_real);
+    CPLDebug(k_debug_category, "published %s", m_real.c_str());
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    return -1;
+  }
+  return result;
+}
+
+/************************************************************************/
+/*                       VsiIdemFilesystemHandler                       */
+/************************************************************************/
+
+class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
+public:
+  VsiIdemFilesystemHandler() = default;
+  ~VsiIdemFilesystemHandler() override;
+  VsiIdemFilesystemHandler(const VsiIdemFilesystemHandler&) = delete;
+  VsiIdemFilesystemHandler& operator=(const VsiIdemFilesystemHandler&) = delete;
+
+  using VSIFilesystemHandler::Open;
+  VSIVirtualHandle* Open(const char* filename, const char* access, bool set_error,
+                         CSLConstList options) override;
+  int Stat(const char* filename, VSIStatBufL* stat_buf, int flags) override;
+  int Unlink(const char* filename) override;
+  int Mkdir(const char* dirname, long mode) override;
+  int Rmdir(const char* dirname) override;
+#if GDAL_VERSION_NUM < GDAL_COMPUTE_VERSION(3, 7, 0)
+  char** ReadDir(const char* dirname) override { return ReadDirEx(dirname, 0); }
+#endif
+  char** ReadDirEx(const char* dirname, int max_files) override;
+  int Rename(const char* old_path, const char* new_path) override;
+  int IsCaseSensitive(const char* filename) override;
+  GIntBig GetDiskFreeSpace(const char* dirname) override;
+  int SupportsSparseFiles(const char* path) override;
+  char** GetFileMetadata(const char* filename, const char* domain, CSLConstList options) override;
+  bool SetFileMetadata(const char* filename, CSLConstList metadata, const char* domain,
+                       CSLConstList options) override;
+  bool IsLocal(const char* path) override;
+  bool SupportsSequentialWrite(const char* path, bool allow_local_temp_file) override;
+  bool SupportsRandomWrite(const char* path, bool allow_local_temp_file) override;
+
+private:
+  VSIVirtualHandle* open_for_write(const std::string& real, const char* access, bool set_error,
+                                   CSLConstList options);
+};
+
+// Runs when GDAL tears its file manager down (GDALDestroyDriverManager, at the end of gdalwarp
+// and gdal_translate): the last moment this process can carry out its deferred unlinks.
+VsiIdemFilesystemHandler::~VsiIdemFilesystemHandler() {
+  try {
+    state().flush(true);
+  } catch (...) {
+    // Never let anything escape into GDAL's cleanup.
+  }
+}
+
+VSIVirtualHandle* VsiIdemFilesystemHandler::Open(const char* filename, const char* access,
+                                                 bool set_error, CSLConstList options) {
+  try {
+    const std::string real = real_absolute(filename);
+    if (is_write_access(access)) {
+      return open_for_write(real, access, set_error, options);
+    }
+    std::string target = real;
+    {
+      auto& shared = state();
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      if (auto entry = shared.live_entry(real)) {
+        target = entry->output->temp_path();  // drivers read back their own output
+      } else if (shared.m_pending_unlinks.count(real) != 0 || shared.m_in_flight.count(real)) {
+        errno = ENOENT;
+        if (set_error) {
+          VSIError(VSIE_FileError, "%s: No such file or directory", filename);
+        }
+        return nullptr;
+      }
+    }
+    return handler_for(target)->Open(target.c_str(), access, set_error, options);
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    errno = EIO;
+    return nullptr;
+  }
+}
+
+VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& real,
+                                                           const char* access, bool set_error,
+                                                           CSLConstList options) {
+  if (!local_path(real)) {
+    CPLError(CE_Failure, CPLE_NotSupported,
+             "/vsiidem/: writing to %s is not supported yet; only local paths can be "
+             "published atomically", real.c_str());
+    errno = EROFS;
+    return nullptr;
+  }
+  auto& shared = state();
+  // Held while the temporary file is set up, so two opens of one path share one entry.
+  std::lock_guard<std::mutex> lock(shared.m_mutex);
+  auto it = shared.m_in_flight.find(real);
+  std::shared_ptr<InFlight> entry = it == shared.m_in_flight.end() ? nullptr : it->second;
+  if (entry && entry->discard && !truncates(access)) {
+    errno = ENOENT;  // unlinked while open: r+ sees no file, a starts a new one below
+    if (std::strchr(access, 'a') == nullptr) {
+      if (set_error) {
+        VSIError(VSIE_FileError, "%s: No such file or directory", real.c_str());
+      }
+      return nullptr;
+    }
+  }
+  if (entry) {
+    const std::string& temp = entry->output->temp_path();
+    if (entry->discard) {
+      // Unlinked while open, now written again: a new, empty file.
+      if (::truncate(temp.c_str(), 0) != 0) {
+        errno = EIO;
+        return nullptr;
+      }
+      entry->discard = false;
+    }
+    VSIVirtualHandle* inner = handler_for(temp)->Open(temp.c_str(), access, set_error, options);
+    if (inner == nullptr) {
+      return nullptr;
+    }
+    ++entry->writers;
+    return new VsiIdemWriteHandle(inner, real, entry);
+  }
+
+  const bool pending = shared.m_pending_unlinks.count(real) != 0;
+  struct stat existing {};
+  const bool exists = !pending && ::stat(real.c_str(), &existing) == 0;
+  if (exists && S_ISDIR(existing.st_mode)) {
+    errno = EISDIR;
+    if (set_error) {
+      VSIError(VSIE_FileError, "%s: Is a directory", real.c_str());
+    }
+    return nullptr;
+  }
+  const bool appends = std::strchr(access, 'a') != nullptr;
+  if (!truncates(access) && !appends && !exists) {
+    errno = ENOENT;  // "r+" needs an existing file
+    if (set_error) {
+      VSIError(VSIE_FileError, "%s: No such file or directory", real.c_str());
+    }
+    return nullptr;
+  }
+
+  auto fresh = std::make_shared<InFlight>();
+  fresh->output = std::make_unique<AtomicOutput>(real, random_token());
+  const std::string& temp = fresh->output->temp_path();
+  if (exists && !truncates(access)) {
+    // Update or append: work on a copy, published when closed (never the file in place).
+    copy_file_contents(real, temp);
+  }
+  VSIVirtualHandle* inner = handler_for(temp)->Open(temp.c_str(), access, set_error, options);
+  if (inner == nullptr) {
+    return nullptr;  // `fresh` removes its temporary directory
+  }
+  if (exists) {
+    ::chmod(temp.c_str(), existing.st_mode & 07777);  // a rewrite keeps the file's permissions
+  }
+  fresh->writers = 1;
+  shared.m_in_flight[real] = fresh;
+  CPLDebug(k_debug_category, "writing %s through %s", real.c_str(), temp.c_str());
+  return new VsiIdemWriteHandle(inner, real, fresh);
+}
+
+int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, int flags) {
+  try {
+    const std::string real = real_absolute(filename);
+    std::string target = real;
+    {
+      auto& shared = state();
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      if (auto entry = shared.live_entry(real)) {
+        target = entry->output->temp_path();
+      } else if (shared.m_pending_unlinks.count(real) != 0 || shared.m_in_flight.count(real)) {
+        errno = ENOENT;
+        if ((flags & VSI_STAT_SET_ERROR_FLAG) != 0) {
+          VSIError(VSIE_FileError, "%s: No such file or directory", filename);
+        }
+        return -1;
+      }
+    }
+    return handler_for(target)->Stat(target.c_str(), stat_buf, flags);
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    errno = EIO;
+    return -1;
+  }
+}
+
+// Deferred: recorded and hidden now, carried out at the end of the process unless cancelled
+// (an IDEM skip keeps the file; a new file renamed into place replaces it).
+int VsiIdemFilesystemHandler::Unlink(const char* filename) {
+  try {
+    const std::string real = real_absolute(filename);
+    auto& shared = state();
+    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    bool existed = false;
+    if (auto entry = shared.live_entry(real)) {
+      entry->discard = true;  // never published; an older file there is still deleted below
+      existed = true;
+    }
+    if (shared.m_pending_unlinks.count(real) == 0) {
+      VSIStatBufL info;
+      if (handler_for(real)->Stat(real.c_str(), &info, VSI_STAT_EXISTS_FLAG) == 0) {
+        if (VSI_ISDIR(info.st_mode)) {
+          errno = EISDIR;
+          return -1;
+        }
+        shared.m_pending_unlinks.insert(real);
+        CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process",
+                 real.c_str());
+        existed = true;
+      }
+    }
+    if (!existed) {
+      errno = ENOENT;
+      return -1;
+    }
+    return 0;
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    errno = EIO;
+    return -1;
+  }
+}
+
+int VsiIdemFilesystemHandler::Mkdir(const char* dirname, long mode) {
+  try {
+    return VSIMkdir(real_absolute(dirname).c_str(), mode);
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    errno = EIO;
+    return -1;
+  }
+}
+
+int VsiIdemFilesystemHandler::Rmdir(const char* dirname) {
+  try {
+    return VSIRmdir(real_absolute(dirname).c_str());
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    errno = EIO;
+    return -1;
+  }
+}
+
+// The directory as this process sees it: pending unlinks hidden, files being written shown,
+// IDEM's own temporary directories hidden.
+char** VsiIdemFilesystemHandler::ReadDirEx(const char* dirname, int max_files) {
+  try {
+    const std::string real_dir = real_absolute(dirname);
+    CPLStringList listed(VSIReadDirEx(real_dir.c_str(), max_files));
+    const bool dir_exists = listed.List() != nullptr;
+    const std::string prefix = real_dir == "/" ? "/" : real_dir + "/";
+    auto& shared = state();
+    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    CPLStringList visible;
+    std::set<std::string> seen;
+    for (int i = 0; i < listed.size(); ++i) {
+      const std::string name = listed[i];
+      if (name.rfind(k_temp_prefix, 0) == 0) {
+        continue;
+      }
+      const std::string full = prefix + name;
+      if (shared.m_pending_unlinks.count(full) != 0 && !shared.live_entry(full)) {
+        continue;
+      }
+      auto in_flight = shared.m_in_flight.find(full);
+      if (in_flight != shared.m_in_flight.end() && in_flight->second->discard) {
+        continue;
+      }
+      seen.insert(name);
+      visible.AddString(name.c_str());
+    }
+    for (const auto& [path, entry] : shared.m_in_flight) {
+      if (entry->discard || path.rfind(prefix, 0) != 0) {
+        continue;
+      }
+      const std::string name = path.substr(prefix.size());
+      if (name.find('/') == std::string::npos && seen.count(name) == 0) {
+        visible.AddString(name.c_str());
+      }
+    }
+    if (!dir_exists && visible.empty()) {
+      return nullptr;
+    }
+    return visible.StealList();
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    return nullptr;
+  }
+}
+
+int VsiIdemFilesystemHandler::Rename(const char* old_path, const char* new_path) {
+  try {
+    const std::string real_old = real_absolute(old_path);
+    const std::string real_new = real_absolute(new_path);
+    auto& shared = state();
+    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    if (shared.m_in_flight.count(real_old) != 0) {
+      errno = EBUSY;  // still being written: rename it once it is closed
+      return -1;
+    }
+    if (shared.m_pending_unlinks.count(real_old) != 0) {
+      errno = ENOENT;
+      return -1;
+    }
+    const int result = VSIRename(real_old.c_str(), real_new.c_str());
+    if (result == 0) {
+      shared.m_pending_unlinks.erase(real_new);
+    }
+    return result;
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    errno = EIO;
+    return -1;
+  }
+}
+
+int VsiIdemFilesystemHandler::IsCaseSensitive(const char* filename) {
+  const std::string real = strip_prefix(filename);
+  return handler_for(real)->IsCaseSensitive(real.c_str());
+}
+
+GIntBig VsiIdemFilesystemHandler::GetDiskFreeSpace(const char* dirname) {
+  const std::string real = strip_prefix(dirname);
+  return handler_for(real)->GetDiskFreeSpace(real.c_str());
+}
+
+int VsiIdemFilesystemHandler::SupportsSparseFiles(const char* path) {
+  const std::string real = strip_prefix(path);
+  return handler_for(real)->SupportsSparseFiles(real.c_str());
+}
+
+bool VsiIdemFilesystemHandler::IsLocal(const char* path) {
+  const std::string real = strip_prefix(path);
+  return handler_for(real)->IsLocal(real.c_str());
+}
+
+bool VsiIdemFilesystemHandler::SupportsSequentialWrite(const char* path,
+                                                       bool allow_local_temp_file) {
+  const std::string real = strip_prefix(path);
+  return local_path(real) &&
+         handler_for(real)->SupportsSequentialWrite(real.c_str(), allow_local_temp_file);
+}
+
+bool VsiIdemFilesystemHandler::SupportsRandomWrite(const char* path, bool allow_local_temp_file) {
+  const std::string real = strip_prefix(path);
+  return local_path(real) &&
+         handler_for(real)->SupportsRandomWrite(real.c_str(), allow_local_temp_file);
+}
+
+char** VsiIdemFilesystemHandler::GetFileMetadata(const char* filename, const char* domain,
+                                                 CSLConstList options) {
+  try {
+    if (domain != nullptr && EQUAL(domain, k_domain_handler)) {
+      CPLStringList result;
+      result.SetNameValue("VERSION", "1");
+      result.SetNameValue("PID", std::to_string(::getpid()).c_str());
+      return result.StealList();
+    }
+    const std::string real = real_absolute(filename);
+    if (domain != nullptr && EQUAL(domain, k_domain_unlink_pending)) {
+      auto& shared = state();
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      CPLStringList result;
+      result.SetNameValue("PENDING", shared.m_pending_unlinks.count(real) != 0 ? "YES" : "NO");
+      return result.StealList();
+    }
+    return VSIGetFileMetadata(real.c_str(), domain, options);
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    return nullptr;
+  }
+}
+
+bool VsiIdemFilesystemHandler::SetFileMetadata(const char* filename, CSLConstList metadata,
+                                               const char* domain, CSLConstList options) {
+  try {
+    auto& shared = state();
+    if (domain != nullptr && EQUAL(domain, k_domain_flush_unlinks)) {
+      shared.flush(false);
+      return true;
+    }
+    if (domain != nullptr && EQUAL(domain, k_domain_unlink_hook)) {
+      const char* callback = CSLFetchNameValue(metadata, "CALLBACK");
+      const char* user_data = CSLFetchNameValue(metadata, "USER_DATA");
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      shared.m_hook = callback == nullptr
+                          ? nullptr
+                          : reinterpret_cast<CUnlinkHook>(std::strtoull(callback, nullptr, 16));
+      shared.m_hook_data = user_data == nullptr
+                               ? nullptr
+                               : reinterpret_cast<void*>(std::strtoull(user_data, nullptr, 16));
+      return true;
+    }
+    const std::string real = real_absolute(filename);
+    if (domain != nullptr && EQUAL(domain, k_domain_cancel_unlink)) {
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      if (shared.m_pending_unlinks.erase(real) != 0) {
+        CPLDebug(k_debug_category, "deferred unlink of %s cancelled", real.c_str());
+      }
+      return true;
+    }
+    return VSISetFileMetadata(real.c_str(), metadata, domain, options) != 0;
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    return false;
+  }
+}
+
+/************************************************************************/
+/*                    This copy's side of the hook                      */
+/************************************************************************/
+
+// The hook set through this copy of the code; the installed handler (maybe another copy's)
+// calls it through local_hook_trampoline.
+struct LocalHook {
+  std::mutex m_mutex;
+  UnlinkHook m_hook;
+};
+
+LocalHook& local_hook() {
+  static auto* instance = new LocalHook();  // leaked: called at exit
+  return *instance;
+}
+
+int local_hook_trampoline(const char* real_path, void* user_data) {
+  auto* holder = static_cast<LocalHook*>(user_data);
+  UnlinkHook hook;
+  {
+    std::lock_guard<std::mutex> lock(holder->m_mutex);
+    hook = holder->m_hook;
+  }
+  if (!hook) {
+    return 1;
+  }
+  try {
+    return hook(real_path) ? 1 : 0;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "gdal-idem: %s was kept: %s\n", real_path, error.what());
+  } catch (...) {
+    std::fprintf(stderr, "gdal-idem: %s was kept: unexpected error\n", real_path);
+  }
+  return 0;
+}
+
+// "/vsiidem/" followed by an absolute real path: "/vsiidem//abs/path".
+std::string control_path(const std::string& path) {
+  return std::string(k_vsiidem_prefix) + vsiidem_absolute_path(path);
+}
+
+std::string pointer_text(const void* pointer) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%" PRIxPTR, reinterpret_cast<std::uintptr_t>(pointer));
+  return text;
+}
+
+std::mutex& install_mutex() {
+  static auto* instance = new std::mutex();
+  return *instance;
+}
+
+}  // namespace
+
+void install_vsiidem_handler() {
+  std::lock_guard<std::mutex> lock(install_mutex());
+  VSIFilesystemHandler* current = VSIFileManager::GetHandler(k_vsiidem_prefix);
+  VSIFilesystemHandler* local = VSIFileManager::GetHandler("/");
+  if (current != local) {
+    // Installed already, by this copy or another one (plugin and static CLI in one process).
+    return;
+  }
+  VSIFileManager::InstallHandler(k_vsiidem_prefix, new VsiIdemFilesystemHandler());
+  static bool registered_atexit = false;
+  if (!registered_atexit) {
+    registered_atexit = std::atexit(flush_at_exit) == 0;
+  }
+  CPLDebug(k_debug_category, "installed the /vsiidem/ handler");
+}
+
+std::string vsiidem_real_path(const std::string& vsi_path) {
+  if (!is_vsiidem_path(vsi_path)) {
+    return "";
+  }
+  return strip_prefix(vsi_path.c_str());
+}
+
+bool is_vsiidem_path(const std::string& path) {
+  const std::string prefix = k_vsiidem_prefix;
+  return path.rfind(prefix, 0) == 0 || path == prefix.substr(0, prefix.size() - 1);
+}
+
+std::string vsiidem_absolute_path(const std::string& path) {
+  return absolute_path(is_vsiidem_path(path) ? strip_prefix(path.c_str()) : path);
+}
+
+bool vsiidem_unlink_pending(const std::string& real_path) {
+  install_vsiidem_handler();
+  CPLStringList result(
+      VSIGetFileMetadata(control_path(real_path).c_str(), k_domain_unlink_pending, nullptr));
+  const char* pending = result.FetchNameValue("PENDING");
+  return pending != nullptr && EQUAL(pending, "YES");
+}
+
+void vsiidem_cancel_unlink(const std::string& real_path) {
+  install_vsiidem_handler();
+  const char* const nothing[] = {nullptr};
+  VSISetFileMetadata(control_path(real_path).c_str(), nothing, k_domain_cancel_unlink, nullptr);
+}
+
+void vsiidem_set_unlink_hook(UnlinkHook hook) {
+  install_vsiidem_handler();
+  LocalHook& holder = local_hook();
+  const bool has_hook = static_cast<bool>(hook);
+  {
+    std::lock_guard<std::mutex> lock(holder.m_mutex);
+    holder.m_hook = std::move(hook);
+  }
+  CPLStringList metadata;
+  if (has_hook) {
+    metadata.SetNameValue("CALLBACK",
+                          pointer_text(reinterpret_cast<const void*>(&local_hook_trampoline)).c_str());
+    metadata.SetNameValue("USER_DATA", pointer_text(&holder).c_str());
+  }
+  VSISetFileMetadata(k_vsiidem_prefix, metadata.List(), k_domain_unlink_hook, nullptr);
+}
+
+void vsiidem_flush_unlinks() {
+  install_vsiidem_handler();
+  const char* const nothing[] = {nullptr};
+  VSISetFileMetadata(k_vsiidem_prefix, nothing, k_domain_flush_unlinks, nullptr);
+}
+
+}  // namespace idem

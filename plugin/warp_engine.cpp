@@ -1,0 +1,466 @@
+// Materialising the work (DESIGN.md facts 7, 11, 12): a warped VRT is not read block by block but
+// re-run the way gdalwarp's direct mode runs it (its serialised <GDALWarpOptions> deserialised,
+// the output created with the FORMAT driver's Create(), GDALWarpOperation::ChunkAndWarpImage());
+// CreateCopy-only formats (COG, PNG, JPEG...) get that warp through a temporary GTiff; any other
+// source is copied with the FORMAT driver's CreateCopy, as gdal_translate does.
+#include "warp_engine.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/error.hpp"
+#include "cpl_conv.h"
+#include "cpl_error.h"
+#include "cpl_minixml.h"
+#include "cpl_progress.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+#include "gdal_priv.h"
+#include "gdalwarper.h"
+
+namespace idem {
+
+namespace {
+
+constexpr const char* k_debug_category = "IDEM";
+// Share of the progress given to the warp when a CreateCopy stage follows (what gdalwarp gives
+// its own warp before a COG CreateCopy).
+constexpr double k_warp_share_before_copy = 2.0 / 3.0;
+// Options of the intermediate GTiff: tiled, uncompressed (it is read once, right away), sparse
+// so that regions the warp leaves untouched cost nothing.
+constexpr const char* const k_scratch_gtiff_options[] = {"TILED=YES", "SPARSE_OK=YES",
+                                                         "BIGTIFF=IF_SAFER", nullptr};
+
+// Forwards progress to the caller's callback and remembers whether it asked to stop, so that a
+// cancellation can be told apart from a failure of the inner driver.
+class ProgressRelay {
+public:
+  ProgressRelay(GDALProgressFunc progress, void* progress_data)
+      : m_progress(progress != nullptr ? progress : GDALDummyProgress),
+        m_progress_data(progress_data) {}
+
+  static int CPL_STDCALL forward(double complete, const char* message, void* self) {
+    auto* relay = static_cast<ProgressRelay*>(self);
+    if (relay->m_cancelled) {
+      return FALSE;
+    }
+    // The warper's chunk accounting can overshoot 1.0 slightly; callers see [0, 1], never going
+    // backwards.
+    relay->m_reported = std::max(relay->m_reported, std::min(std::max(complete, 0.0), 1.0));
+    if (!relay->m_progress(relay->m_reported, message, relay->m_progress_data)) {
+      relay->m_cancelled = true;
+      return FALSE;
+    }
+    return TRUE;
+  }
+
+  bool cancelled() const { return m_cancelled; }
+
+private:
+  GDALProgressFunc m_progress;
+  void* m_progress_data;
+  double m_reported = 0.0;
+  bool m_cancelled = false;
+};
+
+// One stage of the progress, [start, end] of the caller's scale.
+class ScaledProgress {
+public:
+  ScaledProgress(double start, double end, ProgressRelay& relay)
+      : m_data(GDALCreateScaledProgress(start, end, ProgressRelay::forward, &relay)) {}
+  ~ScaledProgress() { GDALDestroyScaledProgress(m_data); }
+  ScaledProgress(const ScaledProgress&) = delete;
+  ScaledProgress& operator=(const ScaledProgress&) = delete;
+
+  GDALProgressFunc function() const { return GDALScaledProgress; }
+  void* data() const { return m_data; }
+
+private:
+  void* m_data;
+};
+
+// Owns what GDALDeserializeWarpOptions() hands back: the options, the transformer and the
+// reference to the source dataset. GDALDestroyWarpOptions() frees neither of the last two, so
+// they are released here, exactly once. hDstDS is never owned.
+class WarpOptionsOwner {
+public:
+  explicit WarpOptionsOwner(GDALWarpOptions* options) : m_options(options) {}
+  ~WarpOptionsOwner() {
+    if (m_options == nullptr) {
+      return;
+    }
+    if (m_options->pTransformerArg != nullptr) {
+      GDALDestroyTransformer(m_options->pTransformerArg);
+      m_options->pTransformerArg = nullptr;
+    }
+    if (m_options->hSrcDS != nullptr) {
+      // Opened with GDAL_OF_SHARED: release the reference, close only if it was the last one.
+      GDALReleaseDataset(m_options->hSrcDS);
+      m_options->hSrcDS = nullptr;
+    }
+    m_options->hDstDS = nullptr;
+    GDALDestroyWarpOptions(m_options);
+  }
+  WarpOptionsOwner(const WarpOptionsOwner&) = delete;
+  WarpOptionsOwner& operator=(const WarpOptionsOwner&) = delete;
+
+  GDALWarpOptions* get() const { return m_options; }
+  GDALWarpOptions* operator->() const { return m_options; }
+
+private:
+  GDALWarpOptions* m_options;
+};
+
+// Silences GDAL errors within a scope and restores the error state afterwards.
+class QuietErrors {
+public:
+  QuietErrors() { CPLPushErrorHandler(CPLQuietErrorHandler); }
+  ~QuietErrors() { CPLPopErrorHandler(); }
+  QuietErrors(const QuietErrors&) = delete;
+  QuietErrors& operator=(const QuietErrors&) = delete;
+
+private:
+  CPLErrorStateBackuper m_state;
+};
+
+// Removes an intermediate dataset (the GTiff feeding a CreateCopy-only driver) when it goes out
+// of scope, whatever happened.
+class ScratchDataset {
+public:
+  explicit ScratchDataset(std::string path) : m_path(std::move(path)) {}
+  ~ScratchDataset() {
+    m_dataset.reset();
+    VSIStatBufL stat;
+    if (VSIStatL(m_path.c_str(), &stat) == 0) {
+      QuietErrors quiet;
+      if (GDALDriver* gtiff = GetGDALDriverManager()->GetDriverByName("GTiff")) {
+        gtiff->Delete(m_path.c_str());
+      } else {
+        VSIUnlink(m_path.c_str());
+      }
+    }
+  }
+  ScratchDataset(const ScratchDataset&) = delete;
+  ScratchDataset& operator=(const ScratchDataset&) = delete;
+
+  const std::string& path() const { return m_path; }
+  GDALDatasetUniquePtr& dataset() { return m_dataset; }
+
+private:
+  std::string m_path;
+  GDALDatasetUniquePtr m_dataset;
+};
+
+std::string last_gdal_error() {
+  const char* message = CPLGetLastErrorMsg();
+  return message != nullptr && message[0] != '\0' ? std::string(message)
+                                                  : std::string("no GDAL error message");
+}
+
+[[noreturn]] void throw_cancelled(const std::string& stage) {
+  throw Error(ErrorKind::k_io, stage + " cancelled by the progress callback");
+}
+
+void throw_gdal_failure(const ProgressRelay& relay, const std::string& stage) {
+  if (relay.cancelled()) {
+    throw_cancelled(stage);
+  }
+  throw Error(ErrorKind::k_io, stage + " failed: " + last_gdal_error());
+}
+
+bool driver_has(GDALDriver* driver, const char* capability) {
+  return driver->GetMetadataItem(capability) != nullptr;
+}
+
+// The xml:VRT serialisation of a VRTWarpedDataset, or nullptr for any other dataset.
+CPLXMLTreeCloser warped_vrt_tree(GDALDataset* source) {
+  GDALDriver* driver = source->GetDriver();
+  if (driver == nullptr || !EQUAL(driver->GetDescription(), "VRT")) {
+    return CPLXMLTreeCloser(nullptr);
+  }
+  char** xml = source->GetMetadata("xml:VRT");
+  if (xml == nullptr || xml[0] == nullptr) {
+    return CPLXMLTreeCloser(nullptr);
+  }
+  CPLXMLTreeCloser tree(CPLParseXMLString(xml[0]));
+  CPLXMLNode* root = tree.get() != nullptr ? CPLGetXMLNode(tree.get(), "=VRTDataset") : nullptr;
+  if (root == nullptr || !EQUAL(CPLGetXMLValue(root, "subClass", ""), "VRTWarpedDataset") ||
+      CPLGetXMLNode(root, "GDALWarpOptions") == nullptr) {
+    return CPLXMLTreeCloser(nullptr);
+  }
+  return tree;
+}
+
+// SourceDataset is written relative to the VRT's directory; an in-memory VRT (what gdalwarp and
+// rasterio hand CreateCopy) has no directory, so it is relative to the current directory (fact 1).
+void resolve_source_path(CPLXMLNode* warp_options, GDALDataset* vrt) {
+  CPLXMLNode* source = CPLGetXMLNode(warp_options, "SourceDataset");
+  if (source == nullptr) {
+    return;
+  }
+  const char* name = CPLGetXMLValue(source, nullptr, "");
+  const bool relative = CPLTestBool(CPLGetXMLValue(source, "relativeToVRT", "0"));
+  const char* description = vrt->GetDescription();
+  if (relative && description[0] != '\0' && !STARTS_WITH_CI(description, "<VRTDataset")) {
+    const std::string vrt_dir = CPLGetPath(description);
+    const std::string resolved = CPLProjectRelativeFilename(vrt_dir.c_str(), name);
+    CPLDebug(k_debug_category, "warp source %s resolved to %s", name, resolved.c_str());
+    CPLSetXMLValue(warp_options, "SourceDataset", resolved.c_str());
+  }
+  CPLSetXMLValue(warp_options, "SourceDataset.#relativeToVRT", "0");
+}
+
+// What gdalwarp sets on the output it creates (and, in VRT mode, on the VRT): georeferencing,
+// metadata, and per band nodata, colour interpretation, colour table, description, metadata,
+// offset/scale, unit and attribute table.
+void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
+  double geotransform[6];
+  if (vrt->GetGeoTransform(geotransform) == CE_None) {
+    output->SetGeoTransform(geotransform);
+  }
+  if (const OGRSpatialReference* srs = vrt->GetSpatialRef()) {
+    output->SetSpatialRef(srs);
+  }
+  if (char** metadata = vrt->GetMetadata()) {
+    output->SetMetadata(metadata);
+  }
+  for (int i = 1; i <= vrt->GetRasterCount(); ++i) {
+    GDALRasterBand* from = vrt->GetRasterBand(i);
+    GDALRasterBand* to = output->GetRasterBand(i);
+    int has_nodata = FALSE;
+    if (from->GetRasterDataType() == GDT_Int64) {
+      const auto value = from->GetNoDataValueAsInt64(&has_nodata);
+      if (has_nodata) {
+        to->SetNoDataValueAsInt64(value);
+      }
+    } else if (from->GetRasterDataType() == GDT_UInt64) {
+      const auto value = from->GetNoDataValueAsUInt64(&has_nodata);
+      if (has_nodata) {
+        to->SetNoDataValueAsUInt64(value);
+      }
+    } else {
+      const double value = from->GetNoDataValue(&has_nodata);
+      if (has_nodata) {
+        to->SetNoDataValue(value);
+      }
+    }
+    const GDALColorInterp interp = from->GetColorInterpretation();
+    if (interp != GCI_Undefined) {
+      to->SetColorInterpretation(interp);
+    }
+    if (GDALColorTable* table = from->GetColorTable()) {
+      to->SetColorTable(table);
+    }
+    if (from->GetDescription()[0] != '\0') {
+      to->SetDescription(from->GetDescription());
+    }
+    if (char** metadata = from->GetMetadata()) {
+      to->SetMetadata(metadata);
+    }
+    int has_offset = FALSE;
+    int has_scale = FALSE;
+    const double offset = from->GetOffset(&has_offset);
+    const double scale = from->GetScale(&has_scale);
+    if (has_offset && offset != 0.0) {
+      to->SetOffset(offset);
+    }
+    if (has_scale && scale != 1.0) {
+      to->SetScale(scale);
+    }
+    if (from->GetUnitType() != nullptr && from->GetUnitType()[0] != '\0') {
+      to->SetUnitType(from->GetUnitType());
+    }
+    if (char** categories = from->GetCategoryNames()) {
+      to->SetCategoryNames(categories);
+    }
+    if (GDALRasterAttributeTable* table = from->GetDefaultRAT()) {
+      to->SetDefaultRAT(table);
+    }
+  }
+}
+
+// The warp itself: `vrt` describes it (its xml:VRT `tree`), `driver` creates the output at
+// `path`. Returns the output, flushed. Progress goes to `progress`/`progress_data`.
+GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, CPLXMLNode* tree, GDALDriver* driver,
+                                 const std::string& path, CSLConstList creation_options,
+                                 const ProgressRelay& relay, GDALProgressFunc progress,
+                                 void* progress_data) {
+  CPLXMLNode* warp_node = CPLGetXMLNode(tree, "=VRTDataset.GDALWarpOptions");
+  resolve_source_path(warp_node, vrt);
+
+  CPLErrorReset();
+  WarpOptionsOwner options(GDALDeserializeWarpOptions(warp_node));
+  if (options.get() == nullptr) {
+    throw Error(ErrorKind::k_source, "cannot read the warp options of the warped VRT: " +
+                                         last_gdal_error());
+  }
+  if (options->hSrcDS == nullptr) {
+    throw Error(ErrorKind::k_source,
+                std::string("cannot open the warp source ") +
+                    CPLGetXMLValue(warp_node, "SourceDataset", "(none)") + ": " +
+                    last_gdal_error());
+  }
+  if (options->pfnTransformer == nullptr || options->pTransformerArg == nullptr) {
+    throw Error(ErrorKind::k_source, "the warped VRT has no usable transformer: " +
+                                         last_gdal_error());
+  }
+
+  const int band_count = vrt->GetRasterCount();
+  if (band_count == 0) {
+    throw Error(ErrorKind::k_source, "the warped VRT has no band");
+  }
+  const GDALDataType data_type = vrt->GetRasterBand(1)->GetRasterDataType();
+  CPLDebug(k_debug_category, "warp into %s (%s), %dx%dx%d %s", path.c_str(),
+           driver->GetDescription(), vrt->GetRasterXSize(), vrt->GetRasterYSize(), band_count,
+           GDALGetDataTypeName(data_type));
+
+  GDALDatasetUniquePtr output(driver->Create(path.c_str(), vrt->GetRasterXSize(),
+                                             vrt->GetRasterYSize(), band_count, data_type,
+                                             const_cast<char**>(creation_options)));
+  if (!output) {
+    throw Error(ErrorKind::k_io, std::string("cannot create ") + path + " with " +
+                                     driver->GetDescription() + ": " + last_gdal_error());
+  }
+  copy_dataset_info(vrt, output.get());
+
+  options->hDstDS = GDALDataset::ToHandle(output.get());
+  options->pfnProgress = progress;
+  options->pProgressArg = progress_data;
+
+  // -multi is not serialised (fact 12); NUM_THREADS is the warp's own request for threads.
+  const bool multi =
+      CSLFetchNameValue(options->papszWarpOptions, "NUM_THREADS") != nullptr ||
+      CPLTestBool(CPLGetConfigOption("IDEM_WARP_MULTI", "NO"));
+  CPLErr status = CE_Failure;
+  {
+    GDALWarpOperation operation;
+    status = operation.Initialize(options.get());
+    if (status == CE_None) {
+      status = multi ? operation.ChunkAndWarpMulti(0, 0, output->GetRasterXSize(),
+                                                   output->GetRasterYSize())
+                     : operation.ChunkAndWarpImage(0, 0, output->GetRasterXSize(),
+                                                   output->GetRasterYSize());
+    }
+  }
+  options->hDstDS = nullptr;
+  if (status != CE_None || relay.cancelled()) {
+    throw_gdal_failure(relay, "warp");
+  }
+  const bool failed_before = CPLGetLastErrorType() == CE_Failure;
+  output->FlushCache(false);
+  if (!failed_before && CPLGetLastErrorType() == CE_Failure) {
+    throw_gdal_failure(relay, "writing the warp output");
+  }
+  return output;
+}
+
+GDALDatasetUniquePtr create_copy(GDALDriver* driver, const std::string& path, GDALDataset* source,
+                                 CSLConstList creation_options, const ProgressRelay& relay,
+                                 GDALProgressFunc progress, void* progress_data) {
+  // The path is a fresh temporary name: GDAL's pre-delete (fact 5) has nothing to do there.
+  CPLStringList options(creation_options);
+  options.SetNameValue("QUIET_DELETE_ON_CREATE_COPY", "NO");
+  CPLDebug(k_debug_category, "CreateCopy %s (%s) from %s", path.c_str(), driver->GetDescription(),
+           source->GetDescription());
+  CPLErrorReset();
+  GDALDatasetUniquePtr output(driver->CreateCopy(path.c_str(), source, FALSE, options.List(),
+                                                 progress, progress_data));
+  if (!output || relay.cancelled()) {
+    output.reset();
+    throw_gdal_failure(relay, std::string(driver->GetDescription()) + " CreateCopy");
+  }
+  const bool failed_before = CPLGetLastErrorType() == CE_Failure;
+  output->FlushCache(false);
+  if (!failed_before && CPLGetLastErrorType() == CE_Failure) {
+    throw_gdal_failure(relay, std::string("writing ") + path);
+  }
+  return output;
+}
+
+std::string scratch_path_for(const MaterialiseRequest& request) {
+  const std::string dir =
+      request.scratch_dir.empty() ? CPLGetPath(request.output_path.c_str()) : request.scratch_dir;
+  const std::string name = std::string(CPLGetBasename(request.output_path.c_str())) + ".idem-warp";
+  return CPLFormFilename(dir.c_str(), name.c_str(), "tif");
+}
+
+GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
+                                           ProgressRelay& relay) {
+  GDALDriver* driver = request.format_driver;
+  const bool can_create = driver_has(driver, GDAL_DCAP_CREATE);
+  const bool can_create_copy = driver_has(driver, GDAL_DCAP_CREATECOPY);
+  // A VRT output of a warped VRT is its serialisation: copy it.
+  const bool writes_pixels = !EQUAL(driver->GetDescription(), "VRT");
+
+  CPLXMLTreeCloser tree = writes_pixels ? warped_vrt_tree(request.source) : CPLXMLTreeCloser(nullptr);
+  if (tree.get() == nullptr) {
+    // gdal_translate's path: CreateCopy (GDALDriver falls back to Create + copy of the whole
+    // raster for Create-only drivers).
+    ScaledProgress stage(0.0, 1.0, relay);
+    return create_copy(driver, request.output_path, request.source,
+                       request.creation_options.List(), relay, stage.function(), stage.data());
+  }
+
+  if (can_create) {
+    ScaledProgress stage(0.0, 1.0, relay);
+    return warp_direct(request.source, tree.get(), driver, request.output_path,
+                       request.creation_options.List(), relay, stage.function(), stage.data());
+  }
+  if (!can_create_copy) {
+    throw Error(ErrorKind::k_usage,
+                std::string("driver ") + driver->GetDescription() + " can neither Create nor CreateCopy");
+  }
+  GDALDriver* gtiff = GetGDALDriverManager()->GetDriverByName("GTiff");
+  if (gtiff == nullptr) {
+    throw Error(ErrorKind::k_internal, "the GTiff driver is not available");
+  }
+  // Fact 7: a CreateCopy-only driver (COG above all) gets a materialised GTiff, never the VRT.
+  ScratchDataset scratch(scratch_path_for(request));
+  {
+    ScaledProgress stage(0.0, k_warp_share_before_copy, relay);
+    scratch.dataset() = warp_direct(request.source, tree.get(), gtiff, scratch.path(),
+                                    k_scratch_gtiff_options, relay, stage.function(), stage.data());
+  }
+  ScaledProgress stage(k_warp_share_before_copy, 1.0, relay);
+  return create_copy(driver, request.output_path, scratch.dataset().get(),
+                     request.creation_options.List(), relay, stage.function(), stage.data());
+}
+
+// Leaves nothing at the output path after a failure (the caller removes its directory too, but a
+// half-written file must not survive a cancelled attempt in any case).
+void remove_partial_output(const MaterialiseRequest& request) {
+  VSIStatBufL stat;
+  if (VSIStatL(request.output_path.c_str(), &stat) != 0) {
+    return;
+  }
+  QuietErrors quiet;
+  if (request.format_driver->Delete(request.output_path.c_str()) != CE_None) {
+    VSIUnlink(request.output_path.c_str());
+  }
+}
+
+}  // namespace
+
+GDALDatasetUniquePtr materialise(const MaterialiseRequest& request) {
+  if (request.source == nullptr || request.format_driver == nullptr ||
+      request.output_path.empty()) {
+    throw Error(ErrorKind::k_internal, "materialise() needs a source, a driver and an output path");
+  }
+  ProgressRelay relay(request.progress, request.progress_data);
+  GDALDatasetUniquePtr output;
+  try {
+    output = materialise_unchecked(request, relay);
+    if (!ProgressRelay::forward(1.0, "", &relay)) {
+      throw_cancelled("materialisation");
+    }
+  } catch (...) {
+    output.reset();
+    remove_partial_output(request);
+    throw;
+  }
+  return output;
+}
+
+}  // namespace idem

@@ -1,0 +1,33 @@
+// Shared pieces of the gdal-idem command: exit codes, argument access, output helpers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace idem::cli {
+
+// Documented exit codes (docs/cli.md).
+constexpr int k_exit_ok = 0;
+constexpr int k_exit_problems = 1;  // the command ran and found problems (or the wrapped run failed)
+constexpr int k_exit_usage = 2;     // usage error, bad input, or the ledger cannot be reached
+
+struct GlobalOptions {
+  std::string ledger_dsn;  // --ledger, else IDEM_LEDGER, else the default SQLite file
+  bool json = false;       // --json
+  bool quiet = false;      // -q
+};
+
+// Thrown for bad arguments: main prints "gdal-idem <command>: <message>" and exits 2.
+struct UsageError {
+  std::string message;
+};
+
+using Args = std::vector<std::string>;
+
+int run_key(const Args& args, const GlobalOptions& global);
+int run_init(const Args& args, const GlobalOptions& global);
+
+// JSON string literal with escapes.
+std::string json_quote(const std::string& text);
+
+}  // namespace idem::cli

@@ -1,0 +1,274 @@
+// gdal-idem key -- gdalwarp|gdal_translate ARGS...: the key the command's real run would get.
+// The arguments are parsed by GDAL's own option parsers and the program's library call is run
+// in-process against the IDEM driver in dry-run mode, so the key is the real run's key.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "core/error.hpp"
+#include "core/paths.hpp"
+#include "cpl_conv.h"
+#include "cpl_error.h"
+#include "cpl_string.h"
+#include "gdal_utils.h"
+#include "idem_driver.hpp"
+#include "vsiidem.hpp"
+
+namespace idem::cli {
+
+namespace {
+
+enum class Program { k_gdalwarp, k_gdal_translate };
+
+constexpr const char* k_probe = "-idem-probe-positional";
+
+struct ParsedCommand {
+  Program program;
+  std::vector<std::string> options;      // everything but the positional arguments, in order
+  std::vector<std::string> positionals;  // source(s) then destination
+};
+
+// Does GDAL's parser for `program` accept `tokens`? Returns the error message when not.
+std::optional<std::string> parse_error(Program program, const std::vector<std::string>& tokens) {
+  CPLStringList list;
+  for (const auto& token : tokens) {
+    list.AddString(token.c_str());
+  }
+  CPLErrorReset();
+  CPLPushErrorHandler(CPLQuietErrorHandler);
+  bool ok = false;
+  if (program == Program::k_gdalwarp) {
+    GDALWarpAppOptions* options = GDALWarpAppOptionsNew(list.List(), nullptr);
+    ok = options != nullptr;
+    GDALWarpAppOptionsFree(options);
+  } else {
+    GDALTranslateOptions* options = GDALTranslateOptionsNew(list.List(), nullptr);
+    ok = options != nullptr;
+    GDALTranslateOptionsFree(options);
+  }
+  CPLPopErrorHandler();
+  if (ok) {
+    return std::nullopt;
+  }
+  return std::string(CPLGetLastErrorMsg());
+}
+
+// Split the arguments into options and positional arguments exactly as GDAL's parser sees them:
+// a token is positional when, replaced by an unknown option, the parser reports that option
+// (an option's value would be consumed instead).
+ParsedCommand split_arguments(Program program, const std::vector<std::string>& tokens) {
+  if (auto error = parse_error(program, tokens)) {
+    throw UsageError{"the command's options are invalid: " + *error};
+  }
+  ParsedCommand parsed{program, {}, {}};
+  const std::string expected = std::string("Unknown option name '") + k_probe + "'";
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    bool positional = false;
+    if (!tokens[i].empty() && tokens[i][0] != '-') {
+      std::vector<std::string> probe = tokens;
+      probe[i] = k_probe;
+      const auto error = parse_error(program, probe);
+      positional = error && error->find(expected) != std::string::npos;
+    }
+    (positional ? parsed.positionals : parsed.options).push_back(tokens[i]);
+  }
+  return parsed;
+}
+
+std::string output_format(const std::vector<std::string>& options) {
+  std::string format;
+  for (size_t i = 0; i + 1 < options.size(); ++i) {
+    if (options[i] == "-of" || options[i] == "-f") {
+      format = options[i + 1];
+    }
+  }
+  return format;
+}
+
+std::vector<std::string> open_options(const std::vector<std::string>& options) {
+  std::vector<std::string> result;
+  for (size_t i = 0; i + 1 < options.size(); ++i) {
+    if (options[i] == "-oo") {
+      result.push_back(options[i + 1]);
+    }
+  }
+  return result;
+}
+
+struct DatasetCloser {
+  void operator()(GDALDatasetH dataset) const {
+    if (dataset != nullptr) {
+      GDALClose(dataset);
+    }
+  }
+};
+using DatasetHandle = std::unique_ptr<void, DatasetCloser>;
+
+DatasetHandle open_source(const std::string& path, const std::vector<std::string>& oo) {
+  CPLStringList open_opts;
+  for (const auto& option : oo) {
+    open_opts.AddString(option.c_str());
+  }
+  CPLErrorReset();
+  GDALDatasetH dataset = GDALOpenEx(path.c_str(), GDAL_OF_RASTER | GDAL_OF_VERBOSE_ERROR,
+                                    nullptr, open_opts.List(), nullptr);
+  if (dataset == nullptr) {
+    throw Error(ErrorKind::k_source, "cannot open the source " + path + ": " +
+                                         CPLGetLastErrorMsg());
+  }
+  return DatasetHandle(dataset);
+}
+
+// The destination as IDEM sees it, always through /vsiidem/ so that GDAL's pre-delete is
+// deferred (and cancelled by the dry run): a dry run never deletes an existing output.
+std::string dry_run_destination(const std::string& destination) {
+  if (is_vsiidem_path(destination)) {
+    return destination;
+  }
+  return std::string(k_vsiidem_prefix) + absolute_path(destination);
+}
+
+}  // namespace
+
+int run_key(const Args& args, const GlobalOptions& global) {
+  bool json = global.json;
+  size_t i = 0;
+  for (; i < args.size() && args[i] != "--"; ++i) {
+    if (args[i] == "--json") {
+      json = true;
+    } else {
+      throw UsageError{"unknown option '" + args[i] +
+                       "'; usage: gdal-idem key [--json] -- gdalwarp|gdal_translate ARGS..."};
+    }
+  }
+  if (i + 1 >= args.size()) {
+    throw UsageError{"usage: gdal-idem key [--json] -- gdalwarp|gdal_translate ARGS..."};
+  }
+  const std::string program_name = basename_of(args[i + 1]);
+  Program program;
+  if (program_name == "gdalwarp") {
+    program = Program::k_gdalwarp;
+  } else if (program_name == "gdal_translate") {
+    program = Program::k_gdal_translate;
+  } else {
+    throw UsageError{"'" + program_name + "' is not gdalwarp or gdal_translate"};
+  }
+
+  // --config, --debug and friends, handled as the programs do.
+  CPLStringList argv;
+  argv.AddString(program_name.c_str());
+  for (size_t j = i + 2; j < args.size(); ++j) {
+    argv.AddString(args[j].c_str());
+  }
+  char** raw = argv.StealList();
+  const int argc = GDALGeneralCmdLineProcessor(CSLCount(raw), &raw, 0);
+  CPLStringList processed(raw, TRUE);
+  if (argc < 1) {
+    throw UsageError{"the command's general options are invalid"};
+  }
+  std::vector<std::string> tokens;
+  for (int j = 1; j < argc; ++j) {
+    tokens.emplace_back(processed[j]);
+  }
+
+  ParsedCommand parsed = split_arguments(program, tokens);
+  if (CPLString(output_format(parsed.options)).toupper() != "IDEM") {
+    throw UsageError{"the command does not write through IDEM: add -of IDEM (and write the "
+                     "output as /vsiidem/PATH)"};
+  }
+  const size_t expected_min = 2;
+  if (parsed.positionals.size() < expected_min ||
+      (program == Program::k_gdal_translate && parsed.positionals.size() != 2)) {
+    throw UsageError{"the command needs a source and a destination"};
+  }
+  const std::string destination = dry_run_destination(parsed.positionals.back());
+  parsed.positionals.pop_back();
+
+  std::optional<DryRunReport> report;
+  set_dry_run_listener([&report](const DryRunReport& r) { report = r; });
+  CPLConfigOptionSetter dry_run("IDEM_DRY_RUN", "YES", false);
+
+  int usage_error = FALSE;
+  GDALDatasetH result = nullptr;
+  CPLStringList option_list;
+  for (const auto& option : parsed.options) {
+    option_list.AddString(option.c_str());
+  }
+  CPLErrorReset();
+  if (program == Program::k_gdalwarp) {
+    std::vector<DatasetHandle> sources;
+    std::vector<GDALDatasetH> handles;
+    for (const auto& path : parsed.positionals) {
+      sources.push_back(open_source(path, open_options(parsed.options)));
+      handles.push_back(sources.back().get());
+    }
+    GDALWarpAppOptions* options = GDALWarpAppOptionsNew(option_list.List(), nullptr);
+    result = GDALWarp(destination.c_str(), nullptr, static_cast<int>(handles.size()),
+                      handles.data(), options, &usage_error);
+    GDALWarpAppOptionsFree(options);
+    if (result != nullptr) {
+      GDALClose(result);
+    }
+  } else {
+    DatasetHandle source = open_source(parsed.positionals[0], open_options(parsed.options));
+    GDALTranslateOptions* options = GDALTranslateOptionsNew(option_list.List(), nullptr);
+    result = GDALTranslate(destination.c_str(), source.get(), options, &usage_error);
+    GDALTranslateOptionsFree(options);
+    if (result != nullptr) {
+      GDALClose(result);
+    }
+  }
+  set_dry_run_listener(nullptr);
+  if (!report) {
+    const std::string message = CPLGetLastErrorMsg();
+    throw Error(usage_error ? ErrorKind::k_usage : ErrorKind::k_source,
+                "the command did not reach the IDEM driver" +
+                    (message.empty() ? std::string() : ": " + message));
+  }
+  if (json) {
+    std::printf("{\"destination\":%s,\"key\":%s,\"work\":%s}\n",
+                json_quote(report->destination).c_str(), json_quote(report->key).c_str(),
+                report->canonical_json.c_str());
+  } else {
+    std::printf("%s\n", report->key.c_str());
+  }
+  return k_exit_ok;
+}
+
+std::string json_quote(const std::string& text) {
+  std::string out = "\"";
+  for (const unsigned char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+          out += escaped;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace idem::cli

@@ -1,0 +1,250 @@
+// The commit protocol (see atomic_output.hpp): a temporary directory beside the final path,
+// published by fsync + rename of every file in it (primary last) + fsync of the directory.
+// Plain POSIX calls throughout: the guarantees we rely on (rename atomic within a filesystem,
+// fsync of a directory making a rename durable) are POSIX ones, not GDAL's.
+#include "core/atomic_output.hpp"
+
+#include "core/error.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+namespace idem {
+
+namespace {
+
+std::string errno_text(int error_number) {
+  return std::strerror(error_number);
+}
+
+// "<dir>/<base>" -> "<dir>", "base" -> "." , "/base" -> "/".
+std::string parent_directory(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) {
+    return ".";
+  }
+  if (slash == 0) {
+    return "/";
+  }
+  return path.substr(0, slash);
+}
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  if (!dir.empty() && dir.back() == '/') {
+    return dir + name;
+  }
+  return dir + "/" + name;
+}
+
+// Why a directory cannot take new files, with what to do about it.
+std::string describe_unwritable_directory(const std::string& dir, int error_number) {
+  switch (error_number) {
+    case ENOENT:
+      return "destination directory " + dir + " does not exist; create it first";
+    case ENOTDIR:
+      return "destination directory " + dir +
+             " is not a directory (a component of the path is a regular file); "
+             "choose another output path";
+    case EROFS:
+      return "destination directory " + dir +
+             " is on a read-only filesystem; write the output to a writable location";
+    case EACCES:
+    case EPERM:
+      return "destination directory " + dir + " is not writable (" + errno_text(error_number) +
+             "); fix its permissions or choose another output path";
+    case ENOSPC:
+    case EDQUOT:
+      return "no space left to create a temporary directory in " + dir + " (" +
+             errno_text(error_number) + "); free some space and retry";
+    default:
+      return "cannot create a temporary directory in " + dir + ": " + errno_text(error_number);
+  }
+}
+
+std::vector<std::string> list_directory(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* handle = ::opendir(dir.c_str());
+  if (handle == nullptr) {
+    throw Error(ErrorKind::k_io,
+                "cannot list temporary directory " + dir + ": " + errno_text(errno));
+  }
+  while (const dirent* entry = ::readdir(handle)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") {
+      names.push_back(name);
+    }
+  }
+  ::closedir(handle);
+  return names;
+}
+
+// Best effort, never throws: used by the destructor and on failure paths.
+void remove_tree(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) {
+    return;
+  }
+  if (S_ISDIR(info.st_mode)) {
+    if (DIR* handle = ::opendir(path.c_str())) {
+      std::vector<std::string> names;
+      while (const dirent* entry = ::readdir(handle)) {
+        const std::string name = entry->d_name;
+        if (name != "." && name != "..") {
+          names.push_back(name);
+        }
+      }
+      ::closedir(handle);
+      for (const auto& name : names) {
+        remove_tree(join_path(path, name));
+      }
+    }
+    ::rmdir(path.c_str());
+  } else {
+    ::unlink(path.c_str());
+  }
+}
+
+}  // namespace
+
+void fsync_path(const std::string& path) {
+  // O_RDONLY works for directories and for files alike; fsync through any descriptor of the
+  // inode flushes it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw Error(ErrorKind::k_io, "cannot open " + path + " to sync it: " + errno_text(errno));
+  }
+  if (::fsync(fd) != 0) {
+    const int error_number = errno;
+    ::close(fd);
+    // Some filesystems refuse fsync on directories; that is not a data-loss signal.
+    if (error_number == EINVAL || error_number == EROFS) {
+      struct stat info {};
+      if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+        return;
+      }
+    }
+    throw Error(ErrorKind::k_io, "cannot sync " + path + " to disk: " +
+                                     errno_text(error_number) +
+                                     "; the output may not be durable, retry the work");
+  }
+  ::close(fd);
+}
+
+AtomicOutput::AtomicOutput(const std::string& final_path, const std::string& token)
+    : m_final_path(final_path) {
+  if (final_path.empty() || final_path.back() == '/') {
+    throw Error(ErrorKind::k_usage,
+                "output path '" + final_path + "' does not name a file; give a file name");
+  }
+  if (final_path.rfind("/vsi", 0) == 0) {
+    throw Error(ErrorKind::k_usage,
+                "output path " + final_path +
+                    " is on a GDAL virtual filesystem; only local paths can be published "
+                    "atomically for now (write to a local path and copy it)");
+  }
+  if (token.empty() || token.find('/') != std::string::npos) {
+    throw Error(ErrorKind::k_internal, "invalid temporary token '" + token + "'");
+  }
+  const std::string dir = parent_directory(final_path);
+  struct stat dir_info {};
+  if (::stat(dir.c_str(), &dir_info) != 0) {
+    throw Error(ErrorKind::k_io, describe_unwritable_directory(dir, errno));
+  }
+  if (!S_ISDIR(dir_info.st_mode)) {
+    throw Error(ErrorKind::k_io, describe_unwritable_directory(dir, ENOTDIR));
+  }
+  m_temp_dir = join_path(dir, std::string(k_temp_prefix) + token);
+  if (::mkdir(m_temp_dir.c_str(), 0700) != 0) {
+    const int error_number = errno;
+    if (error_number == EEXIST) {
+      throw Error(ErrorKind::k_io, "temporary directory " + m_temp_dir +
+                                       " already exists; another attempt is using the same "
+                                       "token (remove it with `gdal-idem reap` if stale)");
+    }
+    throw Error(ErrorKind::k_io, describe_unwritable_directory(dir, error_number));
+  }
+  m_temp_path = join_path(m_temp_dir, base_name(final_path));
+}
+
+AtomicOutput::~AtomicOutput() {
+  if (!m_committed && !m_temp_dir.empty()) {
+    remove_tree(m_temp_dir);
+  }
+}
+
+std::vector<std::string> AtomicOutput::commit(bool durable) {
+  if (m_committed) {
+    throw Error(ErrorKind::k_internal, "output " + m_final_path + " was already committed");
+  }
+  const std::string final_dir = parent_directory(m_final_path);
+  const std::string primary = base_name(m_final_path);
+
+  // Sidecars first, the primary last: a reader (or `gdal-idem verify`) that sees the primary
+  // sees a complete dataset.
+  std::vector<std::string> names = list_directory(m_temp_dir);
+  std::vector<std::string> ordered;
+  bool has_primary = false;
+  for (const auto& name : names) {
+    if (name == primary) {
+      has_primary = true;
+    } else {
+      ordered.push_back(name);
+    }
+  }
+  if (!has_primary) {
+    throw Error(ErrorKind::k_io, "nothing to publish: " + m_temp_path +
+                                     " was not written (the driver failed before creating it)");
+  }
+  ordered.push_back(primary);
+
+  if (durable) {
+    for (const auto& name : ordered) {
+      const std::string path = join_path(m_temp_dir, name);
+      struct stat info {};
+      if (::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+        fsync_path(path);
+      }
+    }
+  }
+
+  std::vector<std::string> published;
+  for (const auto& name : ordered) {
+    const std::string from = join_path(m_temp_dir, name);
+    const std::string to = join_path(final_dir, name);
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      const int error_number = errno;
+      std::string message = "cannot rename " + from + " to " + to + ": " +
+                            errno_text(error_number);
+      if (error_number == EISDIR || error_number == ENOTEMPTY || error_number == EEXIST) {
+        message += "; a directory is in the way at " + to + ", remove it";
+      } else if (error_number == EXDEV) {
+        message += "; the temporary directory is on another filesystem";
+      }
+      throw Error(ErrorKind::k_io, message);
+    }
+    published.push_back(to);
+  }
+
+  if (durable) {
+    fsync_path(final_dir);
+  }
+  m_committed = true;
+  // The directory should be empty now; a leftover (created after listing) is removed too.
+  remove_tree(m_temp_dir);
+  return published;
+}
+
+}  // namespace idem

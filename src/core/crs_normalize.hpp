@@ -1,0 +1,27 @@
+// CRS normalisation for the key: every spelling of one CRS gives one canonical form.
+#pragma once
+
+#include <string>
+
+#include "core/canonical_json.hpp"
+
+namespace idem {
+
+// The canonical identity of a CRS given in any spelling GDAL accepts (EPSG:n in any case, URN,
+// WKT1, WKT2, PROJJSON, PROJ string): "AUTH:CODE" when PROJ identifies it with an authority entry
+// that is strictly equivalent (same datum, parameters and units; axis order aside, see below),
+// else {"projjson": <PROJJSON of the CRS as given>}.
+// Network and file access are refused while parsing. Throws idem::Error(k_usage) when the
+// definition cannot be parsed.
+JsonValue normalize_crs(const std::string& definition);
+
+// As normalize_crs, plus the data axis mapping (GDAL's dataAxisToSRSAxisMapping, e.g. "2,1"):
+// {"crs": <normalize_crs>, "data_axes": ["East","North"]}: the direction of the CRS axis each
+// data axis carries, so EPSG:4326 read in traditional GIS order and +proj=longlat give the same.
+JsonValue normalize_crs_with_axes(const std::string& definition,
+                                  const std::string& data_axis_mapping);
+
+// normalize_crs as a string: the authority code, or the canonical JSON of the fallback.
+std::string normalized_crs_text(const std::string& definition);
+
+}  // namespace idem

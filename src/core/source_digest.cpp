@@ -1,0 +1,296 @@
+// Source identity by content: streamed SHA-256 of files, object-store headers, and the cache.
+#include "core/source_digest.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+#include "core/error.hpp"
+#include "core/sha256.hpp"
+
+namespace idem {
+
+namespace {
+
+// Large blocks keep the per-read overhead far below the hashing cost (bench/digest_bench.cpp).
+constexpr std::size_t k_read_block_size = 4 * 1024 * 1024;
+
+int64_t to_ns(const struct timespec& time) {
+  return static_cast<int64_t>(time.tv_sec) * 1000000000LL + time.tv_nsec;
+}
+
+FileIdentity identity_from_stat(const struct stat& info) {
+  FileIdentity identity;
+  identity.device = static_cast<uint64_t>(info.st_dev);
+  identity.inode = static_cast<uint64_t>(info.st_ino);
+  identity.size = static_cast<int64_t>(info.st_size);
+  identity.mtime_ns = to_ns(info.st_mtim);
+  identity.ctime_ns = to_ns(info.st_ctim);
+  return identity;
+}
+
+class FileDescriptor {
+public:
+  explicit FileDescriptor(int fd) : m_fd(fd) {}
+  ~FileDescriptor() {
+    if (m_fd >= 0) {
+      ::close(m_fd);
+    }
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return m_fd; }
+
+private:
+  int m_fd;
+};
+
+struct VsiFileCloser {
+  void operator()(VSILFILE* file) const { VSIFCloseL(file); }
+};
+
+std::string errno_text(int error_number) { return std::strerror(error_number); }
+
+bool is_vsi_path(const std::string& path) { return path.rfind("/vsi", 0) == 0; }
+
+// Hash an open descriptor; fills `before`/`after` with its identity around the read.
+std::string sha256_of_descriptor(int fd, const std::string& path) {
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::unique_ptr<unsigned char[]> buffer(new unsigned char[k_read_block_size]);
+  Sha256 hasher;
+  while (true) {
+    const ssize_t got = ::read(fd, buffer.get(), k_read_block_size);
+    if (got < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      throw Error(ErrorKind::k_source,
+                  "cannot read source file '" + path + "': " + errno_text(errno));
+    }
+    if (got == 0) {
+      break;
+    }
+    hasher.update(buffer.get(), static_cast<std::size_t>(got));
+  }
+  return hasher.finish_hex();
+}
+
+std::string sha256_of_vsi_file(const std::string& path) {
+  std::unique_ptr<VSILFILE, VsiFileCloser> file(VSIFOpenL(path.c_str(), "rb"));
+  if (!file) {
+    throw Error(ErrorKind::k_source, "cannot open source file '" + path + "'");
+  }
+  std::unique_ptr<unsigned char[]> buffer(new unsigned char[k_read_block_size]);
+  Sha256 hasher;
+  while (true) {
+    const std::size_t got = VSIFReadL(buffer.get(), 1, k_read_block_size, file.get());
+    hasher.update(buffer.get(), got);
+    if (got < k_read_block_size) {
+      if (VSIFEofL(file.get()) == 0) {  // a short read before the end: an error
+        throw Error(ErrorKind::k_source, "cannot read source file '" + path + "'");
+      }
+      break;
+    }
+  }
+  return hasher.finish_hex();
+}
+
+struct ObjectHeaders {
+  int64_t size = -1;
+  std::string etag;
+  std::string checksum_sha256;  // base64, as S3 sends it
+};
+
+ObjectHeaders object_headers(const std::string& path) {
+  ObjectHeaders headers;
+  VSIStatBufL info;
+  if (VSIStatExL(path.c_str(), &info, VSI_STAT_EXISTS_FLAG | VSI_STAT_SIZE_FLAG) != 0) {
+    throw Error(ErrorKind::k_source, "cannot stat source object '" + path + "'");
+  }
+  headers.size = static_cast<int64_t>(info.st_size);
+  CPLStringList metadata(VSIGetFileMetadata(path.c_str(), "HEADERS", nullptr));
+  if (const char* etag = metadata.FetchNameValue("ETag")) {
+    headers.etag = etag;
+  }
+  if (const char* checksum = metadata.FetchNameValue("x-amz-checksum-sha256")) {
+    headers.checksum_sha256 = checksum;
+  }
+  return headers;
+}
+
+}  // namespace
+
+bool FileIdentity::operator==(const FileIdentity& other) const {
+  return device == other.device && inode == other.inode && size == other.size &&
+         mtime_ns == other.mtime_ns && ctime_ns == other.ctime_ns;
+}
+
+SourceDigestPolicy parse_source_digest_policy(const std::string& value) {
+  if (EQUAL(value.c_str(), "AUTO")) {
+    return SourceDigestPolicy::k_auto;
+  }
+  if (EQUAL(value.c_str(), "CONTENT")) {
+    return SourceDigestPolicy::k_content;
+  }
+  if (EQUAL(value.c_str(), "ETAG")) {
+    return SourceDigestPolicy::k_etag;
+  }
+  throw Error(ErrorKind::k_usage,
+              "IDEM_SOURCE_DIGEST must be AUTO, CONTENT or ETAG, not '" + value + "'");
+}
+
+SourceDigestPolicy source_digest_policy_from_config() {
+  const char* value = CPLGetConfigOption("IDEM_SOURCE_DIGEST", nullptr);
+  if (value == nullptr || value[0] == '\0') {
+    return SourceDigestPolicy::k_auto;
+  }
+  return parse_source_digest_policy(value);
+}
+
+InMemoryDigestCache::Key InMemoryDigestCache::make_key(const std::string& path,
+                                                       const FileIdentity& identity) {
+  // With an inode the identity names the file; without one the path must.
+  const bool has_inode = identity.device != 0 || identity.inode != 0;
+  return Key(has_inode ? std::string() : path, identity.device, identity.inode, identity.size,
+             identity.mtime_ns, identity.ctime_ns);
+}
+
+std::optional<std::string> InMemoryDigestCache::get(const std::string& path,
+                                                    const FileIdentity& identity) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  const auto it = m_digests.find(make_key(path, identity));
+  if (it == m_digests.end()) {
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+void InMemoryDigestCache::put(const std::string& path, const FileIdentity& identity,
+                              const std::string& digest) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_digests[make_key(path, identity)] = digest;
+}
+
+std::size_t InMemoryDigestCache::size() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_digests.size();
+}
+
+FileIdentity local_file_identity(const std::string& path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) {
+    throw Error(ErrorKind::k_source,
+                "cannot stat source file '" + path + "': " + errno_text(errno));
+  }
+  return identity_from_stat(info);
+}
+
+std::string sha256_of_file(const std::string& path) {
+  if (is_vsi_path(path)) {
+    return sha256_of_vsi_file(path);
+  }
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    throw Error(ErrorKind::k_source,
+                "cannot open source file '" + path + "': " + errno_text(errno));
+  }
+  return sha256_of_descriptor(fd.get(), path);
+}
+
+std::string digest_local_file(const std::string& path, DigestCache* cache) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    throw Error(ErrorKind::k_source,
+                "cannot open source file '" + path + "': " + errno_text(errno));
+  }
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0) {
+    throw Error(ErrorKind::k_source,
+                "cannot stat source file '" + path + "': " + errno_text(errno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    throw Error(ErrorKind::k_source, "source '" + path + "' is not a regular file");
+  }
+  const FileIdentity before = identity_from_stat(info);
+  if (cache != nullptr) {
+    if (auto cached = cache->get(path, before)) {
+      return *cached;
+    }
+  }
+  std::string digest = sha256_of_descriptor(fd.get(), path);
+  if (cache != nullptr && ::fstat(fd.get(), &info) == 0 && identity_from_stat(info) == before) {
+    cache->put(path, before, digest);
+  }
+  return digest;
+}
+
+bool is_object_store_path(const std::string& path) {
+  static const char* const k_prefixes[] = {
+      "/vsis3/",       "/vsigs/",       "/vsiaz/",       "/vsiadls/",      "/vsioss/",
+      "/vsiswift/",    "/vsicurl/",     "/vsis3_streaming/", "/vsigs_streaming/",
+      "/vsiaz_streaming/", "/vsioss_streaming/", "/vsiswift_streaming/",
+      "/vsicurl_streaming/", "/vsiwebhdfs/", "/vsihdfs/"};
+  for (const char* prefix : k_prefixes) {
+    if (path.rfind(prefix, 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy policy,
+                                DigestCache* cache) {
+  SourceDigest result;
+  if (!is_object_store_path(path)) {
+    result.method = "sha256";
+    result.value = is_vsi_path(path) ? sha256_of_vsi_file(path) : digest_local_file(path, cache);
+    return result;
+  }
+  const ObjectHeaders headers = object_headers(path);
+  result.size = headers.size;
+  if (policy != SourceDigestPolicy::k_content) {
+    if (!headers.checksum_sha256.empty()) {
+      result.method = "x-amz-checksum-sha256";
+      result.value = headers.checksum_sha256;
+      return result;
+    }
+    if (!headers.etag.empty()) {
+      result.method = "etag";
+      result.value = headers.etag;
+      return result;
+    }
+    if (policy == SourceDigestPolicy::k_etag) {
+      throw Error(ErrorKind::k_source,
+                  "IDEM_SOURCE_DIGEST=ETAG but the object store sent neither "
+                  "x-amz-checksum-sha256 nor ETag for '" + path + "'");
+    }
+  }
+  // Content: cached by URI + ETag + size (no inode for objects; see InMemoryDigestCache).
+  FileIdentity identity;
+  identity.size = headers.size;
+  const std::string cache_path = path + "\netag:" + headers.etag;
+  const bool cacheable = cache != nullptr && !headers.etag.empty();
+  if (cacheable) {
+    if (auto cached = cache->get(cache_path, identity)) {
+      result.method = "sha256";
+      result.value = *cached;
+      return result;
+    }
+  }
+  result.method = "sha256";
+  result.value = sha256_of_vsi_file(path);
+  if (cacheable) {
+    cache->put(cache_path, identity, result.value);
+  }
+  return result;
+}
+
+}  // namespace idem

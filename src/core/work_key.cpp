@@ -1,0 +1,161 @@
+// Work description -> idempotency key (docs/keys.md is the contract this file implements).
+#include "core/work_key.hpp"
+
+#include <proj.h>
+
+#include <cstring>
+#include <iterator>
+
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "gdal_priv.h"
+#include "ogr_spatialref.h"
+#include "core/canonical_json.hpp"
+#include "core/error.hpp"
+#include "core/sha256.hpp"
+#include "core/source_identity.hpp"
+#include "core/vrt_canonical.hpp"
+
+namespace idem {
+
+namespace {
+
+// Suffix gdalwarp (GDAL 3.6 gdalwarp_lib.cpp) gives the GTiff it materialises beside the
+// destination when several sources are warped into a CreateCopy-only format (DESIGN.md fact 4).
+constexpr const char* k_materialised_suffix = ".tmp.tif";
+
+// Creation options that do not change the output's bytes: out of the key.
+const char* const k_neutral_creation_options[] = {"NUM_THREADS"};
+// IDEM's own options, in the key elsewhere (format, namespace prefix) if the caller left them in.
+const char* const k_idem_creation_options[] = {"FORMAT", "NAMESPACE"};
+
+bool name_in(const std::string& name, const char* const* list, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    if (EQUAL(name.c_str(), list[i])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string canonical_format(const std::string& format) {
+  GDALDriver* driver = GetGDALDriverManager()->GetDriverByName(format.c_str());
+  return driver != nullptr ? std::string(driver->GetDescription()) : format;
+}
+
+JsonValue creation_options_json(const KeyOptions& options) {
+  JsonValue result = JsonValue::object();
+  for (const auto& [raw_name, value] : options.creation_options) {
+    const std::string name = CPLString(raw_name).toupper();
+    if (name_in(name, k_neutral_creation_options, std::size(k_neutral_creation_options)) ||
+        name_in(name, k_idem_creation_options, std::size(k_idem_creation_options))) {
+      continue;
+    }
+    // GDAL drivers read options with CSLFetchNameValue: the first occurrence wins.
+    if (result.find(name) == nullptr) {
+      result.set(name, JsonValue::string(value));
+    }
+  }
+  return result;
+}
+
+// gdalwarp's temporary GTiff for a multi-source warp: "<destination as given>.tmp.tif".
+bool looks_materialised(GDALDataset* src, const std::string& destination) {
+  const std::string description = src->GetDescription();
+  GDALDriver* driver = src->GetDriver();
+  if (driver == nullptr || !EQUAL(driver->GetDescription(), "GTiff") ||
+      !ends_with(description, k_materialised_suffix)) {
+    return false;
+  }
+  const std::string stem = description.substr(0, description.size() - std::strlen(k_materialised_suffix));
+  return stem.rfind("/vsiidem/", 0) == 0 ||
+         (!destination.empty() &&
+          EQUAL(CPLGetFilename(stem.c_str()), CPLGetFilename(destination.c_str())));
+}
+
+std::string vrt_directory(GDALDataset* src) {
+  const std::string description = src->GetDescription();
+  if (description.empty() || description[0] == '<') {
+    return std::string();  // in memory: relative paths are relative to the working directory
+  }
+  VSIStatBufL info;
+  if (VSIStatL(description.c_str(), &info) != 0) {
+    return std::string();
+  }
+  return CPLGetPath(description.c_str());
+}
+
+TargetGrid target_grid(GDALDataset* src) {
+  TargetGrid grid;
+  grid.x_size = src->GetRasterXSize();
+  grid.y_size = src->GetRasterYSize();
+  grid.has_geotransform = src->GetGeoTransform(grid.geotransform) == CE_None;
+  if (const OGRSpatialReference* srs = src->GetSpatialRef()) {
+    char* wkt = nullptr;
+    if (srs->exportToWkt(&wkt) == OGRERR_NONE && wkt != nullptr) {
+      grid.srs_wkt = wkt;
+    }
+    CPLFree(wkt);
+  }
+  return grid;
+}
+
+}  // namespace
+
+std::string compute_key(const std::string& namespace_name, const std::string& canonical_json) {
+  return sha256_hex(namespace_name + ":v" + std::to_string(k_algo_version) + ":" + canonical_json);
+}
+
+WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
+  if (src == nullptr) {
+    throw Error(ErrorKind::k_usage, "describe_work: no source dataset");
+  }
+  if (options.namespace_name.empty()) {
+    throw Error(ErrorKind::k_usage, "the key namespace must not be empty");
+  }
+  WorkDescription description;
+  SourceIdentityOptions source_options;
+  source_options.policy = options.digest_policy;
+  source_options.cache = options.digest_cache;
+
+  JsonValue work = JsonValue::object();
+  work.set("format", JsonValue::string(canonical_format(options.format)));
+  work.set("creation_options", creation_options_json(options));
+  work.set("destination", JsonValue::string(options.destination));
+  if (options.include_gdal_version) {
+    work.set("gdal_version", JsonValue::string(GDALVersionInfo("RELEASE_NAME")));
+    work.set("proj_version", JsonValue::string(proj_info().version));
+  }
+
+  char** xml = src->GetMetadata("xml:VRT");
+  GDALDriver* driver = src->GetDriver();
+  const bool is_vrt = driver != nullptr && EQUAL(driver->GetDescription(), "VRT") &&
+                      xml != nullptr && xml[0] != nullptr;
+  if (is_vrt) {
+    VrtCanonicalOptions vrt_options;
+    vrt_options.vrt_dir = vrt_directory(src);
+    vrt_options.sources = source_options;
+    JsonValue vrt = canonical_vrt(xml[0], vrt_options);
+    const JsonValue* attributes = vrt.find("attr");
+    const JsonValue* sub_class = attributes != nullptr ? attributes->find("subClass") : nullptr;
+    description.is_warp = sub_class != nullptr && sub_class->text() == "VRTWarpedDataset";
+    work.set("kind", JsonValue::string(description.is_warp ? "warp" : "vrt"));
+    work.set("vrt", std::move(vrt));
+  } else {
+    description.source_was_materialised = looks_materialised(src, options.destination);
+    work.set("kind", JsonValue::string(description.source_was_materialised ? "materialised" : "copy"));
+    work.set("source", identity_of_dataset(src, source_options));
+  }
+
+  description.grid = target_grid(src);
+  description.canonical_json = work.dump();
+  description.key = compute_key(options.namespace_name, description.canonical_json);
+  return description;
+}
+
+}  // namespace idem

@@ -1,0 +1,304 @@
+// The backend-independent part of the ledger: opening by DSN, DSN redaction, the default SQLite
+// path, and the migrations embedded from sql/ at build time.
+#include "ledger/ledger.hpp"
+
+#include <libpq-fe.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <memory>
+
+#include "core/error.hpp"
+#include "idem_embedded_sql.hpp"
+#include "ledger/ledger_internal.hpp"
+
+namespace idem {
+
+namespace {
+
+constexpr const char* k_redacted = "***";
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+bool is_uri(const std::string& dsn) {
+  return starts_with(dsn, "postgresql://") || starts_with(dsn, "postgres://");
+}
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+std::string redact_uri(const std::string& dsn) {
+  const size_t scheme_end = dsn.find("://") + 3;
+  std::string result = dsn.substr(0, scheme_end);
+  const std::string rest = dsn.substr(scheme_end);
+  const size_t query_start = rest.find('?');
+  const std::string before_query = rest.substr(0, query_start);
+  // The last '@' before the query ends the user info (over-redacting is fine, leaking is not).
+  const size_t at = before_query.rfind('@');
+  if (at != std::string::npos) {
+    const std::string userinfo = before_query.substr(0, at);
+    const size_t colon = userinfo.find(':');
+    if (colon != std::string::npos) {
+      result += userinfo.substr(0, colon + 1) + k_redacted;
+    } else {
+      result += userinfo;
+    }
+    result += before_query.substr(at);
+  } else {
+    result += before_query;
+  }
+  if (query_start == std::string::npos) {
+    return result;
+  }
+  result += '?';
+  const std::string query = rest.substr(query_start + 1);
+  size_t pos = 0;
+  bool first = true;
+  while (pos <= query.size()) {
+    size_t amp = query.find('&', pos);
+    if (amp == std::string::npos) {
+      amp = query.size();
+    }
+    const std::string param = query.substr(pos, amp - pos);
+    if (!first) {
+      result += '&';
+    }
+    first = false;
+    const size_t eq = param.find('=');
+    if (eq != std::string::npos && lower(param.substr(0, eq)) == "password") {
+      result += param.substr(0, eq + 1) + k_redacted;
+    } else {
+      result += param;
+    }
+    pos = amp + 1;
+  }
+  return result;
+}
+
+// libpq keyword/value string: key = value pairs, values optionally single-quoted with backslash
+// escapes. Returns nullopt when it cannot be parsed (the caller then hides it all).
+std::optional<std::string> redact_keywords(const std::string& dsn) {
+  std::string result;
+  size_t i = 0;
+  const size_t n = dsn.size();
+  auto skip_space = [&]() {
+    while (i < n && std::isspace(static_cast<unsigned char>(dsn[i]))) {
+      result += dsn[i];
+      ++i;
+    }
+  };
+  while (true) {
+    skip_space();
+    if (i >= n) {
+      break;
+    }
+    const size_t key_start = i;
+    while (i < n && dsn[i] != '=' && !std::isspace(static_cast<unsigned char>(dsn[i]))) {
+      ++i;
+    }
+    const std::string key = dsn.substr(key_start, i - key_start);
+    result += key;
+    skip_space();
+    if (i >= n || dsn[i] != '=') {
+      return std::nullopt;
+    }
+    result += '=';
+    ++i;
+    skip_space();
+    const bool secret = lower(key) == "password";
+    std::string value;
+    if (i < n && dsn[i] == '\'') {
+      value += dsn[i++];
+      bool closed = false;
+      while (i < n) {
+        if (dsn[i] == '\\' && i + 1 < n) {
+          value += dsn.substr(i, 2);
+          i += 2;
+          continue;
+        }
+        value += dsn[i];
+        if (dsn[i++] == '\'') {
+          closed = true;
+          break;
+        }
+      }
+      if (!closed) {
+        return std::nullopt;
+      }
+    } else {
+      while (i < n && !std::isspace(static_cast<unsigned char>(dsn[i]))) {
+        if (dsn[i] == '\\' && i + 1 < n) {
+          value += dsn.substr(i, 2);
+          i += 2;
+          continue;
+        }
+        value += dsn[i++];
+      }
+    }
+    result += secret ? std::string(k_redacted) : value;
+  }
+  return result;
+}
+
+}  // namespace
+
+bool OutputFingerprint::operator==(const OutputFingerprint& other) const {
+  return size == other.size && mtime_ns == other.mtime_ns && sha256 == other.sha256 &&
+         etag == other.etag;
+}
+
+std::string Ledger::redact_dsn(const std::string& dsn) {
+  if (backend_of(dsn) == "sqlite") {
+    return dsn;
+  }
+  if (is_uri(dsn)) {
+    return redact_uri(dsn);
+  }
+  if (auto redacted = redact_keywords(dsn)) {
+    return *redacted;
+  }
+  return "<unparsable PostgreSQL connection string>";
+}
+
+std::string Ledger::backend_of(const std::string& dsn) {
+  if (dsn.empty() || starts_with(dsn, "sqlite:")) {
+    return "sqlite";
+  }
+  if (is_uri(dsn) || dsn.find('=') != std::string::npos) {
+    return "postgresql";
+  }
+  return "sqlite";  // a bare path
+}
+
+std::string Ledger::default_sqlite_path() {
+  const char* state_home = std::getenv("XDG_STATE_HOME");
+  std::string base;
+  if (state_home != nullptr && state_home[0] == '/') {
+    base = state_home;
+  } else {
+    const char* home = std::getenv("HOME");
+    if (home == nullptr || home[0] == '\0') {
+      const passwd* entry = getpwuid(getuid());
+      home = entry != nullptr ? entry->pw_dir : nullptr;
+    }
+    if (home == nullptr) {
+      throw Error(ErrorKind::k_ledger,
+                  "cannot find a directory for the default ledger: set IDEM_LEDGER=sqlite:PATH "
+                  "or XDG_STATE_HOME");
+    }
+    base = std::string(home) + "/.local/state";
+  }
+  return base + "/gdal-idem/ledger.sqlite";
+}
+
+std::unique_ptr<Ledger> Ledger::open(const std::string& dsn) {
+  if (backend_of(dsn) == "postgresql") {
+    return ledger_detail::open_postgres_ledger(dsn);
+  }
+  std::string path;
+  if (dsn.empty()) {
+    path = default_sqlite_path();
+  } else if (starts_with(dsn, "sqlite:")) {
+    path = dsn.substr(7);
+    if (starts_with(path, "//")) {
+      path = path.substr(2);  // sqlite:///abs/path
+    }
+  } else {
+    path = dsn;
+  }
+  if (path.empty()) {
+    throw Error(ErrorKind::k_usage, "IDEM_LEDGER=sqlite: needs a path (sqlite:/path/ledger.sqlite)");
+  }
+  return ledger_detail::open_sqlite_ledger(path);
+}
+
+std::vector<Migration> migrations(const std::string& backend) {
+  std::string directory;
+  if (backend == "sqlite") {
+    directory = "sqlite/";
+  } else if (backend == "postgresql" || backend == "postgres") {
+    directory = "postgres/";
+  } else {
+    throw Error(ErrorKind::k_usage, "unknown ledger backend '" + backend + "'");
+  }
+  std::vector<Migration> result;
+  for (const auto& file : embedded_sql::k_files) {
+    const std::string path = file.path;
+    if (!starts_with(path, directory)) {
+      continue;
+    }
+    const std::string name = path.substr(directory.size());
+    if (name.size() < 6 || !std::all_of(name.begin(), name.begin() + 4, ::isdigit) ||
+        name[4] != '_') {
+      continue;  // not a numbered migration (e.g. worker_role.sql)
+    }
+    Migration migration;
+    migration.version = std::stoi(name.substr(0, 4));
+    migration.name = name;
+    migration.sql = file.text;
+    const std::string marker = "-- idem:requires-extension ";
+    const size_t at = migration.sql.find(marker);
+    if (at != std::string::npos) {
+      const size_t start = at + marker.size();
+      const size_t end = migration.sql.find_first_of(" \t\r\n", start);
+      migration.requires_extension = migration.sql.substr(start, end - start);
+    }
+    result.push_back(std::move(migration));
+  }
+  std::sort(result.begin(), result.end(),
+            [](const Migration& a, const Migration& b) { return a.version < b.version; });
+  return result;
+}
+
+std::string postgres_worker_role_sql() {
+  for (const auto& file : embedded_sql::k_files) {
+    if (std::string(file.path) == "postgres/worker_role.sql") {
+      return file.text;
+    }
+  }
+  throw Error(ErrorKind::k_internal, "worker_role.sql is not embedded");
+}
+
+namespace ledger_detail {
+
+std::string dsn_password(const std::string& dsn) {
+  char* error = nullptr;
+  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> options(
+      PQconninfoParse(dsn.c_str(), &error), &PQconninfoFree);
+  if (error != nullptr) {
+    PQfreemem(error);
+  }
+  if (!options) {
+    return "";
+  }
+  for (const PQconninfoOption* option = options.get(); option->keyword != nullptr; ++option) {
+    if (std::string(option->keyword) == "password" && option->val != nullptr) {
+      return option->val;
+    }
+  }
+  return "";
+}
+
+std::string scrub_secret(std::string message, const std::string& secret) {
+  if (secret.empty()) {
+    return message;
+  }
+  size_t pos = 0;
+  while ((pos = message.find(secret, pos)) != std::string::npos) {
+    message.replace(pos, secret.size(), k_redacted);
+    pos += 3;
+  }
+  return message;
+}
+
+}  // namespace ledger_detail
+
+}  // namespace idem

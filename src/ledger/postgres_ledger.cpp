@@ -1,0 +1,693 @@
+// The PostgreSQL ledger backend (libpq): many machines, one server clock. Objects live in the
+// `idem` schema; claims are one INSERT ... ON CONFLICT ... RETURNING statement, completion one
+// statement with the supersession in a data-modifying CTE; every statement is prepared once per
+// connection. A lost connection gives a clear error, and the next call reconnects.
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "core/error.hpp"
+#include "ledger/ledger.hpp"
+#include "ledger/ledger_internal.hpp"
+
+namespace idem {
+
+namespace {
+
+// pg_advisory_xact_lock key serialising concurrent migrations (any constant unique to us).
+constexpr const char* k_migration_lock = "7306435217950412";
+constexpr const char* k_insufficient_privilege = "42501";
+
+constexpr const char* k_row_columns =
+    "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, "
+    "worker_pid, output_uri, output_size, output_mtime_ns, output_sha256, output_etag, "
+    "feature_count, work_json, extract(epoch FROM claimed_at)::float8, "
+    "extract(epoch FROM lease_expires_at)::float8, extract(epoch FROM completed_at)::float8, "
+    "extract(epoch FROM superseded_at)::float8, extract(epoch FROM released_at)::float8, "
+    "extract(epoch FROM lease_expires_at - now())::float8";
+
+constexpr const char* k_history_columns =
+    "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, lease_expires_at, "
+    "completed_at, superseded_at, released_at, attempt, claim_token, worker_host, worker_pid, "
+    "output_uri, output_size, output_mtime_ns, output_sha256, output_etag, feature_count, "
+    "work_json";
+
+constexpr const char* k_heartbeat_sql =
+    "UPDATE idem.ledger SET lease_expires_at = "
+    "GREATEST(now() + make_interval(secs => $3), claimed_at) "
+    "WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL";
+
+constexpr const char* k_complete_sql =
+    "WITH done AS ("
+    " UPDATE idem.ledger SET completed_at = GREATEST(now(), claimed_at), output_size = $3,"
+    " output_mtime_ns = $4, output_sha256 = $5, output_etag = $6, feature_count = $7"
+    " WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL"
+    " RETURNING output_uri, completed_at),"
+    " superseded AS ("
+    " UPDATE idem.ledger AS older SET superseded_at = done.completed_at FROM done"
+    " WHERE older.output_uri = done.output_uri AND older.work_key <> $1"
+    " AND older.completed_at IS NOT NULL AND older.superseded_at IS NULL RETURNING 1)"
+    " SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM superseded)";
+
+constexpr const char* k_completed_by_sql =
+    "SELECT 1 FROM idem.ledger WHERE work_key = $1 AND claim_token = $2 "
+    "AND completed_at IS NOT NULL";
+
+constexpr const char* k_release_sql =
+    "UPDATE idem.ledger SET lease_expires_at = GREATEST(now(), claimed_at), "
+    "released_at = GREATEST(now(), claimed_at) "
+    "WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL";
+
+constexpr const char* k_invalidate_sql =
+    "UPDATE idem.ledger SET completed_at = NULL, superseded_at = NULL, "
+    "released_at = GREATEST(now(), claimed_at), lease_expires_at = GREATEST(now(), claimed_at), "
+    "output_size = NULL, output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, "
+    "feature_count = NULL WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NOT NULL";
+
+constexpr const char* k_forget_output_sql = "DELETE FROM idem.ledger WHERE output_uri = $1";
+constexpr const char* k_forget_key_sql = "DELETE FROM idem.ledger WHERE work_key = $1";
+constexpr const char* k_now_sql = "SELECT extract(epoch FROM now())::float8";
+
+constexpr const char* k_digest_get_sql =
+    "SELECT digest FROM idem.source_digest WHERE path = $1 AND device = $2 AND inode = $3 "
+    "AND size = $4 AND mtime_ns = $5 AND ctime_ns = $6";
+
+constexpr const char* k_digest_put_sql =
+    "INSERT INTO idem.source_digest AS d (path, device, inode, size, mtime_ns, ctime_ns, digest) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT ON CONSTRAINT source_digest_pk DO UPDATE SET "
+    "device = EXCLUDED.device, inode = EXCLUDED.inode, size = EXCLUDED.size, "
+    "mtime_ns = EXCLUDED.mtime_ns, ctime_ns = EXCLUDED.ctime_ns, digest = EXCLUDED.digest, "
+    "recorded_at = now()";
+
+struct ConnectionCloser {
+  void operator()(PGconn* connection) const { PQfinish(connection); }
+};
+struct ResultClearer {
+  void operator()(PGresult* result) const { PQclear(result); }
+};
+using PgConnection = std::unique_ptr<PGconn, ConnectionCloser>;
+using PgResult = std::unique_ptr<PGresult, ResultClearer>;
+
+// Cells of one result row, for ledger_detail::make_row.
+class ResultRow {
+public:
+  ResultRow(const PGresult* result, int row) : m_result(result), m_row(row) {}
+  bool is_null(int i) const { return PQgetisnull(m_result, m_row, i) != 0; }
+  std::string text(int i) const { return PQgetvalue(m_result, m_row, i); }
+  int64_t integer(int i) const { return std::strtoll(PQgetvalue(m_result, m_row, i), nullptr, 10); }
+  double real(int i) const { return std::strtod(PQgetvalue(m_result, m_row, i), nullptr); }
+
+private:
+  const PGresult* m_result;
+  int m_row;
+};
+
+using Params = std::vector<std::optional<std::string>>;
+
+std::optional<std::string> text_param(const std::optional<int64_t>& value) {
+  return value ? std::optional<std::string>(std::to_string(*value)) : std::nullopt;
+}
+
+std::string identity_param(uint64_t value) {
+  return std::to_string(static_cast<int64_t>(value));  // unsigned, stored bit for bit
+}
+
+class PostgresLedger;
+
+class PostgresDigestCache : public DigestCache {
+public:
+  explicit PostgresDigestCache(PostgresLedger& ledger) : m_ledger(ledger) {}
+  std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
+  void put(const std::string& path, const FileIdentity& identity,
+           const std::string& digest) override;
+
+private:
+  PostgresLedger& m_ledger;
+};
+
+class PostgresLedger : public Ledger {
+public:
+  explicit PostgresLedger(const std::string& dsn)
+      : m_dsn(dsn),
+        m_redacted(Ledger::redact_dsn(dsn)),
+        m_password(ledger_detail::dsn_password(dsn)),
+        m_digest_cache(*this) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    connect();
+    lazy_migrate();
+  }
+
+  std::string backend_name() const override { return "postgresql"; }
+
+  MigrationReport migrate() override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    return migrate_locked();
+  }
+
+  int schema_version() override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    const std::vector<int> versions = applied_versions();
+    return versions.empty() ? 0 : versions.back();
+  }
+
+  bool has_footprints() override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    return m_has_footprint;
+  }
+
+  ClaimResult claim(const ClaimRequest& request) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    Params params = {request.work_key,
+                     request.namespace_name,
+                     request.layer,
+                     request.tile ? std::optional<std::string>(std::to_string(request.tile->z))
+                                  : std::nullopt,
+                     request.tile ? std::optional<std::string>(std::to_string(request.tile->x))
+                                  : std::nullopt,
+                     request.tile ? std::optional<std::string>(std::to_string(request.tile->y))
+                                  : std::nullopt,
+                     std::to_string(request.lease.count()),
+                     request.claim_token,
+                     request.worker_host,
+                     std::to_string(request.worker_pid),
+                     request.output_uri,
+                     request.work_json};
+    if (m_has_footprint) {
+      params.push_back(request.footprint_wkt);
+    }
+    for (int round = 0; round < ledger_detail::k_claim_rounds; ++round) {
+      PgResult claimed = exec_prepared("idem_claim", params, "claim");
+      if (PQntuples(claimed.get()) == 1) {
+        ClaimResult result;
+        result.outcome = ClaimOutcome::k_claimed;
+        result.row = ledger_detail::make_row(ResultRow(claimed.get(), 0));
+        result.attempt = result.row.attempt;
+        result.claim_token = result.row.claim_token;
+        return result;
+      }
+      std::optional<LedgerRow> row = lookup_locked(request.work_key);
+      if (!row) {
+        continue;  // forgotten in between: insert again
+      }
+      if (auto outcome = ledger_detail::classify_lost_claim(*row)) {
+        ClaimResult result;
+        result.outcome = *outcome;
+        result.attempt = row->attempt;
+        result.row = std::move(*row);
+        return result;
+      }
+    }
+    ClaimResult result;
+    result.outcome = ClaimOutcome::k_busy;
+    result.row = lookup_locked(request.work_key).value_or(LedgerRow{});
+    result.attempt = result.row.attempt;
+    return result;
+  }
+
+  bool heartbeat(const std::string& work_key, const std::string& claim_token,
+                 std::chrono::seconds lease) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    PgResult result = exec_prepared(
+        "idem_heartbeat", {work_key, claim_token, std::to_string(lease.count())}, "heartbeat");
+    return affected(result) == 1;
+  }
+
+  bool complete(const std::string& work_key, const std::string& claim_token,
+                const OutputFingerprint& fingerprint,
+                std::optional<int64_t> feature_count) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    PgResult result = exec_prepared(
+        "idem_complete",
+        {work_key, claim_token, std::to_string(fingerprint.size),
+         std::to_string(fingerprint.mtime_ns), fingerprint.sha256, fingerprint.etag,
+         text_param(feature_count)},
+        "complete");
+    if (std::string(PQgetvalue(result.get(), 0, 0)) == "1") {
+      return true;
+    }
+    // Nothing in flight under this token: a retry of a completion that did commit is true.
+    PgResult done = exec_prepared("idem_completed_by", {work_key, claim_token}, "complete");
+    return PQntuples(done.get()) == 1;
+  }
+
+  bool release(const std::string& work_key, const std::string& claim_token) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    return affected(exec_prepared("idem_release", {work_key, claim_token}, "release")) == 1;
+  }
+
+  bool invalidate(const std::string& work_key, const std::string& observed_token) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    return affected(exec_prepared("idem_invalidate", {work_key, observed_token}, "invalidate")) ==
+           1;
+  }
+
+  LedgerRow lookup(const std::string& work_key) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    if (auto row = lookup_locked(work_key)) {
+      return *row;
+    }
+    LedgerRow absent;
+    absent.work_key = work_key;
+    absent.state = RowState::k_absent;
+    return absent;
+  }
+
+  int64_t forget_output(const std::string& output_uri) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    return affected(exec_prepared("idem_forget_output", {output_uri}, "forget_output"));
+  }
+
+  int64_t forget_key(const std::string& work_key) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    return affected(exec_prepared("idem_forget_key", {work_key}, "forget_key"));
+  }
+
+  DigestCache& digest_cache() override { return m_digest_cache; }
+
+  std::vector<LedgerRow> rows(const RowFilter& filter) override {
+    std::vector<LedgerRow> result;
+    if (filter.state == RowState::k_absent) {
+      return result;
+    }
+    // The WHERE clause's shape follows the filter (so the partial index serves expired_only);
+    // every value is a parameter.
+    std::string sql = std::string("SELECT ") + k_row_columns + " FROM idem.ledger WHERE true";
+    Params params;
+    auto add = [&](const char* condition, const std::string& value) {
+      params.push_back(value);
+      sql += std::string(" AND ") + condition + " $" + std::to_string(params.size());
+    };
+    if (filter.namespace_name) {
+      add("namespace =", *filter.namespace_name);
+    }
+    if (filter.layer) {
+      add("layer =", *filter.layer);
+    }
+    if (filter.output_uri) {
+      add("output_uri =", *filter.output_uri);
+    }
+    if (filter.state == RowState::k_completed) {
+      sql += " AND completed_at IS NOT NULL";
+    }
+    if (filter.state == RowState::k_in_flight || filter.expired_only) {
+      sql += " AND completed_at IS NULL";
+    }
+    if (filter.expired_only) {
+      sql += " AND lease_expires_at <= now()";
+    }
+    sql += " ORDER BY work_key";
+    if (filter.limit) {
+      params.push_back(std::to_string(*filter.limit));
+      sql += " LIMIT $" + std::to_string(params.size());
+    }
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    PgResult rows = exec_params(sql, params, "rows");
+    for (int i = 0; i < PQntuples(rows.get()); ++i) {
+      result.push_back(ledger_detail::make_row(ResultRow(rows.get(), i)));
+    }
+    return result;
+  }
+
+  int64_t archive_completed(std::chrono::seconds older_than) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    const std::string seconds = std::to_string(older_than.count());
+    std::string columns = k_history_columns;
+    if (m_has_footprint) {
+      columns += ", footprint";
+    }
+    Transaction transaction(*this, "archive_completed");
+    // now() is fixed for the transaction: the partitions and the move use the same cutoff.
+    exec_params("SELECT idem.ensure_history_partitions(now() - make_interval(secs => $1))",
+                {seconds}, "archive_completed");
+    PgResult moved = exec_params(
+        "WITH moved AS (DELETE FROM idem.ledger WHERE completed_at < now() - make_interval(secs "
+        "=> $1) RETURNING " + columns + ") INSERT INTO idem.ledger_history (" + columns +
+            ", archived_at) SELECT " + columns + ", now() FROM moved",
+        {seconds}, "archive_completed");
+    transaction.commit();
+    return affected(moved);
+  }
+
+  double now() override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    PgResult result = exec_prepared("idem_now", {}, "now");
+    return std::strtod(PQgetvalue(result.get(), 0, 0), nullptr);
+  }
+
+  std::optional<std::string> digest_get(const std::string& path, const FileIdentity& identity) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    PgResult result = exec_prepared(
+        "idem_digest_get",
+        {path, identity_param(identity.device), identity_param(identity.inode),
+         std::to_string(identity.size), std::to_string(identity.mtime_ns),
+         std::to_string(identity.ctime_ns)},
+        "digest cache lookup");
+    if (PQntuples(result.get()) == 0) {
+      return std::nullopt;
+    }
+    return std::string(PQgetvalue(result.get(), 0, 0));
+  }
+
+  void digest_put(const std::string& path, const FileIdentity& identity,
+                  const std::string& digest) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    exec_prepared("idem_digest_put",
+                  {path, identity_param(identity.device), identity_param(identity.inode),
+                   std::to_string(identity.size), std::to_string(identity.mtime_ns),
+                   std::to_string(identity.ctime_ns), digest},
+                  "digest cache store");
+  }
+
+private:
+  // BEGIN ... COMMIT on this connection; rolls back unless committed.
+  class Transaction {
+  public:
+    Transaction(PostgresLedger& ledger, const char* what) : m_ledger(ledger), m_what(what) {
+      m_ledger.exec_params("BEGIN", {}, m_what);
+    }
+    ~Transaction() {
+      if (!m_committed && m_ledger.m_connection &&
+          PQstatus(m_ledger.m_connection.get()) == CONNECTION_OK) {
+        PgResult ignored(PQexec(m_ledger.m_connection.get(), "ROLLBACK"));
+      }
+    }
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+    void commit() {
+      m_ledger.exec_params("COMMIT", {}, m_what);
+      m_committed = true;
+    }
+
+  private:
+    PostgresLedger& m_ledger;
+    const char* m_what;
+    bool m_committed = false;
+  };
+
+  std::string scrub(const std::string& message) const {
+    return ledger_detail::scrub_secret(message, m_password);
+  }
+
+  void connect() {
+    m_connection.reset();
+    // Defaults first: the DSN (expanded from dbname) overrides them.
+    const char* keywords[] = {"application_name", "connect_timeout", "dbname", nullptr};
+    const char* values[] = {"gdal-idem", "10", m_dsn.c_str(), nullptr};
+    PgConnection connection(PQconnectdbParams(keywords, values, 1));
+    if (!connection) {
+      throw Error(ErrorKind::k_ledger, "cannot connect to the PostgreSQL ledger " + m_redacted +
+                                           ": out of memory");
+    }
+    if (PQstatus(connection.get()) != CONNECTION_OK) {
+      std::string message = PQerrorMessage(connection.get());
+      while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
+        message.pop_back();
+      }
+      throw Error(ErrorKind::k_ledger,
+                  scrub("cannot connect to the PostgreSQL ledger " + m_redacted + ": " + message));
+    }
+    m_connection = std::move(connection);
+    PgResult quiet(PQexec(m_connection.get(), "SET client_min_messages = warning"));
+    m_has_footprint = false;
+    m_prepared = false;
+  }
+
+  // Reconnect once when the previous call lost the connection.
+  void ensure_connected() {
+    if (!m_connection || PQstatus(m_connection.get()) != CONNECTION_OK) {
+      connect();
+    }
+    if (!m_prepared) {
+      prepare_statements();
+    }
+  }
+
+  [[noreturn]] void fail(const PGresult* result, const std::string& what) {
+    std::string message = result != nullptr ? PQresultErrorMessage(result) : "";
+    if (message.empty()) {
+      message = PQerrorMessage(m_connection.get());
+    }
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
+      message.pop_back();
+    }
+    if (PQstatus(m_connection.get()) != CONNECTION_OK) {
+      m_prepared = false;
+      throw Error(ErrorKind::k_ledger,
+                  scrub("the connection to the PostgreSQL ledger " + m_redacted +
+                        " was lost during " + what +
+                        " (its outcome is unknown; retrying with the same claim token is safe; "
+                        "the next call reconnects): " + message));
+    }
+    const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+    throw Error(ErrorKind::k_ledger,
+                scrub("PostgreSQL ledger " + m_redacted + ": " + what + " failed" +
+                      (state != nullptr ? std::string(" (SQLSTATE ") + state + ")" : "") + ": " +
+                      message));
+  }
+
+  static std::vector<const char*> raw_params(const Params& params) {
+    std::vector<const char*> raw;
+    raw.reserve(params.size());
+    for (const auto& param : params) {
+      raw.push_back(param ? param->c_str() : nullptr);
+    }
+    return raw;
+  }
+
+  PgResult checked(PGresult* raw, const std::string& what) {
+    PgResult result(raw);
+    const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+      fail(result.get(), what);
+    }
+    return result;
+  }
+
+  PgResult exec_prepared(const char* name, const Params& params, const std::string& what) {
+    const std::vector<const char*> raw = raw_params(params);
+    return checked(PQexecPrepared(m_connection.get(), name, static_cast<int>(raw.size()),
+                                  raw.data(), nullptr, nullptr, 0),
+                   what);
+  }
+
+  PgResult exec_params(const std::string& sql, const Params& params, const std::string& what) {
+    const std::vector<const char*> raw = raw_params(params);
+    return checked(PQexecParams(m_connection.get(), sql.c_str(), static_cast<int>(raw.size()),
+                                nullptr, raw.data(), nullptr, nullptr, 0),
+                   what);
+  }
+
+  static int64_t affected(const PgResult& result) {
+    const char* tuples = PQcmdTuples(result.get());
+    return tuples[0] == '\0' ? 0 : std::strtoll(tuples, nullptr, 10);
+  }
+
+  bool schema_exists() {
+    PgResult result = exec_params("SELECT to_regclass('idem.schema_version') IS NOT NULL", {},
+                                  "reading the schema version");
+    return std::string(PQgetvalue(result.get(), 0, 0)) == "t";
+  }
+
+  std::vector<int> applied_versions() {
+    std::vector<int> versions;
+    if (!schema_exists()) {
+      return versions;
+    }
+    PgResult result = exec_params("SELECT version FROM idem.schema_version ORDER BY version", {},
+                                  "reading the schema version");
+    for (int i = 0; i < PQntuples(result.get()); ++i) {
+      versions.push_back(std::atoi(PQgetvalue(result.get(), i, 0)));
+    }
+    return versions;
+  }
+
+  bool extension_installed(const std::string& name) {
+    PgResult result =
+        exec_params("SELECT 1 FROM pg_extension WHERE extname = $1", {name}, "migration");
+    return PQntuples(result.get()) == 1;
+  }
+
+  // Pending migrations that can apply now (conditional ones only when their extension exists).
+  std::vector<Migration> applicable_migrations(MigrationReport* report) {
+    const std::vector<int> applied = applied_versions();
+    std::vector<Migration> pending;
+    for (Migration& migration : migrations("postgresql")) {
+      if (std::find(applied.begin(), applied.end(), migration.version) != applied.end()) {
+        continue;
+      }
+      if (migration.requires_extension && !extension_installed(*migration.requires_extension)) {
+        if (report != nullptr) {
+          report->skipped.push_back(migration.name);
+        }
+        continue;
+      }
+      pending.push_back(std::move(migration));
+    }
+    return pending;
+  }
+
+  MigrationReport migrate_locked() {
+    MigrationReport report;
+    {
+      Transaction transaction(*this, "migration");
+      exec_params("SELECT pg_advisory_xact_lock($1)", {std::string(k_migration_lock)},
+                  "migration");
+      for (const Migration& migration : applicable_migrations(&report)) {
+        checked(PQexec(m_connection.get(), migration.sql.c_str()), "migration " + migration.name);
+        exec_params("INSERT INTO idem.schema_version (version, name) VALUES ($1, $2)",
+                    {std::to_string(migration.version), migration.name}, "migration");
+        report.applied.push_back(migration.name);
+      }
+      transaction.commit();
+    }
+    const std::vector<int> versions = applied_versions();
+    report.schema_version = versions.empty() ? 0 : versions.back();
+    if (!report.applied.empty()) {
+      m_prepared = false;  // the columns may have changed (footprint)
+      prepare_statements();
+    }
+    return report;
+  }
+
+  // On open: apply what is pending when this user may; a worker role without DDL rights keeps
+  // working on an initialised schema.
+  void lazy_migrate() {
+    if (applicable_migrations(nullptr).empty()) {
+      ensure_connected();
+      return;
+    }
+    try {
+      migrate_locked();
+    } catch (const Error& error) {
+      if (PQstatus(m_connection.get()) != CONNECTION_OK) {
+        throw;
+      }
+      const std::vector<int> versions = applied_versions();
+      if (versions.empty()) {
+        throw Error(ErrorKind::k_ledger,
+                    std::string("the PostgreSQL ledger ") + m_redacted +
+                        " has no idem schema and this user cannot create it; run `gdal-idem "
+                        "init` as the schema owner (" + error.what() + ")");
+      }
+    }
+    ensure_connected();
+  }
+
+  void prepare(const char* name, const std::string& sql) {
+    checked(PQprepare(m_connection.get(), name, sql.c_str(), 0, nullptr),
+            std::string("preparing ") + name);
+  }
+
+  void prepare_statements() {
+    PgResult ignored(PQexec(m_connection.get(), "DEALLOCATE ALL"));
+    PgResult footprint = exec_params(
+        "SELECT n.nspname FROM pg_attribute a, pg_extension e, pg_namespace n "
+        "WHERE a.attrelid = to_regclass('idem.ledger') AND a.attname = 'footprint' "
+        "AND NOT a.attisdropped AND e.extname = 'postgis' AND n.oid = e.extnamespace",
+        {}, "reading the schema");
+    m_has_footprint = PQntuples(footprint.get()) == 1;
+    std::string columns = "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, "
+                          "lease_expires_at, attempt, claim_token, worker_host, worker_pid, "
+                          "output_uri, work_json";
+    std::string values = "$1, $2, $3, $4, $5, $6, now(), now() + make_interval(secs => $7), 1, "
+                         "$8, $9, $10, $11, $12";
+    std::string footprint_update;
+    if (m_has_footprint) {
+      // Qualified with PostGIS's own schema: works whatever the search_path.
+      const std::string schema = PQgetvalue(footprint.get(), 0, 0);
+      std::unique_ptr<char, decltype(&PQfreemem)> quoted(
+          PQescapeIdentifier(m_connection.get(), schema.c_str(), schema.size()), &PQfreemem);
+      const std::string postgis = quoted ? quoted.get() : "public";
+      columns += ", footprint";
+      values += ", " + postgis + ".ST_Multi(" + postgis + ".ST_GeomFromText($13::text, 4326))";
+      footprint_update = ", footprint = EXCLUDED.footprint";
+    }
+    const std::string claim_sql =
+        "INSERT INTO idem.ledger AS l (" + columns + ") VALUES (" + values +
+        ") ON CONFLICT ON CONSTRAINT ledger_pk DO UPDATE SET "
+        "namespace = EXCLUDED.namespace, layer = EXCLUDED.layer, tile_z = EXCLUDED.tile_z, "
+        "tile_x = EXCLUDED.tile_x, tile_y = EXCLUDED.tile_y, claimed_at = EXCLUDED.claimed_at, "
+        "lease_expires_at = EXCLUDED.lease_expires_at, completed_at = NULL, "
+        "superseded_at = NULL, released_at = NULL, "
+        "attempt = CASE WHEN l.claim_token = EXCLUDED.claim_token THEN l.attempt "
+        "ELSE l.attempt + 1 END, claim_token = EXCLUDED.claim_token, "
+        "worker_host = EXCLUDED.worker_host, worker_pid = EXCLUDED.worker_pid, "
+        "output_uri = EXCLUDED.output_uri, work_json = EXCLUDED.work_json, output_size = NULL, "
+        "output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, "
+        "feature_count = NULL" + footprint_update +
+        " WHERE (l.completed_at IS NULL AND (l.lease_expires_at <= now() "
+        "OR l.claim_token = EXCLUDED.claim_token)) OR l.superseded_at IS NOT NULL "
+        "RETURNING " + k_row_columns;
+    prepare("idem_claim", claim_sql);
+    prepare("idem_heartbeat", k_heartbeat_sql);
+    prepare("idem_complete", k_complete_sql);
+    prepare("idem_completed_by", k_completed_by_sql);
+    prepare("idem_release", k_release_sql);
+    prepare("idem_invalidate", k_invalidate_sql);
+    prepare("idem_lookup",
+            std::string("SELECT ") + k_row_columns + " FROM idem.ledger WHERE work_key = $1");
+    prepare("idem_forget_output", k_forget_output_sql);
+    prepare("idem_forget_key", k_forget_key_sql);
+    prepare("idem_now", k_now_sql);
+    prepare("idem_digest_get", k_digest_get_sql);
+    prepare("idem_digest_put", k_digest_put_sql);
+    m_prepared = true;
+  }
+
+  std::optional<LedgerRow> lookup_locked(const std::string& work_key) {
+    PgResult result = exec_prepared("idem_lookup", {work_key}, "lookup");
+    if (PQntuples(result.get()) == 0) {
+      return std::nullopt;
+    }
+    return ledger_detail::make_row(ResultRow(result.get(), 0));
+  }
+
+  std::string m_dsn;
+  std::string m_redacted;
+  std::string m_password;
+  std::mutex m_mutex;
+  PgConnection m_connection;
+  bool m_prepared = false;
+  bool m_has_footprint = false;
+  PostgresDigestCache m_digest_cache;
+};
+
+std::optional<std::string> PostgresDigestCache::get(const std::string& path,
+                                                    const FileIdentity& identity) {
+  return m_ledger.digest_get(path, identity);
+}
+
+void PostgresDigestCache::put(const std::string& path, const FileIdentity& identity,
+                              const std::string& digest) {
+  m_ledger.digest_put(path, identity, digest);
+}
+
+}  // namespace
+
+namespace ledger_detail {
+
+std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn) {
+  return std::make_unique<PostgresLedger>(dsn);
+}
+
+}  // namespace ledger_detail
+
+}  // namespace idem

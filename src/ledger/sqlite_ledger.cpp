@@ -1,0 +1,637 @@
+// The SQLite ledger backend: the embedded default for one machine and many processes. WAL, a busy
+// timeout on every connection, claims as one UPSERT ... RETURNING statement, multi-statement
+// changes under BEGIN IMMEDIATE, so contention waits instead of failing. Times come from
+// SQLite's clock inside the statements ("the database clock" of a one-machine ledger).
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/error.hpp"
+#include "ledger/ledger.hpp"
+#include "ledger/ledger_internal.hpp"
+
+namespace idem {
+
+namespace {
+
+// Unix seconds (UTC, millisecond resolution); 'now' is fixed within one sqlite3_step().
+#define IDEM_SQLITE_NOW "((julianday('now') - 2440587.5) * 86400.0)"
+
+constexpr int k_busy_timeout_ms = 60000;
+
+constexpr const char* k_row_columns =
+    "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, "
+    "worker_pid, output_uri, output_size, output_mtime_ns, output_sha256, output_etag, "
+    "feature_count, work_json, claimed_at, lease_expires_at, completed_at, superseded_at, "
+    "released_at, lease_expires_at - " IDEM_SQLITE_NOW;
+
+constexpr const char* k_history_columns =
+    "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, lease_expires_at, "
+    "completed_at, superseded_at, released_at, attempt, claim_token, worker_host, worker_pid, "
+    "output_uri, output_size, output_mtime_ns, output_sha256, output_etag, feature_count, "
+    "work_json";
+
+constexpr const char* k_claim_sql =
+    "INSERT INTO ledger (work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, "
+    "lease_expires_at, attempt, claim_token, worker_host, worker_pid, output_uri, work_json) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, " IDEM_SQLITE_NOW ", " IDEM_SQLITE_NOW " + ?7, 1, ?8, ?9, "
+    "?10, ?11, ?12) "
+    "ON CONFLICT (work_key) DO UPDATE SET "
+    "namespace = excluded.namespace, layer = excluded.layer, tile_z = excluded.tile_z, "
+    "tile_x = excluded.tile_x, tile_y = excluded.tile_y, claimed_at = excluded.claimed_at, "
+    "lease_expires_at = excluded.lease_expires_at, completed_at = NULL, superseded_at = NULL, "
+    "released_at = NULL, "
+    "attempt = CASE WHEN ledger.claim_token = excluded.claim_token THEN ledger.attempt "
+    "ELSE ledger.attempt + 1 END, "
+    "claim_token = excluded.claim_token, worker_host = excluded.worker_host, "
+    "worker_pid = excluded.worker_pid, output_uri = excluded.output_uri, "
+    "work_json = excluded.work_json, output_size = NULL, output_mtime_ns = NULL, "
+    "output_sha256 = NULL, output_etag = NULL, feature_count = NULL "
+    "WHERE (ledger.completed_at IS NULL AND (ledger.lease_expires_at <= excluded.claimed_at "
+    "OR ledger.claim_token = excluded.claim_token)) OR ledger.superseded_at IS NOT NULL "
+    "RETURNING attempt, claim_token";
+
+constexpr const char* k_heartbeat_sql =
+    "UPDATE ledger SET lease_expires_at = max(" IDEM_SQLITE_NOW " + ?3, claimed_at) "
+    "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NULL AND released_at IS NULL";
+
+constexpr const char* k_complete_sql =
+    "UPDATE ledger SET completed_at = max(" IDEM_SQLITE_NOW ", claimed_at), output_size = ?3, "
+    "output_mtime_ns = ?4, output_sha256 = ?5, output_etag = ?6, feature_count = ?7 "
+    "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NULL AND released_at IS NULL "
+    "RETURNING output_uri, completed_at";
+
+constexpr const char* k_supersede_sql =
+    "UPDATE ledger SET superseded_at = ?3 WHERE output_uri = ?1 AND work_key <> ?2 "
+    "AND completed_at IS NOT NULL AND superseded_at IS NULL";
+
+constexpr const char* k_completed_by_sql =
+    "SELECT 1 FROM ledger WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NOT NULL";
+
+constexpr const char* k_release_sql =
+    "UPDATE ledger SET lease_expires_at = max(" IDEM_SQLITE_NOW ", claimed_at), "
+    "released_at = max(" IDEM_SQLITE_NOW ", claimed_at) "
+    "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NULL AND released_at IS NULL";
+
+constexpr const char* k_invalidate_sql =
+    "UPDATE ledger SET completed_at = NULL, superseded_at = NULL, "
+    "released_at = max(" IDEM_SQLITE_NOW ", claimed_at), "
+    "lease_expires_at = max(" IDEM_SQLITE_NOW ", claimed_at), output_size = NULL, "
+    "output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, feature_count = NULL "
+    "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NOT NULL";
+
+constexpr const char* k_digest_get_sql =
+    "SELECT digest FROM source_digest WHERE path = ?1 AND device = ?2 AND inode = ?3 "
+    "AND size = ?4 AND mtime_ns = ?5 AND ctime_ns = ?6";
+
+constexpr const char* k_digest_put_sql =
+    "INSERT INTO source_digest (path, device, inode, size, mtime_ns, ctime_ns, digest, "
+    "recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, " IDEM_SQLITE_NOW ") "
+    "ON CONFLICT (path) DO UPDATE SET device = excluded.device, inode = excluded.inode, "
+    "size = excluded.size, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, "
+    "digest = excluded.digest, recorded_at = excluded.recorded_at";
+
+struct SqliteCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+struct StatementFinalizer {
+  void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
+};
+using SqliteHandle = std::unique_ptr<sqlite3, SqliteCloser>;
+using StatementHandle = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
+
+// One use of a cached prepared statement: binds, steps, reads; resets and clears on scope exit.
+class Query {
+public:
+  Query(sqlite3* db, sqlite3_stmt* statement, const std::string& context)
+      : m_db(db), m_statement(statement), m_context(context) {}
+  ~Query() {
+    sqlite3_reset(m_statement);
+    sqlite3_clear_bindings(m_statement);
+  }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+
+  Query& bind(int index, const std::string& value) {
+    return check(sqlite3_bind_text(m_statement, index, value.data(),
+                                   static_cast<int>(value.size()), SQLITE_TRANSIENT));
+  }
+  Query& bind(int index, int64_t value) {
+    return check(sqlite3_bind_int64(m_statement, index, value));
+  }
+  Query& bind(int index, double value) {
+    return check(sqlite3_bind_double(m_statement, index, value));
+  }
+  template <class T>
+  Query& bind(int index, const std::optional<T>& value) {
+    if (value) {
+      return bind(index, *value);
+    }
+    return check(sqlite3_bind_null(m_statement, index));
+  }
+
+  // True while there is a row.
+  bool step() {
+    const int rc = sqlite3_step(m_statement);
+    if (rc == SQLITE_ROW) {
+      return true;
+    }
+    if (rc == SQLITE_DONE) {
+      return false;
+    }
+    throw Error(ErrorKind::k_ledger, m_context + ": " + sqlite3_errmsg(m_db));
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+
+  bool is_null(int i) const { return sqlite3_column_type(m_statement, i) == SQLITE_NULL; }
+  std::string text(int i) const {
+    const auto* data = sqlite3_column_text(m_statement, i);
+    return data == nullptr ? std::string()
+                           : std::string(reinterpret_cast<const char*>(data),
+                                         static_cast<size_t>(sqlite3_column_bytes(m_statement, i)));
+  }
+  int64_t integer(int i) const { return sqlite3_column_int64(m_statement, i); }
+  double real(int i) const { return sqlite3_column_double(m_statement, i); }
+
+private:
+  Query& check(int rc) {
+    if (rc != SQLITE_OK) {
+      throw Error(ErrorKind::k_ledger, m_context + ": " + sqlite3_errmsg(m_db));
+    }
+    return *this;
+  }
+
+  sqlite3* m_db;
+  sqlite3_stmt* m_statement;
+  const std::string& m_context;
+};
+
+void make_directories(const std::string& path) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    const std::string directory = path.substr(0, slash);
+    if (mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) {
+      throw Error(ErrorKind::k_ledger,
+                  "cannot create directory " + directory + " for the SQLite ledger: " +
+                      std::strerror(errno));
+    }
+  }
+}
+
+class SqliteLedger;
+
+class SqliteDigestCache : public DigestCache {
+public:
+  explicit SqliteDigestCache(SqliteLedger& ledger) : m_ledger(ledger) {}
+  std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
+  void put(const std::string& path, const FileIdentity& identity,
+           const std::string& digest) override;
+
+private:
+  SqliteLedger& m_ledger;
+};
+
+class SqliteLedger : public Ledger {
+public:
+  explicit SqliteLedger(const std::string& path) : m_path(path), m_digest_cache(*this) {
+    m_context = "SQLite ledger " + path;
+    if (path != ":memory:" && path.find('/') != std::string::npos) {
+      make_directories(path);
+    }
+    sqlite3* raw = nullptr;
+    const int rc = sqlite3_open_v2(path.c_str(), &raw,
+                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                       SQLITE_OPEN_NOMUTEX,
+                                   nullptr);
+    m_db.reset(raw);
+    if (rc != SQLITE_OK) {
+      throw Error(ErrorKind::k_ledger,
+                  "cannot open the " + m_context + ": " +
+                      (raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+    }
+    sqlite3_extended_result_codes(m_db.get(), 1);
+    // Contention waits (up to a minute) instead of failing with SQLITE_BUSY.
+    sqlite3_busy_timeout(m_db.get(), k_busy_timeout_ms);
+    exec("PRAGMA journal_mode = WAL");
+    // WAL + NORMAL: durable across process crashes; a power loss may roll back the last commits
+    // (the work is then redone), never corrupts.
+    exec("PRAGMA synchronous = NORMAL");
+    if (pending_migrations()) {
+      migrate();
+    }
+  }
+
+  std::string backend_name() const override { return "sqlite"; }
+
+  MigrationReport migrate() override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    MigrationReport report;
+    Transaction transaction(*this);
+    const std::vector<int> applied = applied_versions();
+    for (const Migration& migration : migrations("sqlite")) {
+      if (std::find(applied.begin(), applied.end(), migration.version) != applied.end()) {
+        continue;
+      }
+      if (migration.requires_extension) {
+        report.skipped.push_back(migration.name);
+        continue;
+      }
+      exec(migration.sql, "migration " + migration.name);
+      Query insert(m_db.get(), statement("INSERT INTO schema_version (version, name) "
+                                         "VALUES (?1, ?2)"),
+                   m_context);
+      insert.bind(1, static_cast<int64_t>(migration.version)).bind(2, migration.name).run();
+      report.applied.push_back(migration.name);
+    }
+    transaction.commit();
+    report.schema_version = schema_version_locked();
+    return report;
+  }
+
+  int schema_version() override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    return schema_version_locked();
+  }
+
+  bool has_footprints() override { return false; }
+
+  ClaimResult claim(const ClaimRequest& request) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    for (int round = 0; round < ledger_detail::k_claim_rounds; ++round) {
+      {
+        Query query(m_db.get(), statement(k_claim_sql), m_context);
+        query.bind(1, request.work_key).bind(2, request.namespace_name).bind(3, request.layer);
+        if (request.tile) {
+          query.bind(4, static_cast<int64_t>(request.tile->z))
+              .bind(5, static_cast<int64_t>(request.tile->x))
+              .bind(6, static_cast<int64_t>(request.tile->y));
+        }
+        query.bind(7, static_cast<double>(request.lease.count()))
+            .bind(8, request.claim_token)
+            .bind(9, request.worker_host)
+            .bind(10, request.worker_pid)
+            .bind(11, request.output_uri)
+            .bind(12, request.work_json);
+        if (query.step()) {
+          ClaimResult result;
+          result.outcome = ClaimOutcome::k_claimed;
+          result.attempt = query.integer(0);
+          result.claim_token = query.text(1);
+          query.run();
+          result.row = lookup_locked(request.work_key).value_or(LedgerRow{});
+          return result;
+        }
+      }
+      std::optional<LedgerRow> row = lookup_locked(request.work_key);
+      if (!row) {
+        continue;  // forgotten in between: insert again
+      }
+      if (auto outcome = ledger_detail::classify_lost_claim(*row)) {
+        ClaimResult result;
+        result.outcome = *outcome;
+        result.attempt = row->attempt;
+        result.row = std::move(*row);
+        return result;
+      }
+    }
+    ClaimResult result;
+    result.outcome = ClaimOutcome::k_busy;
+    result.row = lookup_locked(request.work_key).value_or(LedgerRow{});
+    result.attempt = result.row.attempt;
+    return result;
+  }
+
+  bool heartbeat(const std::string& work_key, const std::string& claim_token,
+                 std::chrono::seconds lease) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement(k_heartbeat_sql), m_context);
+    query.bind(1, work_key).bind(2, claim_token).bind(3, static_cast<double>(lease.count()));
+    query.run();
+    return sqlite3_changes(m_db.get()) == 1;
+  }
+
+  bool complete(const std::string& work_key, const std::string& claim_token,
+                const OutputFingerprint& fingerprint,
+                std::optional<int64_t> feature_count) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Transaction transaction(*this);
+    std::string output_uri;
+    double completed_at = 0;
+    {
+      Query query(m_db.get(), statement(k_complete_sql), m_context);
+      query.bind(1, work_key)
+          .bind(2, claim_token)
+          .bind(3, fingerprint.size)
+          .bind(4, fingerprint.mtime_ns)
+          .bind(5, fingerprint.sha256)
+          .bind(6, fingerprint.etag)
+          .bind(7, feature_count);
+      if (!query.step()) {
+        // Nothing in flight under this token: a retry of a completion that did commit is true.
+        Query done(m_db.get(), statement(k_completed_by_sql), m_context);
+        done.bind(1, work_key).bind(2, claim_token);
+        return done.step();
+      }
+      output_uri = query.text(0);
+      completed_at = query.real(1);
+      query.run();
+    }
+    Query supersede(m_db.get(), statement(k_supersede_sql), m_context);
+    supersede.bind(1, output_uri).bind(2, work_key).bind(3, completed_at).run();
+    transaction.commit();
+    return true;
+  }
+
+  bool release(const std::string& work_key, const std::string& claim_token) override {
+    return fenced_update(k_release_sql, work_key, claim_token);
+  }
+
+  bool invalidate(const std::string& work_key, const std::string& observed_token) override {
+    return fenced_update(k_invalidate_sql, work_key, observed_token);
+  }
+
+  LedgerRow lookup(const std::string& work_key) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (auto row = lookup_locked(work_key)) {
+      return *row;
+    }
+    LedgerRow absent;
+    absent.work_key = work_key;
+    absent.state = RowState::k_absent;
+    return absent;
+  }
+
+  int64_t forget_output(const std::string& output_uri) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement("DELETE FROM ledger WHERE output_uri = ?1"), m_context);
+    query.bind(1, output_uri).run();
+    return sqlite3_changes(m_db.get());
+  }
+
+  int64_t forget_key(const std::string& work_key) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement("DELETE FROM ledger WHERE work_key = ?1"), m_context);
+    query.bind(1, work_key).run();
+    return sqlite3_changes(m_db.get());
+  }
+
+  DigestCache& digest_cache() override { return m_digest_cache; }
+
+  std::vector<LedgerRow> rows(const RowFilter& filter) override {
+    std::vector<LedgerRow> result;
+    if (filter.state == RowState::k_absent) {
+      return result;
+    }
+    // The WHERE clause's shape follows the filter (so the partial index serves expired_only);
+    // every value is a parameter.
+    std::string sql = std::string("SELECT ") + k_row_columns + " FROM ledger WHERE 1 = 1";
+    if (filter.namespace_name) {
+      sql += " AND namespace = ?1";
+    }
+    if (filter.layer) {
+      sql += " AND layer = ?2";
+    }
+    if (filter.output_uri) {
+      sql += " AND output_uri = ?3";
+    }
+    if (filter.state == RowState::k_completed) {
+      sql += " AND completed_at IS NOT NULL";
+    }
+    if (filter.state == RowState::k_in_flight || filter.expired_only) {
+      sql += " AND completed_at IS NULL";
+    }
+    if (filter.expired_only) {
+      sql += " AND lease_expires_at <= " IDEM_SQLITE_NOW;
+    }
+    sql += " ORDER BY work_key LIMIT ?4";
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement(sql), m_context);
+    if (filter.namespace_name) {
+      query.bind(1, *filter.namespace_name);
+    }
+    if (filter.layer) {
+      query.bind(2, *filter.layer);
+    }
+    if (filter.output_uri) {
+      query.bind(3, *filter.output_uri);
+    }
+    query.bind(4, filter.limit.value_or(-1));
+    while (query.step()) {
+      result.push_back(ledger_detail::make_row(query));
+    }
+    return result;
+  }
+
+  int64_t archive_completed(std::chrono::seconds older_than) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Transaction transaction(*this);
+    double cutoff = 0;
+    {
+      Query query(m_db.get(), statement("SELECT " IDEM_SQLITE_NOW " - ?1"), m_context);
+      query.bind(1, static_cast<double>(older_than.count()));
+      query.step();
+      cutoff = query.real(0);
+      query.run();
+    }
+    const std::string insert_sql = std::string("INSERT INTO ledger_history (") +
+                                   k_history_columns + ", archived_at) SELECT " +
+                                   k_history_columns + ", " IDEM_SQLITE_NOW
+                                   " FROM ledger WHERE completed_at IS NOT NULL "
+                                   "AND completed_at < ?1";
+    {
+      Query insert(m_db.get(), statement(insert_sql), m_context);
+      insert.bind(1, cutoff).run();
+    }
+    Query remove(m_db.get(),
+                 statement("DELETE FROM ledger WHERE completed_at IS NOT NULL "
+                           "AND completed_at < ?1"),
+                 m_context);
+    remove.bind(1, cutoff).run();
+    const int64_t moved = sqlite3_changes(m_db.get());
+    transaction.commit();
+    return moved;
+  }
+
+  double now() override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement("SELECT " IDEM_SQLITE_NOW), m_context);
+    query.step();
+    const double value = query.real(0);
+    query.run();
+    return value;
+  }
+
+  std::optional<std::string> digest_get(const std::string& path, const FileIdentity& identity) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement(k_digest_get_sql), m_context);
+    bind_identity(query.bind(1, path), identity);
+    if (!query.step()) {
+      return std::nullopt;
+    }
+    std::string digest = query.text(0);
+    query.run();
+    return digest;
+  }
+
+  void digest_put(const std::string& path, const FileIdentity& identity,
+                  const std::string& digest) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement(k_digest_put_sql), m_context);
+    bind_identity(query.bind(1, path), identity);
+    query.bind(7, digest).run();
+  }
+
+private:
+  // BEGIN IMMEDIATE takes the write lock up front (waiting on the busy timeout), so a
+  // transaction never fails half way on a lock upgrade. Rolls back unless committed.
+  class Transaction {
+  public:
+    explicit Transaction(SqliteLedger& ledger) : m_ledger(ledger) {
+      m_ledger.exec("BEGIN IMMEDIATE");
+    }
+    ~Transaction() {
+      if (!m_committed) {
+        sqlite3_exec(m_ledger.m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+      }
+    }
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+    void commit() {
+      m_ledger.exec("COMMIT");
+      m_committed = true;
+    }
+
+  private:
+    SqliteLedger& m_ledger;
+    bool m_committed = false;
+  };
+
+  static void bind_identity(Query& query, const FileIdentity& identity) {
+    query.bind(2, static_cast<int64_t>(identity.device))
+        .bind(3, static_cast<int64_t>(identity.inode))
+        .bind(4, identity.size)
+        .bind(5, identity.mtime_ns)
+        .bind(6, identity.ctime_ns);
+  }
+
+  void exec(const std::string& sql, const std::string& what = "") {
+    char* message = nullptr;
+    if (sqlite3_exec(m_db.get(), sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+      const std::string text = message != nullptr ? message : sqlite3_errmsg(m_db.get());
+      sqlite3_free(message);
+      throw Error(ErrorKind::k_ledger,
+                  m_context + ": " + (what.empty() ? sql : what) + ": " + text);
+    }
+  }
+
+  sqlite3_stmt* statement(const std::string& sql) {
+    auto found = m_statements.find(sql);
+    if (found != m_statements.end()) {
+      return found->second.get();
+    }
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v3(m_db.get(), sql.c_str(), static_cast<int>(sql.size()),
+                           SQLITE_PREPARE_PERSISTENT, &raw, nullptr) != SQLITE_OK) {
+      throw Error(ErrorKind::k_ledger, m_context + ": cannot prepare a statement: " +
+                                           sqlite3_errmsg(m_db.get()));
+    }
+    m_statements.emplace(sql, StatementHandle(raw));
+    return raw;
+  }
+
+  bool has_schema_version_table() {
+    Query query(m_db.get(),
+                statement("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                          "AND name = 'schema_version'"),
+                m_context);
+    return query.step();
+  }
+
+  std::vector<int> applied_versions() {
+    std::vector<int> versions;
+    if (!has_schema_version_table()) {
+      return versions;
+    }
+    Query query(m_db.get(), statement("SELECT version FROM schema_version ORDER BY version"),
+                m_context);
+    while (query.step()) {
+      versions.push_back(static_cast<int>(query.integer(0)));
+    }
+    return versions;
+  }
+
+  int schema_version_locked() {
+    const std::vector<int> versions = applied_versions();
+    return versions.empty() ? 0 : versions.back();
+  }
+
+  bool pending_migrations() {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    const std::vector<int> applied = applied_versions();
+    for (const Migration& migration : migrations("sqlite")) {
+      if (!migration.requires_extension &&
+          std::find(applied.begin(), applied.end(), migration.version) == applied.end()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::optional<LedgerRow> lookup_locked(const std::string& work_key) {
+    static const std::string sql =
+        std::string("SELECT ") + k_row_columns + " FROM ledger WHERE work_key = ?1";
+    Query query(m_db.get(), statement(sql), m_context);
+    query.bind(1, work_key);
+    if (!query.step()) {
+      return std::nullopt;
+    }
+    LedgerRow row = ledger_detail::make_row(query);
+    query.run();
+    return row;
+  }
+
+  bool fenced_update(const char* sql, const std::string& work_key, const std::string& token) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement(sql), m_context);
+    query.bind(1, work_key).bind(2, token).run();
+    return sqlite3_changes(m_db.get()) == 1;
+  }
+
+  std::string m_path;
+  std::string m_context;
+  std::mutex m_mutex;
+  SqliteHandle m_db;
+  std::unordered_map<std::string, StatementHandle> m_statements;
+  SqliteDigestCache m_digest_cache;
+};
+
+std::optional<std::string> SqliteDigestCache::get(const std::string& path,
+                                                  const FileIdentity& identity) {
+  return m_ledger.digest_get(path, identity);
+}
+
+void SqliteDigestCache::put(const std::string& path, const FileIdentity& identity,
+                            const std::string& digest) {
+  m_ledger.digest_put(path, identity, digest);
+}
+
+}  // namespace
+
+namespace ledger_detail {
+
+std::unique_ptr<Ledger> open_sqlite_ledger(const std::string& path) {
+  return std::make_unique<SqliteLedger>(path);
+}
+
+}  // namespace ledger_detail
+
+}  // namespace idem

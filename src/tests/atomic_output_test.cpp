@@ -1,0 +1,288 @@
+// Unit tests of the commit protocol (core/atomic_output): what commit() publishes and in which
+// order, that nothing is published without it, and the errors for unusable directories.
+#include "core/atomic_output.hpp"
+#include "core/error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <dirent.h>
+#include <sched.h>
+#include <sys/inotify.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+
+using idem::AtomicOutput;
+using idem::Error;
+using idem::ErrorKind;
+
+class AtomicOutputTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/idem-atomic-output-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    m_dir = pattern;
+  }
+  void TearDown() override {
+    const std::string command = "rm -rf '" + m_dir + "'";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+  }
+
+  std::string path(const std::string& name) const { return m_dir + "/" + name; }
+
+  std::string m_dir;
+};
+
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat info {};
+  return ::lstat(path.c_str(), &info) == 0;
+}
+
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* handle = ::opendir(dir.c_str())) {
+    while (const dirent* entry = ::readdir(handle)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") {
+        names.push_back(name);
+      }
+    }
+    ::closedir(handle);
+  }
+  return names;
+}
+
+bool has_temp_dir(const std::string& dir) {
+  for (const auto& name : entries(dir)) {
+    if (name.rfind(idem::k_temp_prefix, 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The names moved into `dir`, in the order the kernel reports the renames.
+std::vector<std::string> read_moved_to(int inotify_fd) {
+  std::vector<std::string> names;
+  alignas(inotify_event) char buffer[8192];
+  for (;;) {
+    const ssize_t got = ::read(inotify_fd, buffer, sizeof(buffer));
+    if (got <= 0) {
+      break;
+    }
+    for (ssize_t offset = 0; offset < got;) {
+      const auto* event = reinterpret_cast<const inotify_event*>(buffer + offset);
+      if ((event->mask & IN_MOVED_TO) != 0 && event->len > 0) {
+        names.emplace_back(event->name);
+      }
+      offset += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+    }
+  }
+  return names;
+}
+
+TEST_F(AtomicOutputTest, TempPathKeepsBasenameInsideTempDirBesideFinal) {
+  AtomicOutput output(path("tile.tif"), "tok1");
+  EXPECT_EQ(output.final_path(), path("tile.tif"));
+  EXPECT_EQ(output.temp_dir(), path(".idem-tmp-tok1"));
+  EXPECT_EQ(output.temp_path(), path(".idem-tmp-tok1/tile.tif"));
+  struct stat info {};
+  ASSERT_EQ(::stat(output.temp_dir().c_str(), &info), 0);
+  EXPECT_TRUE(S_ISDIR(info.st_mode));
+}
+
+TEST_F(AtomicOutputTest, CommitPublishesEveryFilePrimaryLast) {
+  const int inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ASSERT_GE(inotify_fd, 0);
+  ASSERT_GE(::inotify_add_watch(inotify_fd, m_dir.c_str(), IN_MOVED_TO), 0);
+
+  AtomicOutput output(path("out.tif"), "tok2");
+  // Sidecars named by the driver after the primary's basename; some sort after it, some before.
+  write_file(output.temp_dir() + "/out.tif.aux.xml", "aux");
+  write_file(output.temp_path(), "primary");
+  write_file(output.temp_dir() + "/out.tif.ovr", "ovr");
+  write_file(output.temp_dir() + "/a.msk", "mask");
+
+  const std::vector<std::string> published = output.commit();
+
+  ASSERT_EQ(published.size(), 4u);
+  EXPECT_EQ(published.back(), path("out.tif"));
+  EXPECT_EQ(read_file(path("out.tif")), "primary");
+  EXPECT_EQ(read_file(path("out.tif.aux.xml")), "aux");
+  EXPECT_EQ(read_file(path("out.tif.ovr")), "ovr");
+  EXPECT_EQ(read_file(path("a.msk")), "mask");
+
+  const std::vector<std::string> moved = read_moved_to(inotify_fd);
+  ::close(inotify_fd);
+  ASSERT_EQ(moved.size(), 4u);
+  EXPECT_EQ(moved.back(), "out.tif") << "the primary must be renamed into place last";
+}
+
+TEST_F(AtomicOutputTest, NoTemporaryLeftAfterCommit) {
+  {
+    AtomicOutput output(path("x.tif"), "tok3");
+    write_file(output.temp_path(), "data");
+    output.commit(/*durable=*/false);
+    EXPECT_FALSE(exists(output.temp_dir()));
+  }
+  EXPECT_FALSE(has_temp_dir(m_dir));
+  EXPECT_EQ(entries(m_dir), std::vector<std::string>{"x.tif"});
+}
+
+TEST_F(AtomicOutputTest, CommitReplacesAnExistingOutput) {
+  write_file(path("x.tif"), "old");
+  AtomicOutput output(path("x.tif"), "tok4");
+  write_file(output.temp_path(), "new");
+  EXPECT_EQ(read_file(path("x.tif")), "old") << "nothing changes before commit";
+  output.commit();
+  EXPECT_EQ(read_file(path("x.tif")), "new");
+}
+
+TEST_F(AtomicOutputTest, DestructorCleansUpAndNeverPublishes) {
+  std::string temp_dir;
+  {
+    AtomicOutput output(path("x.tif"), "tok5");
+    temp_dir = output.temp_dir();
+    write_file(output.temp_path(), "partial");
+    write_file(output.temp_dir() + "/x.tif.aux.xml", "aux");
+    ASSERT_EQ(::mkdir((output.temp_dir() + "/nested").c_str(), 0755), 0);
+    write_file(output.temp_dir() + "/nested/f", "f");
+  }
+  EXPECT_FALSE(exists(temp_dir));
+  EXPECT_FALSE(exists(path("x.tif")));
+  EXPECT_TRUE(entries(m_dir).empty());
+}
+
+TEST_F(AtomicOutputTest, CommitWithoutPrimaryFailsAndPublishesNothing) {
+  {
+    AtomicOutput output(path("x.tif"), "tok6");
+    write_file(output.temp_dir() + "/x.tif.aux.xml", "aux");
+    try {
+      output.commit();
+      FAIL() << "commit without the primary file must throw";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::k_io);
+      EXPECT_NE(std::string(error.what()).find("x.tif"), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_TRUE(entries(m_dir).empty());
+}
+
+TEST_F(AtomicOutputTest, CommitTwiceIsAnError) {
+  AtomicOutput output(path("x.tif"), "tok7");
+  write_file(output.temp_path(), "data");
+  output.commit(false);
+  EXPECT_THROW(output.commit(false), Error);
+  EXPECT_EQ(read_file(path("x.tif")), "data");
+}
+
+TEST_F(AtomicOutputTest, MissingDirectorySaysCreateItFirst) {
+  const std::string missing = path("no/such/dir");
+  try {
+    AtomicOutput output(missing + "/x.tif", "tok8");
+    FAIL() << "a missing directory must throw";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::k_io);
+    const std::string message = error.what();
+    EXPECT_NE(message.find(missing), std::string::npos) << message;
+    EXPECT_NE(message.find("does not exist; create it first"), std::string::npos) << message;
+  }
+}
+
+TEST_F(AtomicOutputTest, ParentThatIsARegularFileIsReported) {
+  write_file(path("plain"), "not a directory");
+  try {
+    AtomicOutput output(path("plain/x.tif"), "tok9");
+    FAIL() << "a parent that is a file must throw";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::k_io);
+    const std::string message = error.what();
+    EXPECT_NE(message.find(path("plain")), std::string::npos) << message;
+    EXPECT_NE(message.find("not a directory"), std::string::npos) << message;
+  }
+}
+
+TEST_F(AtomicOutputTest, VirtualFilesystemPathIsAUsageError) {
+  try {
+    AtomicOutput output("/vsis3/bucket/x.tif", "tok10");
+    FAIL() << "a /vsi path must throw";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::k_usage);
+    EXPECT_NE(std::string(error.what()).find("/vsis3/bucket/x.tif"), std::string::npos);
+  }
+}
+
+TEST_F(AtomicOutputTest, ExistingTokenIsRefused) {
+  AtomicOutput first(path("x.tif"), "same");
+  EXPECT_THROW(AtomicOutput(path("x.tif"), "same"), Error);
+  EXPECT_TRUE(exists(first.temp_dir())) << "the failed second attempt must not remove the first's";
+}
+
+// Root ignores permission bits, so a read-only directory needs a read-only filesystem: a tmpfs
+// mounted read-only in a private mount namespace of a child process (skipped where the
+// container does not allow it).
+TEST_F(AtomicOutputTest, ReadOnlyFilesystemIsReported) {
+  const std::string mount_point = path("ro");
+  ASSERT_EQ(::mkdir(mount_point.c_str(), 0755), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", mount_point.c_str(), "tmpfs", MS_RDONLY, nullptr) != 0) {
+      ::_exit(77);
+    }
+    try {
+      AtomicOutput output(mount_point + "/x.tif", "tok11");
+      ::_exit(1);
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      const bool good = error.kind() == ErrorKind::k_io &&
+                        message.find(mount_point) != std::string::npos &&
+                        message.find("read-only") != std::string::npos;
+      ::_exit(good ? 0 : 2);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) {
+    GTEST_SKIP() << "cannot mount a read-only tmpfs here";
+  }
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: no error, 2: wrong error kind or message";
+}
+
+TEST(FsyncPath, MissingPathThrowsNamingIt) {
+  try {
+    idem::fsync_path("/nonexistent/idem/file");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::k_io);
+    EXPECT_NE(std::string(error.what()).find("/nonexistent/idem/file"), std::string::npos);
+  }
+}
+
+}  // namespace

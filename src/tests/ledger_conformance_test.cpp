@@ -1,0 +1,627 @@
+// The ledger contract, one value-parameterised suite run against SQLite, PostgreSQL with PostGIS
+// and PostgreSQL without it: claims, leases, fencing, release, invalidation, supersession,
+// lookups, forgetting, filters, retention, the digest cache and the migrations. Real databases.
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+#include <atomic>
+#include <thread>
+
+#include "core/error.hpp"
+#include "ledger/ledger.hpp"
+#include "ledger_test_support.hpp"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+using ledger_test::make_fingerprint;
+using ledger_test::make_request;
+using ledger_test::pg_exec;
+using ledger_test::random_token;
+
+class LedgerConformance : public ::testing::TestWithParam<std::string> {
+protected:
+  void SetUp() override {
+    if (is_sqlite()) {
+      m_sqlite_path = m_dir.path() + "/state/ledger.sqlite";
+      m_dsn = "sqlite:" + m_sqlite_path;
+    } else {
+      if (ledger_test::pg_base_dsn().empty()) {
+        if (ledger_test::pg_required()) {
+          FAIL() << "IDEM_TEST_REQUIRE_PG=1 but IDEM_TEST_PG_DSN is not set";
+        }
+        GTEST_SKIP() << "no PostgreSQL (run under scripts/with-postgres)";
+      }
+      m_lock = std::make_unique<ledger_test::PgTestLock>();
+      ASSERT_TRUE(m_lock->ok());
+      m_dsn = ledger_test::pg_dsn_for(database());
+      m_admin = ledger_test::pg_connect(m_dsn);
+      ASSERT_TRUE(m_admin);
+      pg_exec(m_admin.get(), "SET client_min_messages = warning");
+      pg_exec(m_admin.get(), "DROP SCHEMA IF EXISTS idem CASCADE");
+    }
+    m_ledger = Ledger::open(m_dsn);
+  }
+
+  bool is_sqlite() const { return GetParam() == "sqlite"; }
+  bool with_postgis() const { return GetParam() == "postgresql"; }
+  std::string database() const {
+    return with_postgis() ? ledger_test::k_gis_database : ledger_test::k_nogis_database;
+  }
+
+  // A value from the backend's own tables, bypassing the interface (SQLite: the same file).
+  std::string raw_value(const std::string& sqlite_sql, const std::string& pg_sql) {
+    if (!is_sqlite()) {
+      return pg_exec(m_admin.get(), pg_sql);
+    }
+    sqlite3* db = nullptr;
+    sqlite3_open(m_sqlite_path.c_str(), &db);
+    sqlite3_stmt* statement = nullptr;
+    std::string value;
+    if (sqlite3_prepare_v2(db, sqlite_sql.c_str(), -1, &statement, nullptr) == SQLITE_OK &&
+        sqlite3_step(statement) == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(statement, 0);
+      value = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+    } else {
+      ADD_FAILURE() << sqlite3_errmsg(db);
+    }
+    sqlite3_finalize(statement);
+    sqlite3_close(db);
+    return value;
+  }
+
+  ledger_test::TempDir m_dir;
+  std::string m_sqlite_path;
+  std::string m_dsn;
+  std::unique_ptr<ledger_test::PgTestLock> m_lock;
+  ledger_test::PgHandle m_admin;
+  std::unique_ptr<Ledger> m_ledger;
+};
+
+TEST_P(LedgerConformance, ClaimOfNewKeyIsClaimedWithDatabaseTimes) {
+  const ClaimRequest request = make_request("k1", 60s);
+  const double before = m_ledger->now();
+  const ClaimResult result = m_ledger->claim(request);
+  EXPECT_EQ(result.outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(result.attempt, 1);
+  EXPECT_EQ(result.claim_token, request.claim_token);
+  EXPECT_EQ(result.row.state, RowState::k_in_flight);
+  const LedgerRow row = m_ledger->lookup("k1");
+  EXPECT_EQ(row.state, RowState::k_in_flight);
+  EXPECT_EQ(row.worker_host, "testhost");
+  EXPECT_EQ(row.worker_pid, getpid());
+  ASSERT_TRUE(row.claimed_at && row.lease_expires_at && row.lease_left_seconds);
+  EXPECT_NEAR(*row.claimed_at, before, 5.0);
+  EXPECT_NEAR(*row.lease_expires_at - *row.claimed_at, 60.0, 0.01);
+  EXPECT_GT(*row.lease_left_seconds, 55.0);
+  EXPECT_FALSE(row.completed_at);
+}
+
+TEST_P(LedgerConformance, ClaimOfHeldKeyIsBusyWithHolder) {
+  const ClaimRequest first = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(first).outcome, ClaimOutcome::k_claimed);
+  ClaimRequest second = make_request("k1", 60s);
+  second.worker_host = "otherhost";
+  auto other = Ledger::open(m_dsn);
+  const ClaimResult result = other->claim(second);
+  EXPECT_EQ(result.outcome, ClaimOutcome::k_busy);
+  EXPECT_TRUE(result.claim_token.empty());
+  EXPECT_EQ(result.row.worker_host, "testhost");
+  EXPECT_EQ(result.row.claim_token, first.claim_token);
+  ASSERT_TRUE(result.row.lease_left_seconds);
+  EXPECT_GT(*result.row.lease_left_seconds, 50.0);
+  EXPECT_EQ(m_ledger->lookup("k1").attempt, 1);
+}
+
+TEST_P(LedgerConformance, ClaimOfCompletedKeyIsCompleted) {
+  const ClaimRequest first = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(first).outcome, ClaimOutcome::k_claimed);
+  ASSERT_TRUE(m_ledger->complete("k1", first.claim_token, make_fingerprint(42), 7));
+  const ClaimResult result = m_ledger->claim(make_request("k1", 60s));
+  EXPECT_EQ(result.outcome, ClaimOutcome::k_completed);
+  EXPECT_EQ(result.row.state, RowState::k_completed);
+  ASSERT_TRUE(result.row.fingerprint);
+  EXPECT_EQ(result.row.fingerprint->size, 42);
+  EXPECT_EQ(result.row.claim_token, first.claim_token);
+}
+
+TEST_P(LedgerConformance, ExpiredLeaseIsTakenOverAndOldHolderIsFenced) {
+  const ClaimRequest first = make_request("k1", 1s);
+  ASSERT_EQ(m_ledger->claim(first).outcome, ClaimOutcome::k_claimed);
+  std::this_thread::sleep_for(1200ms);
+  const ClaimRequest second = make_request("k1", 60s);
+  auto other = Ledger::open(m_dsn);
+  const ClaimResult taken = other->claim(second);
+  ASSERT_EQ(taken.outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(taken.attempt, 2);
+  EXPECT_FALSE(m_ledger->heartbeat("k1", first.claim_token, 60s));
+  EXPECT_FALSE(m_ledger->complete("k1", first.claim_token, make_fingerprint(1)));
+  EXPECT_FALSE(m_ledger->release("k1", first.claim_token));
+  const LedgerRow row = m_ledger->lookup("k1");
+  EXPECT_EQ(row.state, RowState::k_in_flight);
+  EXPECT_EQ(row.claim_token, second.claim_token);
+  EXPECT_TRUE(other->complete("k1", second.claim_token, make_fingerprint(2)));
+  EXPECT_EQ(m_ledger->lookup("k1").fingerprint->size, 2);
+}
+
+TEST_P(LedgerConformance, RetryWithSameTokenIsClaimedNotBusy) {
+  const ClaimRequest request = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  auto reconnected = Ledger::open(m_dsn);  // as after a lost connection
+  const ClaimResult retry = reconnected->claim(request);
+  EXPECT_EQ(retry.outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(retry.attempt, 1);
+  EXPECT_EQ(retry.claim_token, request.claim_token);
+  EXPECT_EQ(reconnected->claim(make_request("k1", 60s)).outcome, ClaimOutcome::k_busy);
+}
+
+TEST_P(LedgerConformance, HeartbeatRenewsLeaseOnlyForTheHolder) {
+  const ClaimRequest request = make_request("k1", 1s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  EXPECT_TRUE(m_ledger->heartbeat("k1", request.claim_token, 30s));
+  EXPECT_GT(*m_ledger->lookup("k1").lease_left_seconds, 25.0);
+  EXPECT_FALSE(m_ledger->heartbeat("k1", random_token(), 30s));
+  EXPECT_FALSE(m_ledger->heartbeat("absent", request.claim_token, 30s));
+  std::this_thread::sleep_for(1200ms);
+  EXPECT_EQ(m_ledger->claim(make_request("k1", 60s)).outcome, ClaimOutcome::k_busy);
+  ASSERT_TRUE(m_ledger->complete("k1", request.claim_token, make_fingerprint(3)));
+  EXPECT_FALSE(m_ledger->heartbeat("k1", request.claim_token, 30s));
+}
+
+TEST_P(LedgerConformance, CompleteIsFencedAndIdempotentForItsToken) {
+  const ClaimRequest request = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  EXPECT_FALSE(m_ledger->complete("k1", random_token(), make_fingerprint(1)));
+  EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);
+  EXPECT_TRUE(m_ledger->complete("k1", request.claim_token, make_fingerprint(5)));
+  const double completed_at = *m_ledger->lookup("k1").completed_at;
+  // A retry of a completion whose outcome was unknown: true, nothing changes.
+  EXPECT_TRUE(m_ledger->complete("k1", request.claim_token, make_fingerprint(6)));
+  const LedgerRow row = m_ledger->lookup("k1");
+  EXPECT_EQ(row.fingerprint->size, 5);
+  EXPECT_DOUBLE_EQ(*row.completed_at, completed_at);
+  EXPECT_FALSE(m_ledger->complete("k1", random_token(), make_fingerprint(7)));
+  EXPECT_FALSE(m_ledger->complete("absent", request.claim_token, make_fingerprint(7)));
+}
+
+TEST_P(LedgerConformance, ReleaseGivesTheClaimBackAtOnce) {
+  const ClaimRequest request = make_request("k1", 300s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  EXPECT_FALSE(m_ledger->release("k1", random_token()));
+  EXPECT_TRUE(m_ledger->release("k1", request.claim_token));
+  const LedgerRow released = m_ledger->lookup("k1");
+  EXPECT_EQ(released.state, RowState::k_in_flight);
+  EXPECT_TRUE(released.released_at);
+  EXPECT_LE(*released.lease_left_seconds, 0.0);
+  // A late heartbeat or completion of the released attempt changes nothing.
+  EXPECT_FALSE(m_ledger->heartbeat("k1", request.claim_token, 300s));
+  EXPECT_FALSE(m_ledger->complete("k1", request.claim_token, make_fingerprint(1)));
+  EXPECT_FALSE(m_ledger->release("k1", request.claim_token));
+  const ClaimRequest next = make_request("k1", 60s);
+  const ClaimResult result = m_ledger->claim(next);
+  EXPECT_EQ(result.outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(result.attempt, 2);
+  EXPECT_FALSE(m_ledger->lookup("k1").released_at);
+}
+
+TEST_P(LedgerConformance, InvalidateDropsCompletionFencedOnObservedToken) {
+  const ClaimRequest request = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  EXPECT_FALSE(m_ledger->invalidate("k1", request.claim_token));  // not completed yet
+  ASSERT_TRUE(m_ledger->complete("k1", request.claim_token, make_fingerprint(9)));
+  EXPECT_FALSE(m_ledger->invalidate("k1", random_token()));
+  EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_completed);
+  EXPECT_TRUE(m_ledger->invalidate("k1", request.claim_token));
+  const LedgerRow row = m_ledger->lookup("k1");
+  EXPECT_EQ(row.state, RowState::k_in_flight);
+  EXPECT_FALSE(row.fingerprint);
+  EXPECT_FALSE(m_ledger->invalidate("k1", request.claim_token));
+  const ClaimResult result = m_ledger->claim(make_request("k1", 60s));
+  EXPECT_EQ(result.outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(result.attempt, 2);
+}
+
+TEST_P(LedgerConformance, CompletionSupersedesOlderRowsOfTheSameOutput) {
+  const ClaimRequest old_work = make_request("old", 60s, "/data/out/tile.tif");
+  ASSERT_EQ(m_ledger->claim(old_work).outcome, ClaimOutcome::k_claimed);
+  ASSERT_TRUE(m_ledger->complete("old", old_work.claim_token, make_fingerprint(1)));
+  const ClaimRequest unrelated = make_request("unrelated", 60s);
+  ASSERT_EQ(m_ledger->claim(unrelated).outcome, ClaimOutcome::k_claimed);
+  ASSERT_TRUE(m_ledger->complete("unrelated", unrelated.claim_token, make_fingerprint(1)));
+
+  const ClaimRequest new_work = make_request("new", 60s, "/data/out/tile.tif");
+  ASSERT_EQ(m_ledger->claim(new_work).outcome, ClaimOutcome::k_claimed);
+  EXPECT_FALSE(m_ledger->lookup("old").superseded_at);  // only on completion
+  ASSERT_TRUE(m_ledger->complete("new", new_work.claim_token, make_fingerprint(2)));
+
+  const LedgerRow old_row = m_ledger->lookup("old");
+  EXPECT_EQ(old_row.state, RowState::k_completed);
+  ASSERT_TRUE(old_row.superseded_at);
+  EXPECT_DOUBLE_EQ(*old_row.superseded_at, *m_ledger->lookup("new").completed_at);
+  EXPECT_FALSE(m_ledger->lookup("new").superseded_at);
+  EXPECT_FALSE(m_ledger->lookup("unrelated").superseded_at);
+  // The old work's output was overwritten: claiming it again takes the superseded row over.
+  const ClaimResult again = m_ledger->claim(make_request("old", 60s, "/data/out/tile.tif"));
+  EXPECT_EQ(again.outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(again.attempt, 2);
+  EXPECT_FALSE(again.row.superseded_at);
+  EXPECT_FALSE(again.row.completed_at);
+}
+
+TEST_P(LedgerConformance, LookupReturnsEveryField) {
+  ClaimRequest request = make_request("k1", 60s);
+  request.layer = "elevation";
+  request.tile = TileIndex{12, 2200, 1343};
+  request.work_json = R"({"a":[1,2.5,"x"],"b":{"c":null}})";
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  OutputFingerprint fingerprint = make_fingerprint(123456789012);
+  fingerprint.sha256 = std::string(64, 'a');
+  fingerprint.etag = "\"9b2cf535f27731c974343645a3985328\"";
+  ASSERT_TRUE(m_ledger->complete("k1", request.claim_token, fingerprint, 17));
+  const LedgerRow row = m_ledger->lookup("k1");
+  EXPECT_EQ(row.work_key, "k1");
+  EXPECT_EQ(row.namespace_name, "test");
+  EXPECT_EQ(row.layer, std::optional<std::string>("elevation"));
+  ASSERT_TRUE(row.tile);
+  EXPECT_EQ(row.tile->z, 12);
+  EXPECT_EQ(row.tile->x, 2200);
+  EXPECT_EQ(row.tile->y, 1343);
+  EXPECT_EQ(row.state, RowState::k_completed);
+  EXPECT_EQ(row.attempt, 1);
+  EXPECT_EQ(row.claim_token, request.claim_token);
+  EXPECT_EQ(row.output_uri, request.output_uri);
+  ASSERT_TRUE(row.fingerprint);
+  EXPECT_TRUE(*row.fingerprint == fingerprint);
+  EXPECT_EQ(row.feature_count, std::optional<int64_t>(17));
+  EXPECT_EQ(row.work_json, request.work_json);
+  ASSERT_TRUE(row.completed_at && row.claimed_at);
+  EXPECT_GE(*row.completed_at, *row.claimed_at);
+  EXPECT_FALSE(row.superseded_at);
+  EXPECT_FALSE(row.lease_left_seconds);  // completed rows have no lease
+
+  const LedgerRow absent = m_ledger->lookup("nothing");
+  EXPECT_EQ(absent.state, RowState::k_absent);
+  EXPECT_EQ(absent.work_key, "nothing");
+}
+
+TEST_P(LedgerConformance, ForgetRemovesRowsByOutputAndByKey) {
+  for (const char* key : {"a", "b", "c"}) {
+    const ClaimRequest request =
+        make_request(key, 60s, std::string(key) == "c" ? "/out/c.tif" : "/out/shared.tif");
+    ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  }
+  EXPECT_EQ(m_ledger->forget_output("/out/shared.tif"), 2);
+  EXPECT_EQ(m_ledger->forget_output("/out/shared.tif"), 0);
+  EXPECT_EQ(m_ledger->lookup("a").state, RowState::k_absent);
+  EXPECT_EQ(m_ledger->forget_key("c"), 1);
+  EXPECT_EQ(m_ledger->forget_key("c"), 0);
+  EXPECT_EQ(m_ledger->lookup("c").state, RowState::k_absent);
+  EXPECT_EQ(m_ledger->claim(make_request("a", 60s)).attempt, 1);
+}
+
+TEST_P(LedgerConformance, RowsFilterByNamespaceLayerOutputStateAndExpiry) {
+  auto add = [&](const std::string& key, const std::string& ns, const std::string& layer,
+                 std::chrono::seconds lease, bool complete) {
+    ClaimRequest request = make_request(key, lease);
+    request.namespace_name = ns;
+    request.layer = layer;
+    ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+    if (complete) {
+      ASSERT_TRUE(m_ledger->complete(key, request.claim_token, make_fingerprint(1)));
+    }
+  };
+  add("a1", "alpha", "dem", 60s, true);
+  add("a2", "alpha", "dem", 1s, false);
+  add("a3", "alpha", "rgb", 60s, false);
+  add("b1", "beta", "dem", 60s, true);
+  std::this_thread::sleep_for(1200ms);
+  auto keys = [&](const Ledger::RowFilter& filter) {
+    std::vector<std::string> result;
+    for (const LedgerRow& row : m_ledger->rows(filter)) {
+      result.push_back(row.work_key);
+    }
+    return result;
+  };
+  using Keys = std::vector<std::string>;
+  EXPECT_EQ(keys({}), (Keys{"a1", "a2", "a3", "b1"}));
+  Ledger::RowFilter filter;
+  filter.namespace_name = "alpha";
+  EXPECT_EQ(keys(filter), (Keys{"a1", "a2", "a3"}));
+  filter.layer = "dem";
+  EXPECT_EQ(keys(filter), (Keys{"a1", "a2"}));
+  filter.state = RowState::k_completed;
+  EXPECT_EQ(keys(filter), (Keys{"a1"}));
+  Ledger::RowFilter in_flight;
+  in_flight.state = RowState::k_in_flight;
+  EXPECT_EQ(keys(in_flight), (Keys{"a2", "a3"}));
+  Ledger::RowFilter expired;
+  expired.expired_only = true;
+  EXPECT_EQ(keys(expired), (Keys{"a2"}));
+  Ledger::RowFilter by_output;
+  by_output.output_uri = "/data/out/b1.tif";
+  EXPECT_EQ(keys(by_output), (Keys{"b1"}));
+  Ledger::RowFilter limited;
+  limited.limit = 2;
+  EXPECT_EQ(keys(limited), (Keys{"a1", "a2"}));
+  Ledger::RowFilter absent;
+  absent.state = RowState::k_absent;
+  EXPECT_TRUE(keys(absent).empty());
+}
+
+TEST_P(LedgerConformance, ArchiveMovesOldCompletedRowsToHistory) {
+  for (const char* key : {"done1", "done2"}) {
+    const ClaimRequest request = make_request(key, 60s);
+    ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+    ASSERT_TRUE(m_ledger->complete(key, request.claim_token, make_fingerprint(1)));
+  }
+  ASSERT_EQ(m_ledger->claim(make_request("running", 60s)).outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(m_ledger->archive_completed(3600s), 0);  // nothing that old
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(m_ledger->archive_completed(0s), 2);
+  EXPECT_EQ(m_ledger->lookup("done1").state, RowState::k_absent);
+  EXPECT_EQ(m_ledger->lookup("running").state, RowState::k_in_flight);
+  EXPECT_EQ(raw_value("SELECT count(*) FROM ledger_history",
+                      "SELECT count(*) FROM idem.ledger_history"),
+            "2");
+  if (!is_sqlite()) {
+    // One monthly partition holds them.
+    EXPECT_EQ(pg_exec(m_admin.get(),
+                      "SELECT count(*) FROM pg_inherits "
+                      "WHERE inhparent = 'idem.ledger_history'::regclass"),
+              "1");
+  }
+  EXPECT_EQ(m_ledger->archive_completed(0s), 0);
+  // The primary key stays on work_key in the live table: the work can be done again.
+  EXPECT_EQ(m_ledger->claim(make_request("done1", 60s)).outcome, ClaimOutcome::k_claimed);
+}
+
+TEST_P(LedgerConformance, DigestCacheHitsOnlyOnTheSameIdentity) {
+  DigestCache& cache = m_ledger->digest_cache();
+  FileIdentity identity;
+  identity.device = UINT64_MAX - 5;  // unsigned values survive the signed column
+  identity.inode = 1234567;
+  identity.size = 10LL << 30;
+  identity.mtime_ns = 1700000000123456789;
+  identity.ctime_ns = 1700000000987654321;
+  EXPECT_FALSE(cache.get("/data/scene.tif", identity));
+  cache.put("/data/scene.tif", identity, "sha256:abc");
+  EXPECT_EQ(cache.get("/data/scene.tif", identity), std::optional<std::string>("sha256:abc"));
+  EXPECT_FALSE(cache.get("/data/other.tif", identity));
+  FileIdentity touched = identity;
+  touched.ctime_ns += 1;
+  EXPECT_FALSE(cache.get("/data/scene.tif", touched));
+  cache.put("/data/scene.tif", touched, "sha256:def");
+  EXPECT_EQ(cache.get("/data/scene.tif", touched), std::optional<std::string>("sha256:def"));
+  EXPECT_FALSE(cache.get("/data/scene.tif", identity));
+  // Persistent: another connection sees it.
+  auto other = Ledger::open(m_dsn);
+  EXPECT_EQ(other->digest_cache().get("/data/scene.tif", touched),
+            std::optional<std::string>("sha256:def"));
+}
+
+TEST_P(LedgerConformance, MigrationsAreEmbeddedAndIdempotent) {
+  const std::vector<Migration> all = migrations(m_ledger->backend_name());
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all.front().version, 1);
+  EXPECT_EQ(all.front().name, "0001_init.sql");
+  EXPECT_NE(all.front().sql.find("CREATE TABLE"), std::string::npos);
+  const int version = m_ledger->schema_version();
+  EXPECT_GE(version, 1);
+  const MigrationReport again = m_ledger->migrate();
+  EXPECT_TRUE(again.applied.empty());
+  EXPECT_EQ(again.schema_version, version);
+  auto reopened = Ledger::open(m_dsn);
+  EXPECT_EQ(reopened->schema_version(), version);
+  EXPECT_EQ(raw_value("SELECT count(*) FROM schema_version",
+                      "SELECT count(*) FROM idem.schema_version"),
+            std::to_string(with_postgis() ? 2 : 1));
+}
+
+TEST_P(LedgerConformance, FootprintStoredOnlyWithPostgis) {
+  ClaimRequest request = make_request("tile", 60s);
+  request.footprint_wkt = "POLYGON((0 0,1 0,1 1,0 1,0 0))";
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  ASSERT_TRUE(m_ledger->complete("tile", request.claim_token, make_fingerprint(1)));
+  EXPECT_EQ(m_ledger->has_footprints(), with_postgis());
+  if (is_sqlite()) {
+    return;
+  }
+  const std::string column = pg_exec(
+      m_admin.get(),
+      "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'idem' "
+      "AND table_name = 'ledger' AND column_name = 'footprint'");
+  if (!with_postgis()) {
+    EXPECT_EQ(column, "0");
+    return;
+  }
+  EXPECT_EQ(column, "1");
+  EXPECT_EQ(pg_exec(m_admin.get(),
+                    "SELECT ST_AsText(footprint) || ' ' || ST_SRID(footprint) "
+                    "FROM idem.ledger WHERE work_key = 'tile'"),
+            "MULTIPOLYGON(((0 0,1 0,1 1,0 1,0 0))) 4326");
+  EXPECT_EQ(pg_exec(m_admin.get(),
+                    "SELECT indexdef LIKE '%USING gist%' FROM pg_indexes WHERE schemaname = "
+                    "'idem' AND indexname = 'ledger_footprint_gist'"),
+            "t");
+  // Archived rows keep their footprint.
+  EXPECT_EQ(m_ledger->archive_completed(0s), 1);
+  EXPECT_EQ(pg_exec(m_admin.get(), "SELECT ST_SRID(footprint) FROM idem.ledger_history"), "4326");
+}
+
+TEST_P(LedgerConformance, HeartbeatFromAnotherThreadIsSafe) {
+  const ClaimRequest request = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  std::atomic<bool> stop{false};
+  std::atomic<int> renewed{0};
+  std::thread heartbeat([&] {
+    while (!stop) {
+      if (m_ledger->heartbeat("k1", request.claim_token, 60s)) {
+        ++renewed;
+      }
+    }
+  });
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);
+    EXPECT_EQ(m_ledger->claim(make_request("other" + std::to_string(i), 60s)).outcome,
+              ClaimOutcome::k_claimed);
+  }
+  stop = true;
+  heartbeat.join();
+  EXPECT_GT(renewed.load(), 0);
+  EXPECT_TRUE(m_ledger->complete("k1", request.claim_token, make_fingerprint(1)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LedgerConformance,
+                         ::testing::Values("sqlite", "postgresql", "postgresql_nogis"),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return param_info.param;
+                         });
+
+// ---- Backend-specific behaviour -----------------------------------------------------------
+
+TEST(LedgerDsn, RedactionHidesPasswordsInUrisAndKeywordStrings) {
+  EXPECT_EQ(Ledger::redact_dsn("postgresql://etl:s3cret@db.example:5432/ledger?sslmode=require"),
+            "postgresql://etl:***@db.example:5432/ledger?sslmode=require");
+  EXPECT_EQ(Ledger::redact_dsn("postgres://etl@db/ledger?password=s3cret&sslmode=verify-full"),
+            "postgres://etl@db/ledger?password=***&sslmode=verify-full");
+  EXPECT_EQ(Ledger::redact_dsn("host=db dbname=ledger password=s3cret user=etl"),
+            "host=db dbname=ledger password=*** user=etl");
+  EXPECT_EQ(Ledger::redact_dsn("host=db password = 'it\\'s s3cret' user=etl"),
+            "host=db password = *** user=etl");
+  EXPECT_EQ(Ledger::redact_dsn("host=db password='unterminated s3cret").find("s3cret"),
+            std::string::npos);
+  EXPECT_EQ(Ledger::redact_dsn("sqlite:/tmp/ledger.sqlite"), "sqlite:/tmp/ledger.sqlite");
+}
+
+TEST(LedgerDsn, BackendAndDefaultPath) {
+  EXPECT_EQ(Ledger::backend_of(""), "sqlite");
+  EXPECT_EQ(Ledger::backend_of("sqlite:/x/ledger.sqlite"), "sqlite");
+  EXPECT_EQ(Ledger::backend_of("postgresql://db/ledger"), "postgresql");
+  EXPECT_EQ(Ledger::backend_of("service=ledger"), "postgresql");
+  setenv("XDG_STATE_HOME", "/var/state", 1);
+  EXPECT_EQ(Ledger::default_sqlite_path(), "/var/state/gdal-idem/ledger.sqlite");
+  unsetenv("XDG_STATE_HOME");
+  setenv("HOME", "/home/etl", 1);
+  EXPECT_EQ(Ledger::default_sqlite_path(), "/home/etl/.local/state/gdal-idem/ledger.sqlite");
+}
+
+TEST(LedgerSqlite, DefaultLedgerIsCreatedUnderTheStateDirectory) {
+  ledger_test::TempDir dir;
+  setenv("XDG_STATE_HOME", dir.path().c_str(), 1);
+  {
+    auto ledger = Ledger::open("");
+    EXPECT_EQ(ledger->backend_name(), "sqlite");
+    EXPECT_EQ(ledger->claim(make_request("k", 60s)).outcome, ClaimOutcome::k_claimed);
+  }
+  unsetenv("XDG_STATE_HOME");
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/gdal-idem/ledger.sqlite"));
+}
+
+TEST(LedgerSqlite, UnwritableLocationGivesLedgerError) {
+  try {
+    Ledger::open("sqlite:/proc/idem-cannot-exist/ledger.sqlite");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::k_ledger);
+  }
+}
+
+class LedgerPostgres : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (ledger_test::pg_base_dsn().empty()) {
+      if (ledger_test::pg_required()) {
+        FAIL() << "IDEM_TEST_REQUIRE_PG=1 but IDEM_TEST_PG_DSN is not set";
+      }
+      GTEST_SKIP() << "no PostgreSQL (run under scripts/with-postgres)";
+    }
+  }
+};
+
+void expect_ledger_error_without(const std::string& dsn, const std::string& secret,
+                                 const std::string& expected_fragment) {
+  try {
+    Ledger::open(dsn);
+    ADD_FAILURE() << "expected an error for " << Ledger::redact_dsn(dsn);
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::k_ledger);
+    const std::string message = error.what();
+    EXPECT_EQ(message.find(secret), std::string::npos) << message;
+    EXPECT_NE(message.find(expected_fragment), std::string::npos) << message;
+    EXPECT_NE(message.find("***"), std::string::npos) << message;
+  }
+}
+
+TEST_F(LedgerPostgres, ServerDownGivesClearErrorWithoutPassword) {
+  expect_ledger_error_without(
+      "host=127.0.0.1 port=1 dbname=ledger user=etl password=Tr0ub4dor connect_timeout=3",
+      "Tr0ub4dor", "cannot connect to the PostgreSQL ledger");
+  expect_ledger_error_without("postgresql://etl:Tr0ub4dor@127.0.0.1:1/ledger?connect_timeout=3",
+                              "Tr0ub4dor", "Connection refused");
+}
+
+TEST_F(LedgerPostgres, WrongPasswordGivesClearErrorWithoutPassword) {
+  // The test cluster's server, a user that does not exist, a password that must not leak.
+  expect_ledger_error_without(
+      ledger_test::pg_base_dsn() + " user=idem_nobody password=Corr3ctHorse",
+      "Corr3ctHorse", "idem_nobody");
+}
+
+TEST_F(LedgerPostgres, LostConnectionIsAClearErrorAndTheNextCallReconnects) {
+  ledger_test::PgTestLock lock;
+  ASSERT_TRUE(lock.ok());
+  const std::string dsn = ledger_test::pg_dsn_for(ledger_test::k_gis_database);
+  auto admin = ledger_test::pg_connect(dsn);
+  ASSERT_TRUE(admin);
+  auto ledger = Ledger::open(dsn);
+  const ClaimRequest request = make_request("lost-" + random_token(), 60s);
+  ASSERT_EQ(ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  pg_exec(admin.get(),
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+          "WHERE application_name = 'gdal-idem' AND pid <> pg_backend_pid()");
+  std::this_thread::sleep_for(200ms);
+  try {
+    ledger->heartbeat(request.work_key, request.claim_token, 60s);
+    ADD_FAILURE() << "expected a lost connection";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::k_ledger);
+    EXPECT_NE(std::string(error.what()).find("was lost"), std::string::npos) << error.what();
+  }
+  EXPECT_TRUE(ledger->heartbeat(request.work_key, request.claim_token, 60s));
+  EXPECT_TRUE(ledger->complete(request.work_key, request.claim_token, make_fingerprint(1)));
+}
+
+TEST_F(LedgerPostgres, WorkerRoleCanRunWorkButNotChangeTheSchema) {
+  ledger_test::PgTestLock lock;
+  ASSERT_TRUE(lock.ok());
+  const std::string dsn = ledger_test::pg_dsn_for(ledger_test::k_nogis_database);
+  auto admin = ledger_test::pg_connect(dsn);
+  ASSERT_TRUE(admin);
+  pg_exec(admin.get(), "SET client_min_messages = warning");
+  pg_exec(admin.get(), "DROP SCHEMA IF EXISTS idem CASCADE");
+  pg_exec(admin.get(),
+          "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = "
+          "'idem_test_worker') THEN CREATE ROLE idem_test_worker LOGIN PASSWORD "
+          "'W0rkerPass'; END IF; END $$");
+  const std::string worker_dsn = dsn + " user=idem_test_worker password=W0rkerPass";
+  // Uninitialised schema and no rights to create it (no CREATE on the database): a clear error.
+  expect_ledger_error_without(worker_dsn, "W0rkerPass", "gdal-idem init");
+
+  auto owner = Ledger::open(dsn);  // init as the owner
+  pg_exec(admin.get(), postgres_worker_role_sql());
+  pg_exec(admin.get(), "GRANT idem_worker TO idem_test_worker");
+  auto worker = Ledger::open(worker_dsn);
+  const ClaimRequest request = make_request("role", 60s);
+  ASSERT_EQ(worker->claim(request).outcome, ClaimOutcome::k_claimed);
+  EXPECT_TRUE(worker->heartbeat("role", request.claim_token, 60s));
+  EXPECT_TRUE(worker->complete("role", request.claim_token, make_fingerprint(1)));
+  worker->digest_cache().put("/x", FileIdentity{}, "d");
+  EXPECT_EQ(worker->rows({}).size(), 1U);
+  EXPECT_THROW(worker->archive_completed(0s), Error);  // retention is the owner's job
+  pg_exec(admin.get(), "DROP SCHEMA idem CASCADE");
+}
+
+}  // namespace
+}  // namespace idem
