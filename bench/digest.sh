@@ -32,24 +32,25 @@ while [ $i -lt "$RUNS" ]; do
   start=$(date +%s.%N); openssl dgst -sha256 "$FILE" > /dev/null; end=$(date +%s.%N)
   echo "$SIZE $start $end" | awk '{printf "%.1f\n", $1/($3-$2)/1e6}' >> /tmp/idem-digest-openssl.$$
   "$BENCH" --benchmark_filter=bm_sha256_file --benchmark_repetitions=1 \
-    --benchmark_format=csv 2>/dev/null | awk -F, '/bm_sha256_file/ {printf "%.1f\n", $(NF-4)/1e6}' \
+    --benchmark_format=csv 2>/dev/null | awk -F, '/bm_sha256_file/ && !/_(mean|median|stddev|cv)/ {printf "%.1f\n", $(NF-4)/1e6}' \
     >> /tmp/idem-digest-idem.$$
   i=$((i + 1))
 done
 OPENSSL=$(stats < /tmp/idem-digest-openssl.$$)
 IDEM=$(stats < /tmp/idem-digest-idem.$$)
-RATIO=$(paste /tmp/idem-digest-idem.$$ /tmp/idem-digest-openssl.$$ | sort -g | awk '{a[NR]=$1; b[NR]=$2}
-  END {n=asort(a); asort(b); m1=(n%2)?a[(n+1)/2]:(a[n/2]+a[n/2+1])/2; m2=(n%2)?b[(n+1)/2]:(b[n/2]+b[n/2+1])/2;
-  printf "%.1f%%", 100*m1/m2}')
+median() { sort -g | awk '{v[NR]=$1} END {print (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2}'; }
+RATIO=$(awk -v a="$(median < /tmp/idem-digest-idem.$$)" -v b="$(median < /tmp/idem-digest-openssl.$$)" \
+  'BEGIN {printf "%.1f%%", 100*a/b}')
 HIT=$("$BENCH" --benchmark_filter=bm_digest_cache_hit --benchmark_repetitions=5 \
   --benchmark_report_aggregates_only=true --benchmark_format=csv 2>/dev/null |
   awk -F, '/_median/ {printf "%.1f us median", $3} /_stddev/ {printf " (stddev %.1f us)", $3}')
 rm -f /tmp/idem-digest-openssl.$$ /tmp/idem-digest-idem.$$
 
 [ -f "$RESULTS" ] || printf '# Benchmark results\n\nRecorded by the scripts in bench/; newest sections last.\n' > "$RESULTS"
+SECTION=/tmp/idem-digest-section.$$
 {
-  echo
-  echo "## Source digest ($(date -u +%Y-%m-%d))"
+  echo "<!-- digest:begin -->"
+  echo "## Source digest (bench/digest.sh, $(date -u +%Y-%m-%d))"
   echo
   echo "- Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(grep -o -m1 sha_ni /proc/cpuinfo || echo 'no sha_ni'); $(uname -sr)"
   echo "- Versions: $(openssl version); gdal-idem $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') ($(basename "$BUILD_DIR"))"
@@ -62,6 +63,17 @@ rm -f /tmp/idem-digest-openssl.$$ /tmp/idem-digest-idem.$$
   echo "| gdal-idem sha256_of_file (4 MiB reads) | $IDEM |"
   echo "| gdal-idem / openssl (medians) | $RATIO (target >= 90%) |"
   echo "| digest cache hit on the same file (stat + lookup) | $HIT (target < 1 ms) |"
-} >> "$RESULTS"
-echo "wrote a section into $RESULTS:"
-tail -12 "$RESULTS"
+  echo "<!-- digest:end -->"
+} > "$SECTION"
+# Replace this script's previous section (between its markers), or append one.
+if grep -q '<!-- digest:begin -->' "$RESULTS"; then
+  awk -v section="$SECTION" '
+    /<!-- digest:begin -->/ {while ((getline line < section) > 0) print line; skip = 1; next}
+    /<!-- digest:end -->/ {skip = 0; next}
+    !skip {print}' "$RESULTS" > "$RESULTS.tmp" && mv "$RESULTS.tmp" "$RESULTS"
+else
+  { echo; cat "$SECTION"; } >> "$RESULTS"
+fi
+rm -f "$SECTION"
+echo "wrote the digest section of $RESULTS:"
+sed -n '/<!-- digest:begin -->/,/<!-- digest:end -->/p' "$RESULTS"

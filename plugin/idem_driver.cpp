@@ -409,6 +409,10 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   for (;;) {
     const LedgerRow row = m_ledger->lookup(m_work.key);
     if (row.state == RowState::k_completed && !row.superseded_at) {
+      CPLDebug("IDEM", "completed row: output %s, recorded size %lld mtime_ns %lld",
+               row.output_uri.c_str(),
+               static_cast<long long>(row.fingerprint ? row.fingerprint->size : -1),
+               static_cast<long long>(row.fingerprint ? row.fingerprint->mtime_ns : -1));
       if (row.fingerprint && row.output_uri == m_destination &&
           output_matches(m_destination, *row.fingerprint)) {
         return skip(row, announced_wait ? "completed by another worker while this one waited"
@@ -477,10 +481,18 @@ GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
 }
 
 GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why) {
+  // GDAL's pre-delete recorded every file of the dataset (sidecars too): keep them all. The
+  // output is opened by its real path, since /vsiidem/ hides files whose unlink is pending.
   vsiidem_cancel_unlink(m_destination);
+  GDALDataset* output = open_output(m_destination);
+  char** files = output->GetFileList();
+  for (char** file = files; file != nullptr && *file != nullptr; ++file) {
+    vsiidem_cancel_unlink(*file);
+  }
+  CSLDestroy(files);
   std::fprintf(stderr, "IDEM: skipped %s: %s (key %s, attempt %lld)\n", m_destination.c_str(),
                why, row.work_key.substr(0, 12).c_str(), static_cast<long long>(row.attempt));
-  return open_output(m_destination);
+  return output;
 }
 
 GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* source,
@@ -520,8 +532,11 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
                                        "(lease expired and another worker took it over)");
     }
     test_pause("before_commit");
-    output.commit(m_options.durable);
-    vsiidem_cancel_unlink(m_destination);
+    // The new files replace what GDAL's pre-delete recorded; a stale sidecar of the old output
+    // that the new one does not have stays recorded and is deleted at the end of the process.
+    for (const auto& published : output.commit(m_options.durable)) {
+      vsiidem_cancel_unlink(published);
+    }
     const auto fingerprint = fingerprint_of(m_destination);
     if (!fingerprint) {
       throw Error(ErrorKind::k_io, "the output " + m_destination + " vanished after publishing");
@@ -615,6 +630,9 @@ void register_idem_driver() {
                           "Byte Int8 UInt16 Int16 UInt32 Int32 UInt64 Int64 Float32 Float64 "
                           "CInt16 CInt32 CFloat32 CFloat64");
   driver->pfnCreateCopy = idem_create_copy;
+  // GDALDestroyDriverManager() unloads drivers while config options (IDEM_LEDGER given with
+  // --config) and the file manager are still alive: carry out deferred unlinks there.
+  driver->pfnUnloadDriver = [](GDALDriver*) { vsiidem_flush_unlinks(); };
   GetGDALDriverManager()->RegisterDriver(driver);
 }
 

@@ -10,17 +10,11 @@
 // control domains, so whichever copy a caller links talks to the installed handler's state.
 #include "vsiidem.hpp"
 
-#include "core/atomic_output.hpp"
-#include "core/error.hpp"
-#include "core/paths.hpp"
-
-#include "cpl_conv.h"
-#include "cpl_error.h"
-#include "cpl_string.h"
-#include "cpl_vsi.h"
-#include "cpl_vsi_error.h"
-#include "cpl_vsi_virtual.h"
-#include "gdal_version.h"
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -37,11 +31,16 @@
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "core/atomic_output.hpp"
+#include "core/error.hpp"
+#include "core/paths.hpp"
+#include "cpl_conv.h"
+#include "cpl_error.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+#include "cpl_vsi_error.h"
+#include "cpl_vsi_virtual.h"
+#include "gdal_version.h"
 
 namespace idem {
 
@@ -50,7 +49,7 @@ namespace {
 constexpr const char* k_debug_category = "VSIIDEM";
 
 // Control domains understood by the installed handler's Get/SetFileMetadata.
-constexpr const char* k_domain_handler = "IDEM_HANDLER";            // get: VERSION=1
+constexpr const char* k_domain_handler = "IDEM_HANDLER";                // get: VERSION=1
 constexpr const char* k_domain_unlink_pending = "IDEM_UNLINK_PENDING";  // get: PENDING=YES|NO
 constexpr const char* k_domain_cancel_unlink = "IDEM_CANCEL_UNLINK";    // set
 constexpr const char* k_domain_flush_unlinks = "IDEM_FLUSH_UNLINKS";    // set
@@ -64,7 +63,9 @@ bool is_write_access(const char* access) {
          std::strchr(access, '+') != nullptr;
 }
 
-bool truncates(const char* access) { return std::strchr(access, 'w') != nullptr; }
+bool truncates(const char* access) {
+  return std::strchr(access, 'w') != nullptr;
+}
 
 std::string random_token() {
   std::random_device device;
@@ -92,15 +93,21 @@ std::string strip_prefix(const char* vsi_path) {
 
 // The absolute, lexically normalised real path recorded for a /vsiidem/ name (the same form the
 // driver stores in the ledger: idem::absolute_path).
-std::string real_absolute(const char* vsi_path) { return absolute_path(strip_prefix(vsi_path)); }
+std::string real_absolute(const char* vsi_path) {
+  return absolute_path(strip_prefix(vsi_path));
+}
 
 VSIFilesystemHandler* handler_for(const std::string& real_path) {
   return VSIFileManager::GetHandler(real_path.c_str());
 }
 
-bool local_path(const std::string& path) { return !is_vsi_path(path); }
+bool local_path(const std::string& path) {
+  return !is_vsi_path(path);
+}
 
-bool durable_writes() { return CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES")); }
+bool durable_writes() {
+  return CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES"));
+}
 
 // Copy `from` into the new file `to` (reflink where the filesystem can, else bytes), keeping its
 // permission bits: r+ and a opens of a published file modify a copy, never the file in place.
@@ -111,7 +118,8 @@ void copy_file_contents(const std::string& from, const std::string& to) {
   }
   struct stat info {};
   ::fstat(in, &info);
-  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, info.st_mode & 07777);
+  const int out =
+      ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, info.st_mode & 07777);
   if (out < 0) {
     const int error_number = errno;
     ::close(in);
@@ -172,10 +180,10 @@ struct InFlight {
 // Process-wide state of the handler this copy installed. Leaked on purpose: it must outlive
 // static destruction, since the flush can run from atexit or from GDAL's cleanup.
 class VsiIdemState {
-public:
+ public:
   std::mutex m_mutex;
   std::map<std::string, std::shared_ptr<InFlight>> m_in_flight;  // by absolute final path
-  std::set<std::string> m_pending_unlinks;                         // absolute real paths
+  std::set<std::string> m_pending_unlinks;                       // absolute real paths
   CUnlinkHook m_hook = nullptr;
   void* m_hook_data = nullptr;
 
@@ -227,17 +235,27 @@ VsiIdemState& state() {
   return *instance;
 }
 
-void flush_at_exit() { state().flush(false); }
+void flush_at_exit() {
+  state().flush(false);
+}
 
 /************************************************************************/
 /*                          VsiIdemWriteHandle                          */
 /************************************************************************/
 
 // A handle writing the temporary file of an in-flight output; the last one to close publishes.
+//
+// An update open ("r+") of a published file starts in read-through mode on the file itself and
+// copies it to a temporary file only at the first write or truncate: GDAL opens outputs in
+// update mode without writing (gdalwarp -overwrite checks the existing output that way), and
+// such an open must neither republish the file (new mtime) nor pay for a copy.
 class VsiIdemWriteHandle final : public VSIVirtualHandle {
-public:
+ public:
   VsiIdemWriteHandle(VSIVirtualHandle* inner, std::string real, std::shared_ptr<InFlight> entry)
       : m_inner(inner), m_real(std::move(real)), m_entry(std::move(entry)) {}
+  // Read-through until the first write (see above).
+  VsiIdemWriteHandle(VSIVirtualHandle* read_only_inner, std::string real)
+      : m_inner(read_only_inner), m_real(std::move(real)), m_copy_deferred(true) {}
   ~VsiIdemWriteHandle() override { Close(); }
   VsiIdemWriteHandle(const VsiIdemWriteHandle&) = delete;
   VsiIdemWriteHandle& operator=(const VsiIdemWriteHandle&) = delete;
@@ -252,11 +270,19 @@ public:
     return m_inner->ReadMultiRange(ranges, data, offsets, sizes);
   }
   size_t Write(const void* buffer, size_t size, size_t count) override {
+    if (m_copy_deferred && !start_copy()) {
+      return 0;
+    }
     return m_inner->Write(buffer, size, count);
   }
   int Eof() override { return m_inner->Eof(); }
-  int Flush() override { return m_inner->Flush(); }
-  int Truncate(vsi_l_offset new_size) override { return m_inner->Truncate(new_size); }
+  int Flush() override { return m_copy_deferred ? 0 : m_inner->Flush(); }
+  int Truncate(vsi_l_offset new_size) override {
+    if (m_copy_deferred && !start_copy()) {
+      return -1;
+    }
+    return m_inner->Truncate(new_size);
+  }
   void* GetNativeFileDescriptor() override { return m_inner->GetNativeFileDescriptor(); }
   VSIRangeStatus GetRangeStatus(vsi_l_offset offset, vsi_l_offset length) override {
     return m_inner->GetRangeStatus(offset, length);
@@ -271,16 +297,23 @@ public:
   }
 #endif
 #if GDAL_VERSION_NUM >= GDAL_COMPUTE_VERSION(3, 10, 0)
-  int Error() override { return m_inner->Error(); }
-  void ClearErr() override { m_inner->ClearErr(); }
+  int Error() override {
+    return m_inner->Error();
+  }
+  void ClearErr() override {
+    m_inner->ClearErr();
+  }
 #endif
 
   int Close() override;
 
-private:
+ private:
+  bool start_copy();
+
   VSIVirtualHandle* m_inner;
   std::string m_real;
   std::shared_ptr<InFlight> m_entry;
+  bool m_copy_deferred = false;
   bool m_closed = false;
 };
 
@@ -292,6 +325,9 @@ int VsiIdemWriteHandle::Close() {
   int result = m_inner->Close();
   delete m_inner;
   m_inner = nullptr;
+  if (m_copy_deferred) {
+    return result;  // never written: the published file is untouched
+  }
   try {
     auto& shared = state();
     bool last = false;
@@ -341,12 +377,58 @@ int VsiIdemWriteHandle::Close() {
   return result;
 }
 
+// First write of an update open: continue on a temporary copy (shared with any handle already
+// writing that path), at the same offset.
+bool VsiIdemWriteHandle::start_copy() {
+  try {
+    const vsi_l_offset offset = m_inner->Tell();
+    auto& shared = state();
+    std::shared_ptr<InFlight> entry;
+    {
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      entry = shared.live_entry(m_real);
+      if (!entry) {
+        entry = std::make_shared<InFlight>();
+        entry->output = std::make_unique<AtomicOutput>(m_real, random_token());
+        copy_file_contents(m_real, entry->output->temp_path());
+        struct stat existing {};
+        if (::stat(m_real.c_str(), &existing) == 0) {
+          ::chmod(entry->output->temp_path().c_str(), existing.st_mode & 07777);
+        }
+        shared.m_in_flight[m_real] = entry;
+        CPLDebug(k_debug_category, "writing %s through %s", m_real.c_str(),
+                 entry->output->temp_path().c_str());
+      }
+      ++entry->writers;
+    }
+    const std::string& temp = entry->output->temp_path();
+    VSIVirtualHandle* copy = handler_for(temp)->Open(temp.c_str(), "r+b", TRUE, nullptr);
+    if (copy == nullptr || copy->Seek(offset, SEEK_SET) != 0) {
+      delete copy;
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      --entry->writers;
+      errno = EIO;
+      return false;
+    }
+    m_inner->Close();
+    delete m_inner;
+    m_inner = copy;
+    m_entry = std::move(entry);
+    m_copy_deferred = false;
+    return true;
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    errno = EIO;
+    return false;
+  }
+}
+
 /************************************************************************/
 /*                       VsiIdemFilesystemHandler                       */
 /************************************************************************/
 
 class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
-public:
+ public:
   VsiIdemFilesystemHandler() = default;
   ~VsiIdemFilesystemHandler() override;
   VsiIdemFilesystemHandler(const VsiIdemFilesystemHandler&) = delete;
@@ -360,7 +442,9 @@ public:
   int Mkdir(const char* dirname, long mode) override;
   int Rmdir(const char* dirname) override;
 #if GDAL_VERSION_NUM < GDAL_COMPUTE_VERSION(3, 7, 0)
-  char** ReadDir(const char* dirname) override { return ReadDirEx(dirname, 0); }
+  char** ReadDir(const char* dirname) override {
+    return ReadDirEx(dirname, 0);
+  }
 #endif
   char** ReadDirEx(const char* dirname, int max_files) override;
   int Rename(const char* old_path, const char* new_path) override;
@@ -374,7 +458,7 @@ public:
   bool SupportsSequentialWrite(const char* path, bool allow_local_temp_file) override;
   bool SupportsRandomWrite(const char* path, bool allow_local_temp_file) override;
 
-private:
+ private:
   VSIVirtualHandle* open_for_write(const std::string& real, const char* access, bool set_error,
                                    CSLConstList options);
 };
@@ -424,7 +508,8 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
   if (!local_path(real)) {
     CPLError(CE_Failure, CPLE_NotSupported,
              "/vsiidem/: writing to %s is not supported yet; only local paths can be "
-             "published atomically", real.c_str());
+             "published atomically",
+             real.c_str());
     errno = EROFS;
     return nullptr;
   }
@@ -479,11 +564,19 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
     return nullptr;
   }
 
+  if (exists && !truncates(access) && !appends) {
+    // Update of a published file: read through it until the first write.
+    VSIVirtualHandle* inner = handler_for(real)->Open(real.c_str(), "rb", set_error, options);
+    if (inner == nullptr) {
+      return nullptr;
+    }
+    return new VsiIdemWriteHandle(inner, real);
+  }
   auto fresh = std::make_shared<InFlight>();
   fresh->output = std::make_unique<AtomicOutput>(real, random_token());
   const std::string& temp = fresh->output->temp_path();
   if (exists && !truncates(access)) {
-    // Update or append: work on a copy, published when closed (never the file in place).
+    // Append: work on a copy, published when closed (never the file in place).
     copy_file_contents(real, temp);
   }
   VSIVirtualHandle* inner = handler_for(temp)->Open(temp.c_str(), access, set_error, options);
@@ -544,8 +637,7 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
           return -1;
         }
         shared.m_pending_unlinks.insert(real);
-        CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process",
-                 real.c_str());
+        CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process", real.c_str());
         existed = true;
       }
     }
@@ -856,8 +948,8 @@ void vsiidem_set_unlink_hook(UnlinkHook hook) {
   }
   CPLStringList metadata;
   if (has_hook) {
-    metadata.SetNameValue("CALLBACK",
-                          pointer_text(reinterpret_cast<const void*>(&local_hook_trampoline)).c_str());
+    metadata.SetNameValue(
+        "CALLBACK", pointer_text(reinterpret_cast<const void*>(&local_hook_trampoline)).c_str());
     metadata.SetNameValue("USER_DATA", pointer_text(&holder).c_str());
   }
   VSISetFileMetadata(k_vsiidem_prefix, metadata.List(), k_domain_unlink_hook, nullptr);

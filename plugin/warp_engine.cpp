@@ -36,7 +36,7 @@ constexpr const char* const k_scratch_gtiff_options[] = {"TILED=YES", "SPARSE_OK
 // Forwards progress to the caller's callback and remembers whether it asked to stop, so that a
 // cancellation can be told apart from a failure of the inner driver.
 class ProgressRelay {
-public:
+ public:
   ProgressRelay(GDALProgressFunc progress, void* progress_data)
       : m_progress(progress != nullptr ? progress : GDALDummyProgress),
         m_progress_data(progress_data) {}
@@ -58,7 +58,7 @@ public:
 
   bool cancelled() const { return m_cancelled; }
 
-private:
+ private:
   GDALProgressFunc m_progress;
   void* m_progress_data;
   double m_reported = 0.0;
@@ -67,7 +67,7 @@ private:
 
 // One stage of the progress, [start, end] of the caller's scale.
 class ScaledProgress {
-public:
+ public:
   ScaledProgress(double start, double end, ProgressRelay& relay)
       : m_data(GDALCreateScaledProgress(start, end, ProgressRelay::forward, &relay)) {}
   ~ScaledProgress() { GDALDestroyScaledProgress(m_data); }
@@ -77,7 +77,7 @@ public:
   GDALProgressFunc function() const { return GDALScaledProgress; }
   void* data() const { return m_data; }
 
-private:
+ private:
   void* m_data;
 };
 
@@ -85,7 +85,7 @@ private:
 // reference to the source dataset. GDALDestroyWarpOptions() frees neither of the last two, so
 // they are released here, exactly once. hDstDS is never owned.
 class WarpOptionsOwner {
-public:
+ public:
   explicit WarpOptionsOwner(GDALWarpOptions* options) : m_options(options) {}
   ~WarpOptionsOwner() {
     if (m_options == nullptr) {
@@ -109,26 +109,26 @@ public:
   GDALWarpOptions* get() const { return m_options; }
   GDALWarpOptions* operator->() const { return m_options; }
 
-private:
+ private:
   GDALWarpOptions* m_options;
 };
 
 // Silences GDAL errors within a scope and restores the error state afterwards.
 class QuietErrors {
-public:
+ public:
   QuietErrors() { CPLPushErrorHandler(CPLQuietErrorHandler); }
   ~QuietErrors() { CPLPopErrorHandler(); }
   QuietErrors(const QuietErrors&) = delete;
   QuietErrors& operator=(const QuietErrors&) = delete;
 
-private:
+ private:
   CPLErrorStateBackuper m_state;
 };
 
 // Removes an intermediate dataset (the GTiff feeding a CreateCopy-only driver) when it goes out
 // of scope, whatever happened.
 class ScratchDataset {
-public:
+ public:
   explicit ScratchDataset(std::string path) : m_path(std::move(path)) {}
   ~ScratchDataset() {
     m_dataset.reset();
@@ -148,7 +148,7 @@ public:
   const std::string& path() const { return m_path; }
   GDALDatasetUniquePtr& dataset() { return m_dataset; }
 
-private:
+ private:
   std::string m_path;
   GDALDatasetUniquePtr m_dataset;
 };
@@ -293,18 +293,17 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, CPLXMLNode* tree, GDALDriver*
   CPLErrorReset();
   WarpOptionsOwner options(GDALDeserializeWarpOptions(warp_node));
   if (options.get() == nullptr) {
-    throw Error(ErrorKind::k_source, "cannot read the warp options of the warped VRT: " +
-                                         last_gdal_error());
+    throw Error(ErrorKind::k_source,
+                "cannot read the warp options of the warped VRT: " + last_gdal_error());
   }
   if (options->hSrcDS == nullptr) {
-    throw Error(ErrorKind::k_source,
-                std::string("cannot open the warp source ") +
-                    CPLGetXMLValue(warp_node, "SourceDataset", "(none)") + ": " +
-                    last_gdal_error());
+    throw Error(ErrorKind::k_source, std::string("cannot open the warp source ") +
+                                         CPLGetXMLValue(warp_node, "SourceDataset", "(none)") +
+                                         ": " + last_gdal_error());
   }
   if (options->pfnTransformer == nullptr || options->pTransformerArg == nullptr) {
-    throw Error(ErrorKind::k_source, "the warped VRT has no usable transformer: " +
-                                         last_gdal_error());
+    throw Error(ErrorKind::k_source,
+                "the warped VRT has no usable transformer: " + last_gdal_error());
   }
 
   const int band_count = vrt->GetRasterCount();
@@ -330,9 +329,8 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, CPLXMLNode* tree, GDALDriver*
   options->pProgressArg = progress_data;
 
   // -multi is not serialised (fact 12); NUM_THREADS is the warp's own request for threads.
-  const bool multi =
-      CSLFetchNameValue(options->papszWarpOptions, "NUM_THREADS") != nullptr ||
-      CPLTestBool(CPLGetConfigOption("IDEM_WARP_MULTI", "NO"));
+  const bool multi = CSLFetchNameValue(options->papszWarpOptions, "NUM_THREADS") != nullptr ||
+                     CPLTestBool(CPLGetConfigOption("IDEM_WARP_MULTI", "NO"));
   CPLErr status = CE_Failure;
   {
     GDALWarpOperation operation;
@@ -365,8 +363,8 @@ GDALDatasetUniquePtr create_copy(GDALDriver* driver, const std::string& path, GD
   CPLDebug(k_debug_category, "CreateCopy %s (%s) from %s", path.c_str(), driver->GetDescription(),
            source->GetDescription());
   CPLErrorReset();
-  GDALDatasetUniquePtr output(driver->CreateCopy(path.c_str(), source, FALSE, options.List(),
-                                                 progress, progress_data));
+  GDALDatasetUniquePtr output(
+      driver->CreateCopy(path.c_str(), source, FALSE, options.List(), progress, progress_data));
   if (!output || relay.cancelled()) {
     output.reset();
     throw_gdal_failure(relay, std::string(driver->GetDescription()) + " CreateCopy");
@@ -394,13 +392,14 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   // A VRT output of a warped VRT is its serialisation: copy it.
   const bool writes_pixels = !EQUAL(driver->GetDescription(), "VRT");
 
-  CPLXMLTreeCloser tree = writes_pixels ? warped_vrt_tree(request.source) : CPLXMLTreeCloser(nullptr);
+  CPLXMLTreeCloser tree =
+      writes_pixels ? warped_vrt_tree(request.source) : CPLXMLTreeCloser(nullptr);
   if (tree.get() == nullptr) {
     // gdal_translate's path: CreateCopy (GDALDriver falls back to Create + copy of the whole
     // raster for Create-only drivers).
     ScaledProgress stage(0.0, 1.0, relay);
-    return create_copy(driver, request.output_path, request.source,
-                       request.creation_options.List(), relay, stage.function(), stage.data());
+    return create_copy(driver, request.output_path, request.source, request.creation_options.List(),
+                       relay, stage.function(), stage.data());
   }
 
   if (can_create) {
@@ -409,8 +408,8 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
                        request.creation_options.List(), relay, stage.function(), stage.data());
   }
   if (!can_create_copy) {
-    throw Error(ErrorKind::k_usage,
-                std::string("driver ") + driver->GetDescription() + " can neither Create nor CreateCopy");
+    throw Error(ErrorKind::k_usage, std::string("driver ") + driver->GetDescription() +
+                                        " can neither Create nor CreateCopy");
   }
   GDALDriver* gtiff = GetGDALDriverManager()->GetDriverByName("GTiff");
   if (gtiff == nullptr) {

@@ -4,18 +4,18 @@
 // fsync of a directory making a rename durable) are POSIX ones, not GDAL's.
 #include "core/atomic_output.hpp"
 
-#include "core/error.hpp"
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
+#include "core/error.hpp"
 
 namespace idem {
 
@@ -136,8 +136,7 @@ void fsync_path(const std::string& path) {
         return;
       }
     }
-    throw Error(ErrorKind::k_io, "cannot sync " + path + " to disk: " +
-                                     errno_text(error_number) +
+    throw Error(ErrorKind::k_io, "cannot sync " + path + " to disk: " + errno_text(error_number) +
                                      "; the output may not be durable, retry the work");
   }
   ::close(fd);
@@ -226,8 +225,7 @@ std::vector<std::string> AtomicOutput::commit(bool durable) {
     const std::string to = join_path(final_dir, name);
     if (::rename(from.c_str(), to.c_str()) != 0) {
       const int error_number = errno;
-      std::string message = "cannot rename " + from + " to " + to + ": " +
-                            errno_text(error_number);
+      std::string message = "cannot rename " + from + " to " + to + ": " + errno_text(error_number);
       if (error_number == EISDIR || error_number == ENOTEMPTY || error_number == EEXIST) {
         message += "; a directory is in the way at " + to + ", remove it";
       } else if (error_number == EXDEV) {

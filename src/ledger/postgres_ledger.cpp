@@ -24,10 +24,12 @@ constexpr const char* k_insufficient_privilege = "42501";
 constexpr const char* k_row_columns =
     "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, "
     "worker_pid, output_uri, output_size, output_mtime_ns, output_sha256, output_etag, "
-    "feature_count, work_json, extract(epoch FROM claimed_at)::float8, "
-    "extract(epoch FROM lease_expires_at)::float8, extract(epoch FROM completed_at)::float8, "
-    "extract(epoch FROM superseded_at)::float8, extract(epoch FROM released_at)::float8, "
-    "extract(epoch FROM lease_expires_at - now())::float8";
+    "feature_count, work_json, CAST(extract(epoch FROM claimed_at) AS float8), "
+    "CAST(extract(epoch FROM lease_expires_at) AS float8), "
+    "CAST(extract(epoch FROM completed_at) AS float8), "
+    "CAST(extract(epoch FROM superseded_at) AS float8), "
+    "CAST(extract(epoch FROM released_at) AS float8), "
+    "CAST(extract(epoch FROM lease_expires_at - now()) AS float8)";
 
 constexpr const char* k_history_columns =
     "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, lease_expires_at, "
@@ -402,8 +404,22 @@ private:
     bool m_committed = false;
   };
 
+  // The message on one line (libpq's are multi-line), without the password.
   std::string scrub(const std::string& message) const {
-    return ledger_detail::scrub_secret(message, m_password);
+    std::string line;
+    for (char c : message) {
+      if (c == '\n' || c == '\t' || c == '\r') {
+        if (!line.empty() && line.back() != ' ') {
+          line += ' ';
+        }
+      } else {
+        line += c;
+      }
+    }
+    while (!line.empty() && line.back() == ' ') {
+      line.pop_back();
+    }
+    return ledger_detail::scrub_secret(line, m_password);
   }
 
   void connect() {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "core/error.hpp"
@@ -25,11 +26,13 @@ namespace {
 
 constexpr int k_busy_timeout_ms = 60000;
 
-constexpr const char* k_row_columns =
-    "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, "
-    "worker_pid, output_uri, output_size, output_mtime_ns, output_sha256, output_etag, "
-    "feature_count, work_json, claimed_at, lease_expires_at, completed_at, superseded_at, "
-    "released_at, lease_expires_at - " IDEM_SQLITE_NOW;
+#define IDEM_SQLITE_ROW_COLUMNS                                                                \
+  "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, "    \
+  "worker_pid, output_uri, output_size, output_mtime_ns, output_sha256, output_etag, "         \
+  "feature_count, work_json, claimed_at, lease_expires_at, completed_at, superseded_at, "      \
+  "released_at, lease_expires_at - " IDEM_SQLITE_NOW
+
+constexpr const char* k_row_columns = IDEM_SQLITE_ROW_COLUMNS;
 
 constexpr const char* k_history_columns =
     "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, lease_expires_at, "
@@ -55,7 +58,7 @@ constexpr const char* k_claim_sql =
     "output_sha256 = NULL, output_etag = NULL, feature_count = NULL "
     "WHERE (ledger.completed_at IS NULL AND (ledger.lease_expires_at <= excluded.claimed_at "
     "OR ledger.claim_token = excluded.claim_token)) OR ledger.superseded_at IS NOT NULL "
-    "RETURNING attempt, claim_token";
+    "RETURNING " IDEM_SQLITE_ROW_COLUMNS;
 
 constexpr const char* k_heartbeat_sql =
     "UPDATE ledger SET lease_expires_at = max(" IDEM_SQLITE_NOW " + ?3, claimed_at) "
@@ -220,7 +223,7 @@ public:
     }
     sqlite3_extended_result_codes(m_db.get(), 1);
     // Contention waits (up to a minute) instead of failing with SQLITE_BUSY.
-    sqlite3_busy_timeout(m_db.get(), k_busy_timeout_ms);
+    sqlite3_busy_handler(m_db.get(), &SqliteLedger::on_busy, this);
     exec("PRAGMA journal_mode = WAL");
     // WAL + NORMAL: durable across process crashes; a power loss may roll back the last commits
     // (the work is then redone), never corrupts.
@@ -284,10 +287,10 @@ public:
         if (query.step()) {
           ClaimResult result;
           result.outcome = ClaimOutcome::k_claimed;
-          result.attempt = query.integer(0);
-          result.claim_token = query.text(1);
+          result.row = ledger_detail::make_row(query);
+          result.attempt = result.row.attempt;
+          result.claim_token = result.row.claim_token;
           query.run();
-          result.row = lookup_locked(request.work_key).value_or(LedgerRow{});
           return result;
         }
       }
@@ -515,6 +518,21 @@ private:
     bool m_committed = false;
   };
 
+  // The busy timeout, with a finer backoff than sqlite3_busy_timeout's (whose first sleeps are
+  // whole milliseconds, longer than most ledger transactions hold the lock): 20 us doubling to
+  // 1 ms, for up to k_busy_timeout_ms.
+  static int on_busy(void* self, int count) {
+    auto& ledger = *static_cast<SqliteLedger*>(self);
+    const auto now = std::chrono::steady_clock::now();
+    if (count == 0) {
+      ledger.m_busy_since = now;
+    } else if (now - ledger.m_busy_since > std::chrono::milliseconds(k_busy_timeout_ms)) {
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20 << std::min(count, 6)));
+    return 1;
+  }
+
   static void bind_identity(Query& query, const FileIdentity& identity) {
     query.bind(2, static_cast<int64_t>(identity.device))
         .bind(3, static_cast<int64_t>(identity.inode))
@@ -611,6 +629,7 @@ private:
   std::mutex m_mutex;
   SqliteHandle m_db;
   std::unordered_map<std::string, StatementHandle> m_statements;
+  std::chrono::steady_clock::time_point m_busy_since;
   SqliteDigestCache m_digest_cache;
 };
 

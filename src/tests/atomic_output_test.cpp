@@ -1,9 +1,15 @@
 // Unit tests of the commit protocol (core/atomic_output): what commit() publishes and in which
 // order, that nothing is published without it, and the errors for unusable directories.
 #include "core/atomic_output.hpp"
-#include "core/error.hpp"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/inotify.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -12,13 +18,7 @@
 #include <string>
 #include <vector>
 
-#include <dirent.h>
-#include <sched.h>
-#include <sys/inotify.h>
-#include <sys/mount.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "core/error.hpp"
 
 namespace {
 
@@ -27,7 +27,7 @@ using idem::Error;
 using idem::ErrorKind;
 
 class AtomicOutputTest : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     char pattern[] = "/tmp/idem-atomic-output-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern), nullptr);

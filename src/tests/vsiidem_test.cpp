@@ -4,14 +4,11 @@
 // may be installed, and the functions of either copy must reach its state.
 #include "vsiidem.hpp"
 
-#include "core/paths.hpp"
-
-#include "cpl_conv.h"
-#include "cpl_vsi.h"
-#include "cpl_vsi_virtual.h"
-#include "gdal.h"
-
+#include <dirent.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -19,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include <dirent.h>
-
-#include <dlfcn.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "core/paths.hpp"
+#include "cpl_conv.h"
+#include "cpl_vsi.h"
+#include "cpl_vsi_virtual.h"
+#include "gdal.h"
 
 namespace {
 
@@ -33,7 +30,7 @@ bool exists(const std::string& path) {
 }
 
 class VsiIdemTest : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     char pattern[] = "/tmp/idem-vsiidem-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern), nullptr);
@@ -103,9 +100,8 @@ TEST_F(VsiIdemTest, DeferredUnlinkThroughTheCppApi) {
   EXPECT_FALSE(idem::vsiidem_unlink_pending(path)) << "each unlink is tried once";
 
   ASSERT_EQ(VSIUnlink(name.c_str()), 0);
-  idem::vsiidem_set_unlink_hook([](const std::string&) -> bool {
-    throw std::runtime_error("ledger down");
-  });
+  idem::vsiidem_set_unlink_hook(
+      [](const std::string&) -> bool { throw std::runtime_error("ledger down"); });
   idem::vsiidem_flush_unlinks();
   EXPECT_TRUE(exists(path)) << "a hook that throws keeps the file";
 
@@ -128,7 +124,8 @@ TEST_F(VsiIdemTest, NewFileRenamedIntoPlaceCancelsThePendingUnlink) {
   VSILFILE* file = VSIFOpenL(name.c_str(), "wb");
   ASSERT_NE(file, nullptr);
   ASSERT_EQ(VSIFWriteL("new!", 1, 4, file), 4u);
-  EXPECT_TRUE(idem::vsiidem_unlink_pending(path)) << "not cancelled before the new file is in place";
+  EXPECT_TRUE(idem::vsiidem_unlink_pending(path))
+      << "not cancelled before the new file is in place";
   ASSERT_EQ(VSIFCloseL(file), 0);
   EXPECT_FALSE(idem::vsiidem_unlink_pending(path));
   idem::vsiidem_flush_unlinks();

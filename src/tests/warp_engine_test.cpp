@@ -3,6 +3,8 @@
 // named relative to the current directory (fact 1), and an in-memory VRTDataset from
 // GDALTranslate(-of VRT). Outputs are compared pixel for pixel with GDALWarp()/GDALTranslate()
 // writing GTiff directly.
+#include "warp_engine.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,14 +19,13 @@
 #include "gdal_priv.h"
 #include "gdal_utils.h"
 #include "ogr_spatialref.h"
-#include "warp_engine.hpp"
 
 namespace {
 
 constexpr int k_size = 384;
 
 class WarpEngineTest : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     GDALAllRegister();
     char pattern[] = "/tmp/idem_warp_engine_XXXXXX";
@@ -177,8 +178,8 @@ int CPL_STDCALL record_progress(double complete, const char*, void* data) {
 
 TEST_F(WarpEngineTest, WarpedVrtMatchesDirectGdalwarp) {
   for (const char* error_threshold : {"0.125", "0"}) {
-    const std::vector<std::string> args = {"-t_srs", "EPSG:3857", "-r", "bilinear", "-et",
-                                           error_threshold};
+    const std::vector<std::string> args = {"-t_srs",   "EPSG:3857", "-r",
+                                           "bilinear", "-et",       error_threshold};
     GDALDatasetUniquePtr vrt = warped_vrt(args);
     ASSERT_TRUE(vrt);
     ProgressRecord progress;
@@ -250,8 +251,8 @@ TEST_F(WarpEngineTest, CancellationThrowsAndLeavesNothing) {
 }
 
 TEST_F(WarpEngineTest, TranslateVrtIsCopiedLikeGdalTranslate) {
-  const std::vector<std::string> args = {"-outsize", "61%", "53%", "-b", "3", "-b", "1",
-                                         "-scale", "0", "255", "10", "200", "-a_nodata", "9"};
+  const std::vector<std::string> args = {"-outsize", "61%", "53%", "-b", "3",   "-b",        "1",
+                                         "-scale",   "0",   "255", "10", "200", "-a_nodata", "9"};
   GDALDatasetUniquePtr vrt = translate("", args, "VRT");
   ASSERT_TRUE(vrt);
   ProgressRecord progress;

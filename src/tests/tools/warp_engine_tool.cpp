@@ -36,9 +36,10 @@ int CPL_STDCALL log_progress(double complete, const char*, void* data) {
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: warp_engine_tool [-of FORMAT] [-co NAME=VALUE]... [-scratch DIR]\n"
-               "                        [-cancel-at FRACTION] [-progress-log FILE] SOURCE OUTPUT\n");
+  std::fprintf(
+      stderr,
+      "usage: warp_engine_tool [-of FORMAT] [-co NAME=VALUE]... [-scratch DIR]\n"
+      "                        [-cancel-at FRACTION] [-progress-log FILE] SOURCE OUTPUT\n");
   return 64;
 }
 
