@@ -131,24 +131,35 @@ def test_idem_gdal_translate_first_run_and_skip(ledger, source, tmp_path):
     assert "IDEM: skipped" in proc.stderr
     assert file_state(out) == before
     assert len(ledger.completed()) == 1
+    # Another creation option: rebuilt, and the first row is superseded.
+    changed = [c if c != "COMPRESS=DEFLATE" else "COMPRESS=LZW" for c in cmd]
+    proc = run(changed, env=env, check=True)
+    assert "skipped" not in proc.stderr
+    assert gdal.Info(str(out), format="json")["metadata"]["IMAGE_STRUCTURE"]["COMPRESSION"] == \
+        "LZW"
+    rows = ledger.rows()
+    assert len(rows) == 2 and rows[0]["superseded_at"] is not None
 
 
 PY_ENTRY = r"""
 import sys
 from osgeo import gdal
 gdal.UseExceptions()
-kind, src, dst = sys.argv[1:4]
+kind, src, dst, variant = sys.argv[1:5]
+changed = variant == "changed"
 if kind == "warp":
-    ds = gdal.Warp(dst, src, format="IDEM", dstSRS="EPSG:3857", resampleAlg="bilinear",
+    ds = gdal.Warp(dst, src, format="IDEM", dstSRS="EPSG:3857",
+                   resampleAlg="cubic" if changed else "bilinear",
                    creationOptions=["FORMAT=GTiff"])
 elif kind == "translate":
-    ds = gdal.Translate(dst, src, format="IDEM", width=256, height=256)
+    size = 200 if changed else 256
+    ds = gdal.Translate(dst, src, format="IDEM", width=size, height=size)
 elif kind == "rasterio":
     import rasterio, rasterio.shutil
     from rasterio.vrt import WarpedVRT
     from rasterio.enums import Resampling
-    with rasterio.open(src) as s, WarpedVRT(s, crs="EPSG:3857",
-                                            resampling=Resampling.bilinear) as vrt:
+    resampling = Resampling.cubic if changed else Resampling.bilinear
+    with rasterio.open(src) as s, WarpedVRT(s, crs="EPSG:3857", resampling=resampling) as vrt:
         rasterio.shutil.copy(vrt, dst, driver="IDEM", FORMAT="GTiff")
     ds = gdal.Open(dst[len("/vsiidem/"):])
 assert ds is not None and ds.RasterCount == 3
@@ -161,15 +172,24 @@ def test_idem_python_entry_points_write_then_skip(sqlite_ledger, source, tmp_pat
     out = tmp_path / f"{kind}.tif"
     env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
     cmd = ["/usr/bin/python3", "-c", PY_ENTRY, kind, source, vsi(out)]
-    run(cmd, env=env, check=True)
+    run(cmd + ["first"], env=env, check=True)
     assert out.exists()
     assert temp_dirs_beside(out) == []
     before = file_state(out)
-    proc = run(cmd, env=env, check=True)
+    proc = run(cmd + ["first"], env=env, check=True)
     assert "IDEM: skipped" in proc.stderr
     assert file_state(out) == before
     rows = sqlite_ledger.rows()
     assert len(rows) == 1 and rows[0]["completed_at"] is not None
+    # A changed option rebuilds and supersedes the first row.
+    proc = run(cmd + ["changed"], env=env, check=True)
+    assert "skipped" not in proc.stderr
+    assert file_state(out)[3] != before[3]
+    rows = sqlite_ledger.rows()
+    assert len(rows) == 2
+    assert rows[0]["superseded_at"] is not None
+    assert rows[1]["completed_at"] is not None and rows[1]["superseded_at"] is None
+    assert temp_dirs_beside(out) == []
 
 
 def test_idem_progress_passes_through_and_ends_at_one(sqlite_ledger, source, tmp_path):
@@ -254,3 +274,30 @@ def test_idem_unknown_passthrough_option_is_warned_like_gdal(sqlite_ledger, sour
                env=env_with(IDEM_LEDGER=sqlite_ledger.dsn), check=True)
     assert "NOT_AN_OPTION" in proc.stderr
     assert "does not support" in proc.stderr
+
+
+def test_idem_multi_source_warp_warns_that_the_claim_came_after_the_work(sqlite_ledger,
+                                                                           tmp_path):
+    a = make_source(tmp_path / "a.tif", size=128)
+    b = make_source(tmp_path / "b.tif", size=128, origin=(501280.0, 4650000.0), seed=2)
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    out = tmp_path / "mosaic.tif"
+    proc = run(["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", a, b, vsi(out)],
+               env=env, check=True)
+    assert "claim came after the work" in proc.stderr and "gdalbuildvrt" in proc.stderr
+    # The advice works: a VRT of the sources is claimed before the warp, without the warning.
+    vrt = tmp_path / "mosaic.vrt"
+    run(["gdalbuildvrt", vrt, a, b], check=True)
+    out2 = tmp_path / "mosaic2.tif"
+    proc = run(["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", vrt, vsi(out2)],
+               env=env, check=True)
+    assert "claim came after the work" not in proc.stderr
+    assert len(sqlite_ledger.completed()) == 2
+
+
+def test_idem_cog_reprojecting_options_are_warned(sqlite_ledger, source, tmp_path):
+    out = tmp_path / "cog.tif"
+    proc = run(warp_cmd(source, vsi(out), "-co", "FORMAT=COG", "-co",
+                        "TILING_SCHEME=GoogleMapsCompatible"),
+               env=env_with(IDEM_LEDGER=sqlite_ledger.dsn), check=True)
+    assert "TILING_SCHEME" in proc.stderr and "warp" in proc.stderr

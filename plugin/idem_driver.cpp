@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <cstring>
 #include <atomic>
@@ -142,6 +143,28 @@ GDALDriver* find_format_driver(const std::string& format) {
     throw Error(ErrorKind::k_usage, "FORMAT=" + format + " cannot write files (read-only driver)");
   }
   return driver;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One ledger connection per DSN per process: opening (and checking the schema) on every
+// CreateCopy would dominate the cost of a skip. Ledger instances serialise their own calls.
+// After a fork the parent's connections are abandoned, never closed: closing a PostgreSQL
+// connection from the child would end the parent's session.
+
+Ledger& shared_ledger(const std::string& dsn) {
+  static std::mutex mutex;
+  static std::map<std::string, Ledger*>* ledgers = new std::map<std::string, Ledger*>();
+  static pid_t owner = getpid();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (owner != getpid()) {
+    ledgers = new std::map<std::string, Ledger*>();  // the parent's are left alone
+    owner = getpid();
+  }
+  auto found = ledgers->find(dsn);
+  if (found == ledgers->end()) {
+    found = ledgers->emplace(dsn, Ledger::open(dsn).release()).first;
+  }
+  return *found->second;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,6 +321,14 @@ void test_pause(const char* point) {
   std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
 }
 
+// Lap timer for the "timing:" debug lines (--debug on; bench/ reads them): ms since the last lap.
+double lap_ms(std::chrono::steady_clock::time_point& lap) {
+  const auto now = std::chrono::steady_clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(now - lap).count();
+  lap = now;
+  return ms;
+}
+
 struct ProgressRelay {
   GDALProgressFunc user_progress;
   void* user_data;
@@ -337,8 +368,9 @@ private:
   IdemOptions m_options;
   std::string m_destination;  // absolute real path
   bool m_via_vsiidem = false;
-  std::unique_ptr<Ledger> m_ledger;
+  Ledger* m_ledger = nullptr;  // shared_ledger(): lives for the process
   WorkDescription m_work;
+  std::chrono::steady_clock::time_point m_lap = std::chrono::steady_clock::now();
 };
 
 GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
@@ -383,9 +415,23 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     return dry_run(m_work);
   }
 
-  m_ledger = Ledger::open(m_options.ledger_dsn);
+  CPLDebug("IDEM", "timing: options %.2f ms", lap_ms(m_lap));
+  m_ledger = &shared_ledger(m_options.ledger_dsn);
+  CPLDebug("IDEM", "timing: ledger open %.2f ms", lap_ms(m_lap));
   key_options.digest_cache = &m_ledger->digest_cache();
   m_work = describe_work(source, key_options);
+  CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", lap_ms(m_lap));
+  if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG")) {
+    for (const char* name : {"TILING_SCHEME", "TARGET_SRS", "RES", "EXTENT"}) {
+      if (passthrough.FetchNameValue(name) != nullptr) {
+        // gdalwarp folds these into the warp only when its output format is COG itself.
+        CPLError(CE_Warning, CPLE_AppDefined,
+                 "IDEM: -co %s makes the COG driver warp the already warped output a second "
+                 "time; set the target grid on the warp instead (-t_srs, -tr, -te, -tap)",
+                 name);
+      }
+    }
+  }
   if (m_work.source_was_materialised) {
     CPLError(CE_Warning, CPLE_AppDefined,
              "IDEM: GDAL warped the several sources into a temporary file before calling IDEM, "
@@ -408,6 +454,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   bool announced_wait = false;
   for (;;) {
     const LedgerRow row = m_ledger->lookup(m_work.key);
+    CPLDebug("IDEM", "timing: lookup %.2f ms", lap_ms(m_lap));
     if (row.state == RowState::k_completed && !row.superseded_at) {
       CPLDebug("IDEM", "completed row: output %s, recorded size %lld mtime_ns %lld",
                row.output_uri.c_str(),
@@ -433,6 +480,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     }
     request.claim_token = random_token();
     const ClaimResult claim = m_ledger->claim(request);
+    CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
     if (claim.outcome == ClaimOutcome::k_claimed) {
       return run_claimed(claim, source, format_driver, progress, progress_data);
     }
@@ -490,6 +538,7 @@ GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why) {
     vsiidem_cancel_unlink(*file);
   }
   CSLDestroy(files);
+  CPLDebug("IDEM", "timing: skip (open output) %.2f ms", lap_ms(m_lap));
   std::fprintf(stderr, "IDEM: skipped %s: %s (key %s, attempt %lld)\n", m_destination.c_str(),
                why, row.work_key.substr(0, 12).c_str(), static_cast<long long>(row.attempt));
   return output;
@@ -516,6 +565,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
     request.scratch_dir = output.temp_dir();
     request.progress = relay_progress;
     request.progress_data = &relay;
+    CPLDebug("IDEM", "timing: prepare %.2f ms", lap_ms(m_lap));
     GDALDatasetUniquePtr written = materialise(request);
     // GDAL 3.6 has no GDALDataset::Close(): flush, close, and look for errors raised doing so
     // (a full disk shows up here).
@@ -527,6 +577,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
                                        CPLGetLastErrorMsg());
     }
 
+    CPLDebug("IDEM", "timing: materialise %.2f ms", lap_ms(m_lap));
     if (!keeper.renew_now()) {
       throw Error(ErrorKind::k_ledger, "the claim on this work was lost before publishing "
                                        "(lease expired and another worker took it over)");
@@ -537,6 +588,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
     for (const auto& published : output.commit(m_options.durable)) {
       vsiidem_cancel_unlink(published);
     }
+    CPLDebug("IDEM", "timing: heartbeat+commit %.2f ms", lap_ms(m_lap));
     const auto fingerprint = fingerprint_of(m_destination);
     if (!fingerprint) {
       throw Error(ErrorKind::k_io, "the output " + m_destination + " vanished after publishing");
@@ -555,8 +607,11 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
     }
     throw;
   }
+  CPLDebug("IDEM", "timing: complete %.2f ms", lap_ms(m_lap));
   test_pause("after_complete");
-  return open_output(m_destination);
+  GDALDataset* opened = open_output(m_destination);
+  CPLDebug("IDEM", "timing: open output %.2f ms", lap_ms(m_lap));
+  return opened;
 }
 
 GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*strict*/,
