@@ -333,6 +333,31 @@ def test_vsiidem_update_modifies_a_copy_until_close(tmp_path):
     assert temp_dirs(tmp_path) == []
 
 
+def test_vsiidem_update_open_without_writes_leaves_file_untouched(tmp_path, source):
+    # gdalwarp -overwrite opens an existing output in update mode before deleting it: that must
+    # neither republish it (new inode and mtime) nor copy it.
+    out = tmp_path / "kept.tif"
+    run(["gdal_translate", "-of", "GTiff", source, vsiidem(str(out))])
+    before = (out.stat().st_ino, out.stat().st_mtime_ns, out.read_bytes())
+    f = gdal.VSIFOpenL(vsiidem(str(out)), "r+b")
+    assert gdal.VSIFReadL(1, 4, f) == before[2][:4]
+    assert temp_dirs(tmp_path) == [], "copied before any write"
+    gdal.VSIFCloseL(f)
+    ds = gdal.Open(vsiidem(str(out)), gdal.GA_Update)
+    assert ds.RasterCount == gdal.Open(source).RasterCount
+    ds = None
+    assert (out.stat().st_ino, out.stat().st_mtime_ns, out.read_bytes()) == before
+    assert temp_dirs(tmp_path) == []
+    # The first write still goes to a copy, from the offset reached by reading.
+    f = gdal.VSIFOpenL(vsiidem(str(out)), "r+b")
+    gdal.VSIFSeekL(f, 0, 2)
+    gdal.VSIFWriteL(b"tail", 1, 4, f)
+    assert out.read_bytes() == before[2], "updated in place"
+    gdal.VSIFCloseL(f)
+    assert out.read_bytes() == before[2] + b"tail"
+    assert out.stat().st_ino != before[0]
+
+
 def test_vsiidem_gdaladdo_internal_and_external_overviews(tmp_path, source):
     out = tmp_path / "ovr.tif"
     run(["gdal_translate", "-q", "-of", "GTiff", source, vsiidem(out)])
