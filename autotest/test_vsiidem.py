@@ -344,7 +344,7 @@ def test_vsiidem_update_open_without_writes_leaves_file_untouched(tmp_path, sour
     assert temp_dirs(tmp_path) == [], "copied before any write"
     gdal.VSIFCloseL(f)
     ds = gdal.Open(vsiidem(str(out)), gdal.GA_Update)
-    assert ds.RasterCount == gdal.Open(source).RasterCount
+    assert ds.RasterCount == gdal.Open(str(source)).RasterCount
     ds = None
     assert (out.stat().st_ino, out.stat().st_mtime_ns, out.read_bytes()) == before
     assert temp_dirs(tmp_path) == []
