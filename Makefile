@@ -37,7 +37,7 @@ install: build
 
 bench:
 	$(MAKE) build BUILD_DIR=build-release BUILD_TYPE=Release
-	scripts/with-postgres bench/run build-release
+	IDEM_PG_FSYNC=on scripts/with-postgres bench/run build-release
 
 clean:
 	rm -rf $(BUILD_DIR) build-release
