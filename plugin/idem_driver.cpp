@@ -443,13 +443,12 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   request.work_key = m_work.key;
   request.namespace_name = m_options.namespace_name;
   request.layer = m_options.layer;
-  request.tile = m_options.tile ? m_options.tile : web_mercator_tile(m_work.grid);
+  request.tile = m_options.tile;  // else found from the grid when claiming (below)
   request.output_uri = m_destination;
   request.work_json = m_work.canonical_json;
   request.lease = m_options.lease;
   request.worker_host = host_name();
   request.worker_pid = getpid();
-  request.footprint_wkt = footprint_wkt(m_work.grid);
 
   bool announced_wait = false;
   for (;;) {
@@ -477,6 +476,13 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       }
       m_ledger->invalidate(m_work.key, row.claim_token);
       continue;
+    }
+    if (!request.footprint_wkt) {
+      // Only work that is claimed needs these; a skip must stay cheap.
+      request.footprint_wkt = footprint_wkt(m_work.grid);
+      if (!request.tile) {
+        request.tile = web_mercator_tile(m_work.grid);
+      }
     }
     request.claim_token = random_token();
     const ClaimResult claim = m_ledger->claim(request);

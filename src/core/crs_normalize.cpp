@@ -1,6 +1,10 @@
 // CRS normalisation for the key: every spelling of one CRS gives one canonical form.
 #include "core/crs_normalize.hpp"
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include <proj.h>
 
 #include <cstdlib>
@@ -158,8 +162,41 @@ JsonValue normalize_crs(const std::string& definition) {
   return normalize_parsed(srs, definition);
 }
 
+namespace {
+
+JsonValue normalize_crs_with_axes_uncached(const std::string& definition,
+                                           const std::string& data_axis_mapping);
+
+}  // namespace
+
+// Normalising asks PROJ's database; a batch of tiles asks the same few questions thousands of
+// times in one process, so answers are remembered (errors are not).
 JsonValue normalize_crs_with_axes(const std::string& definition,
                                   const std::string& data_axis_mapping) {
+  constexpr size_t k_max_remembered = 256;
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, std::string>, JsonValue> remembered;
+  const auto question = std::make_pair(definition, data_axis_mapping);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto found = remembered.find(question);
+    if (found != remembered.end()) {
+      return found->second;
+    }
+  }
+  JsonValue answer = normalize_crs_with_axes_uncached(definition, data_axis_mapping);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (remembered.size() >= k_max_remembered) {
+    remembered.clear();
+  }
+  remembered.emplace(question, answer);
+  return answer;
+}
+
+namespace {
+
+JsonValue normalize_crs_with_axes_uncached(const std::string& definition,
+                                           const std::string& data_axis_mapping) {
   OGRSpatialReference srs;
   parse_definition(definition, srs);
   JsonValue result = JsonValue::object();
@@ -186,6 +223,8 @@ JsonValue normalize_crs_with_axes(const std::string& definition,
   result.set("data_axes", std::move(axes));
   return result;
 }
+
+}  // namespace
 
 std::string normalized_crs_text(const std::string& definition) {
   const JsonValue normalized = normalize_crs(definition);
