@@ -108,4 +108,7 @@ else
   { [ -s "$results" ] && echo; cat "$section"; } >>"$results"
 fi
 cat "$section"
-psql -q -X -d "$IDEM_TEST_PG_DSN" -c "DROP DATABASE IF EXISTS $db" >/dev/null
+# bench/run keeps the 10M-row ledger (IDEM_BENCH_KEEP_DB=1) for its scale benchmark, and drops it.
+if [ "${IDEM_BENCH_KEEP_DB:-0}" != 1 ]; then
+  psql -q -X -d "$IDEM_TEST_PG_DSN" -c "DROP DATABASE IF EXISTS $db" >/dev/null
+fi

@@ -24,8 +24,18 @@ struct UsageError {
 
 using Args = std::vector<std::string>;
 
+// One function per subcommand, each in its own file (src/cli/<name>_command.cpp).
 int run_key(const Args& args, const GlobalOptions& global);
 int run_init(const Args& args, const GlobalOptions& global);
+int run_status(const Args& args, const GlobalOptions& global);
+int run_inflight(const Args& args, const GlobalOptions& global);
+int run_reap(const Args& args, const GlobalOptions& global);
+int run_verify(const Args& args, const GlobalOptions& global);
+int run_explain(const Args& args, const GlobalOptions& global);
+int run_forget(const Args& args, const GlobalOptions& global);
+int run_prune(const Args& args, const GlobalOptions& global);
+int run_export(const Args& args, const GlobalOptions& global);
+int run_load(const Args& args, const GlobalOptions& global);
 
 // JSON string literal with escapes.
 std::string json_quote(const std::string& text);

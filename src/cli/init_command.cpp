@@ -1,4 +1,5 @@
-// gdal-idem init: create or migrate the ledger schema (safe to run again).
+// gdal-idem init [--print]: create or migrate the ledger schema (safe to run again), or print
+// the SQL it would apply.
 #include <cstdio>
 
 #include "cli.hpp"
@@ -6,20 +7,60 @@
 
 namespace idem::cli {
 
-int run_init(const Args& args, const GlobalOptions& global) {
-  for (const auto& arg : args) {
-    throw UsageError{"unknown argument '" + arg + "'; usage: gdal-idem init"};
+namespace {
+
+std::string join_json(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += (i ? "," : "") + json_quote(items[i]);
   }
-  // Opening applies every pending migration.
+  return out + "]";
+}
+
+}  // namespace
+
+int run_init(const Args& args, const GlobalOptions& global) {
+  bool print = false;
+  for (const auto& arg : args) {
+    if (arg == "--print") {
+      print = true;
+    } else {
+      throw UsageError{"unknown argument '" + arg + "'; usage: gdal-idem init [--print]"};
+    }
+  }
+  const std::string backend = Ledger::backend_of(global.ledger_dsn);
+  if (print) {
+    // No connection: the SQL every migration of this backend runs, in order.
+    for (const auto& migration : migrations(backend)) {
+      std::printf("-- %s%s\n%s\n", migration.name.c_str(),
+                  migration.requires_extension
+                      ? (" (applied when the " + *migration.requires_extension +
+                         " extension is installed)")
+                            .c_str()
+                      : "",
+                  migration.sql.c_str());
+    }
+    return k_exit_ok;
+  }
   auto ledger = Ledger::open(global.ledger_dsn);
-  const std::string where =
-      global.ledger_dsn.empty() ? "sqlite:" + Ledger::default_sqlite_path()
+  const MigrationReport report = ledger->migrate();
+  const std::string where = global.ledger_dsn.empty()
+                                ? "sqlite:" + Ledger::default_sqlite_path()
                                 : Ledger::redact_dsn(global.ledger_dsn);
   if (global.json) {
-    std::printf("{\"backend\":%s,\"ledger\":%s,\"status\":\"ready\"}\n",
-                json_quote(ledger->backend_name()).c_str(), json_quote(where).c_str());
-  } else {
-    std::printf("ledger ready: %s (%s)\n", where.c_str(), ledger->backend_name().c_str());
+    std::printf(
+        "{\"applied\":%s,\"backend\":%s,\"footprints\":%s,\"ledger\":%s,\"schema_version\":%d,"
+        "\"skipped\":%s}\n",
+        join_json(report.applied).c_str(), json_quote(ledger->backend_name()).c_str(),
+        ledger->has_footprints() ? "true" : "false", json_quote(where).c_str(),
+        report.schema_version, join_json(report.skipped).c_str());
+    return k_exit_ok;
+  }
+  std::printf("ledger ready: %s (%s, schema version %d%s)\n", where.c_str(),
+              ledger->backend_name().c_str(), report.schema_version,
+              ledger->has_footprints() ? ", with footprints" : "");
+  for (const auto& name : report.skipped) {
+    std::printf("not applied: %s (needs an extension that is not installed)\n", name.c_str());
   }
   return k_exit_ok;
 }

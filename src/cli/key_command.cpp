@@ -1,6 +1,7 @@
 // gdal-idem key -- gdalwarp|gdal_translate ARGS...: the key the command's real run would get.
 // The arguments are parsed by GDAL's own option parsers and the program's library call is run
 // in-process against the IDEM driver in dry-run mode, so the key is the real run's key.
+// gdal-idem key -- ogr2ogr ARGS...: the key `gdal-idem load` gives that feature load.
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "cli.hpp"
 #include "core/error.hpp"
+#include "core/feature_key.hpp"
 #include "core/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
@@ -132,30 +134,71 @@ std::string dry_run_destination(const std::string& destination) {
   return std::string(k_vsiidem_prefix) + absolute_path(destination);
 }
 
+constexpr const char* k_key_usage =
+    "usage: gdal-idem key [--json] -- gdalwarp|gdal_translate ARGS...\n"
+    "       gdal-idem key [--json] [--mode replace|append] [--namespace N] -- ogr2ogr ARGS...";
+
+// `key -- ogr2ogr ...`: the key `gdal-idem load` would give this command (nothing is written;
+// the bundle is read to identify it by content).
+int run_key_ogr2ogr(const Args& arguments, FeatureLoadSettings settings,
+                    const std::optional<std::string>& namespace_name, bool json) {
+  const Ogr2ogrCommand command = parse_ogr2ogr_command(arguments);
+  settings.namespace_name =
+      namespace_name.value_or(CPLGetConfigOption("IDEM_NAMESPACE", "default"));
+  settings.digest_policy = source_digest_policy_from_config();
+  InMemoryDigestCache cache;
+  settings.digest_cache = &cache;
+  const FeatureWork work = describe_feature_load(command, settings);
+  if (json) {
+    std::printf("{\"destination\":%s,\"key\":%s,\"work\":%s}\n",
+                json_quote(work.output_uri).c_str(), json_quote(work.key).c_str(),
+                work.canonical_json.c_str());
+  } else {
+    std::printf("%s\n", work.key.c_str());
+  }
+  return k_exit_ok;
+}
+
 }  // namespace
 
 int run_key(const Args& args, const GlobalOptions& global) {
   bool json = global.json;
+  FeatureLoadSettings load_settings;  // ogr2ogr only: --mode, --namespace as for `load`
+  std::optional<std::string> load_namespace;
+  bool load_options_given = false;
   size_t i = 0;
   for (; i < args.size() && args[i] != "--"; ++i) {
     if (args[i] == "--json") {
       json = true;
+    } else if (args[i] == "--mode" && i + 1 < args.size()) {
+      load_settings.mode = parse_load_mode(args[++i]);
+      load_options_given = true;
+    } else if (args[i] == "--namespace" && i + 1 < args.size()) {
+      load_namespace = args[++i];
+      load_options_given = true;
     } else {
-      throw UsageError{"unknown option '" + args[i] +
-                       "'; usage: gdal-idem key [--json] -- gdalwarp|gdal_translate ARGS..."};
+      throw UsageError{"unknown option '" + args[i] + "'; " + k_key_usage};
     }
   }
   if (i + 1 >= args.size()) {
-    throw UsageError{"usage: gdal-idem key [--json] -- gdalwarp|gdal_translate ARGS..."};
+    throw UsageError{k_key_usage};
   }
   const std::string program_name = basename_of(args[i + 1]);
+  if (program_name == "ogr2ogr") {
+    return run_key_ogr2ogr(Args(args.begin() + static_cast<long>(i) + 2, args.end()),
+                           load_settings, load_namespace, json);
+  }
+  if (load_options_given) {
+    throw UsageError{"--mode and --namespace are for ogr2ogr loads; gdalwarp and gdal_translate "
+                     "take -co NAMESPACE="};
+  }
   Program program;
   if (program_name == "gdalwarp") {
     program = Program::k_gdalwarp;
   } else if (program_name == "gdal_translate") {
     program = Program::k_gdal_translate;
   } else {
-    throw UsageError{"'" + program_name + "' is not gdalwarp or gdal_translate"};
+    throw UsageError{"'" + program_name + "' is not gdalwarp, gdal_translate or ogr2ogr"};
   }
 
   // --config, --debug and friends, handled as the programs do.

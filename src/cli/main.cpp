@@ -2,6 +2,7 @@
 // stderr and the documented exit codes.
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "cli.hpp"
@@ -20,6 +21,21 @@ constexpr const char* k_usage =
     "  init [--print]                 create or migrate the ledger schema\n"
     "  key [--json] -- gdalwarp ARGS  the key this gdalwarp / gdal_translate command gets,\n"
     "                                 without running it\n"
+    "  status [--namespace N] [--layer L]\n"
+    "                                 completed / in flight / stale / superseded counts\n"
+    "  inflight [--all] [--namespace N]  claims whose lease expired (--all: every claim)\n"
+    "  reap [--older-than D] [--dry-run] [--requeue] [--namespace N]\n"
+    "                                 release stale claims, remove orphan .idem-tmp-* dirs\n"
+    "  verify [--namespace N] [--checksum] [--dry-run]\n"
+    "                                 check completed outputs; drop the rows of bad ones\n"
+    "  explain KEY_A KEY_B | --last OUTPUT\n"
+    "                                 why was this rebuilt: diff of two work descriptions\n"
+    "  forget KEY | --output URI | --namespace N [--layer L] [--delete-output]\n"
+    "                                 delete ledger rows (then, optionally, the outputs)\n"
+    "  prune --keep-latest | --older-than D [--drop-history D] [--namespace N] [--force]\n"
+    "                                 move completed rows into history, drop old history\n"
+    "  export OUT.gpkg|OUT.geojson [--namespace N] [--layer L]\n"
+    "                                 the ledger as a vector layer with tile footprints\n"
     "\n"
     "Global options:\n"
     "  --ledger DSN   sqlite:PATH, postgresql://..., or a libpq keyword string\n"
@@ -28,6 +44,7 @@ constexpr const char* k_usage =
     "  -q             no progress output\n"
     "  --version      print versions and exit\n"
     "\n"
+    "Durations: 90s, 15m, 2h, 7d or plain seconds.\n"
     "Exit codes: 0 fine, 1 problems found, 2 usage or connection error.\n";
 
 }  // namespace
@@ -67,16 +84,19 @@ int main(int argc, char** argv) {
   const std::string command = argv[i];
   Args args(argv + i + 1, argv + argc);
   try {
-    int rc = k_exit_usage;
-    if (command == "key") {
-      rc = run_key(args, global);
-    } else if (command == "init") {
-      rc = run_init(args, global);
-    } else {
+    using Runner = int (*)(const Args&, const GlobalOptions&);
+    static const std::map<std::string, Runner> k_commands = {
+        {"init", run_init},       {"key", run_key},         {"status", run_status},
+        {"inflight", run_inflight}, {"reap", run_reap},     {"verify", run_verify},
+        {"explain", run_explain}, {"forget", run_forget},   {"prune", run_prune},
+        {"export", run_export},   {"load", run_load},
+    };
+    const auto found = k_commands.find(command);
+    if (found == k_commands.end()) {
       std::fprintf(stderr, "gdal-idem: unknown command '%s'\n\n%s", command.c_str(), k_usage);
       return k_exit_usage;
     }
-    return rc;
+    return found->second(args, global);
   } catch (const UsageError& error) {
     std::fprintf(stderr, "gdal-idem %s: %s\n", command.c_str(), error.message.c_str());
     return k_exit_usage;

@@ -11,6 +11,9 @@
 
 #include "core/source_digest.hpp"
 
+// libpq's connection type (libpq-fe.h), for the completion inside a caller's transaction.
+typedef struct pg_conn PGconn;
+
 namespace idem {
 
 // What a completed output looked like when it was recorded.
@@ -101,6 +104,23 @@ struct MigrationReport {
   int schema_version = 0;            // highest applied version afterwards
 };
 
+// Counts for `gdal-idem status` (one namespace/layer or all), by the database clock.
+struct LedgerCounts {
+  int64_t completed = 0;    // completed and not superseded
+  int64_t superseded = 0;   // completed, then overwritten by a later completion of the output
+  int64_t in_flight = 0;    // claimed, lease live
+  int64_t stale = 0;        // claimed, lease expired or released: a new claim takes it over
+  std::optional<double> oldest_in_flight_claimed_at;  // over live and stale claims
+  int64_t completed_last_hour = 0;  // completions (superseded or not) in the last hour
+};
+
+// Which completed rows retention moves into history (`gdal-idem prune`).
+struct ArchiveRequest {
+  std::optional<std::string> namespace_name;  // all namespaces when unset
+  std::optional<std::chrono::seconds> older_than;  // completed before now - older_than
+  bool superseded_only = false;  // only rows whose output a later completion overwrote
+};
+
 struct ClaimResult {
   ClaimOutcome outcome = ClaimOutcome::k_busy;
   int64_t attempt = 0;
@@ -169,14 +189,50 @@ public:
     std::optional<RowState> state;
     bool expired_only = false;  // in-flight rows whose lease has expired
     std::optional<int64_t> limit;  // at most this many rows (ordered by work_key)
+    std::optional<std::string> work_key;         // exactly this key
+    std::optional<std::string> work_key_prefix;  // keys starting with these lowercase hex digits
   };
   virtual std::vector<LedgerRow> rows(const RowFilter& filter) = 0;
 
   // Retention: move completed rows older than `older_than` into history; returns how many.
   virtual int64_t archive_completed(std::chrono::seconds older_than) = 0;
 
+  // Counts by state (namespace and layer of the filter apply; the other fields are ignored).
+  virtual LedgerCounts counts(const RowFilter& filter) = 0;
+  // Archived rows (ledger_history), as completed rows; namespace, layer, output_uri, work_key,
+  // work_key_prefix and limit apply. Ordered by work_key, then completed_at.
+  virtual std::vector<LedgerRow> history(const RowFilter& filter) = 0;
+  // Delete the live rows matching the filter (namespace, layer, output_uri, work_key; at least one
+  // must be set, else k_usage) in one statement and return them as they were: the caller then
+  // deletes their outputs (ledger row first, then the file).
+  virtual std::vector<LedgerRow> forget_rows(const RowFilter& filter) = 0;
+  // Delete a completed row only if it is still the completion the caller checked (same claim
+  // token, still completed): `gdal-idem verify` never removes a row that was redone meanwhile.
+  virtual bool forget_completed(const std::string& work_key, const std::string& observed_token) = 0;
+  // Retention: move the completed rows the request selects into history, in one transaction.
+  virtual int64_t archive(const ArchiveRequest& request) = 0;
+  // Retention: delete history rows completed before now - older_than; returns how many.
+  virtual int64_t drop_history(std::chrono::seconds older_than,
+                               const std::optional<std::string>& namespace_name) = 0;
+
   // The database clock, seconds since the epoch.
   virtual double now() = 0;
+
+  // Completing inside the caller's own transaction (feature loads: the load's data change and
+  // its completion commit together). A PostgreSQL ledger names its database with an opaque
+  // identity (database oid + cluster start time); SQLite has none (nullopt).
+  virtual std::optional<std::string> database_identity() { return std::nullopt; }
+  // The same identity for any libpq connection (throws k_ledger when the query fails).
+  static std::string database_identity_of(PGconn* connection);
+  // complete(), run on `connection` inside the transaction the caller has open there (BEGIN
+  // done, COMMIT left to the caller): the completion commits or rolls back with the caller's
+  // writes, and its row lock keeps any claimer out until then. Only for a PostgreSQL ledger
+  // whose database_identity() is the connection's; throws k_ledger otherwise (SQLite, another
+  // database, no open transaction). Fenced exactly like complete(); false changes nothing.
+  virtual bool complete_in_transaction(PGconn* connection, const std::string& work_key,
+                                       const std::string& claim_token,
+                                       const OutputFingerprint& fingerprint,
+                                       std::optional<int64_t> feature_count);
 };
 
 }  // namespace idem

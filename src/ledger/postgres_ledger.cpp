@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "ledger/ledger.hpp"
 #include "ledger/ledger_internal.hpp"
+#include "ledger/pg_handles.hpp"
 
 namespace idem {
 
@@ -84,14 +85,8 @@ constexpr const char* k_digest_put_sql =
     "mtime_ns = EXCLUDED.mtime_ns, ctime_ns = EXCLUDED.ctime_ns, digest = EXCLUDED.digest, "
     "recorded_at = now()";
 
-struct ConnectionCloser {
-  void operator()(PGconn* connection) const { PQfinish(connection); }
-};
-struct ResultClearer {
-  void operator()(PGresult* result) const { PQclear(result); }
-};
-using PgConnection = std::unique_ptr<PGconn, ConnectionCloser>;
-using PgResult = std::unique_ptr<PGresult, ResultClearer>;
+using PgConnection = pg::Connection;
+using PgResult = pg::Result;
 
 // Cells of one result row, for ledger_detail::make_row.
 class ResultRow {
@@ -284,33 +279,9 @@ public:
     if (filter.state == RowState::k_absent) {
       return result;
     }
-    // The WHERE clause's shape follows the filter (so the partial index serves expired_only);
-    // every value is a parameter.
-    std::string sql = std::string("SELECT ") + k_row_columns + " FROM idem.ledger WHERE true";
     Params params;
-    auto add = [&](const char* condition, const std::string& value) {
-      params.push_back(value);
-      sql += std::string(" AND ") + condition + " $" + std::to_string(params.size());
-    };
-    if (filter.namespace_name) {
-      add("namespace =", *filter.namespace_name);
-    }
-    if (filter.layer) {
-      add("layer =", *filter.layer);
-    }
-    if (filter.output_uri) {
-      add("output_uri =", *filter.output_uri);
-    }
-    if (filter.state == RowState::k_completed) {
-      sql += " AND completed_at IS NOT NULL";
-    }
-    if (filter.state == RowState::k_in_flight || filter.expired_only) {
-      sql += " AND completed_at IS NULL";
-    }
-    if (filter.expired_only) {
-      sql += " AND lease_expires_at <= now()";
-    }
-    sql += " ORDER BY work_key";
+    std::string sql = std::string("SELECT ") + k_row_columns + " FROM idem.ledger WHERE " +
+                      filter_conditions(filter, params) + " ORDER BY work_key";
     if (filter.limit) {
       params.push_back(std::to_string(*filter.limit));
       sql += " LIMIT $" + std::to_string(params.size());
@@ -322,6 +293,134 @@ public:
       result.push_back(ledger_detail::make_row(ResultRow(rows.get(), i)));
     }
     return result;
+  }
+
+  LedgerCounts counts(const RowFilter& filter) override {
+    RowFilter scope;
+    scope.namespace_name = filter.namespace_name;
+    scope.layer = filter.layer;
+    Params params;
+    const std::string sql =
+        "SELECT count(*) FILTER (WHERE completed_at IS NOT NULL AND superseded_at IS NULL), "
+        "count(*) FILTER (WHERE superseded_at IS NOT NULL), "
+        "count(*) FILTER (WHERE completed_at IS NULL AND released_at IS NULL "
+        "AND lease_expires_at > now()), "
+        "count(*) FILTER (WHERE completed_at IS NULL AND (released_at IS NOT NULL "
+        "OR lease_expires_at <= now())), "
+        "CAST(extract(epoch FROM min(claimed_at) FILTER (WHERE completed_at IS NULL)) AS float8), "
+        "count(*) FILTER (WHERE completed_at >= now() - interval '1 hour') "
+        "FROM idem.ledger WHERE " + filter_conditions(scope, params);
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    PgResult result = exec_params(sql, params, "counts");
+    const ResultRow cells(result.get(), 0);
+    LedgerCounts counts;
+    counts.completed = cells.integer(0);
+    counts.superseded = cells.integer(1);
+    counts.in_flight = cells.integer(2);
+    counts.stale = cells.integer(3);
+    if (!cells.is_null(4)) {
+      counts.oldest_in_flight_claimed_at = cells.real(4);
+    }
+    counts.completed_last_hour = cells.integer(5);
+    return counts;
+  }
+
+  std::vector<LedgerRow> history(const RowFilter& filter) override {
+    std::vector<LedgerRow> result;
+    if (filter.state == RowState::k_absent || filter.state == RowState::k_in_flight ||
+        filter.expired_only) {
+      return result;
+    }
+    RowFilter scope = filter;
+    scope.state.reset();
+    Params params;
+    std::string sql = std::string("SELECT ") + k_row_columns +
+                      " FROM idem.ledger_history WHERE " + filter_conditions(scope, params) +
+                      " ORDER BY work_key, completed_at";
+    if (filter.limit) {
+      params.push_back(std::to_string(*filter.limit));
+      sql += " LIMIT $" + std::to_string(params.size());
+    }
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    PgResult rows = exec_params(sql, params, "history");
+    for (int i = 0; i < PQntuples(rows.get()); ++i) {
+      result.push_back(ledger_detail::make_row(ResultRow(rows.get(), i)));
+    }
+    return result;
+  }
+
+  std::vector<LedgerRow> forget_rows(const RowFilter& filter) override {
+    if (!filter.namespace_name && !filter.layer && !filter.output_uri && !filter.work_key) {
+      throw Error(ErrorKind::k_usage, "forget_rows needs a namespace, layer, output or key");
+    }
+    RowFilter scope = filter;
+    scope.limit.reset();
+    Params params;
+    const std::string sql = std::string("DELETE FROM idem.ledger WHERE ") +
+                            filter_conditions(scope, params) + " RETURNING " + k_row_columns;
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    PgResult rows = exec_params(sql, params, "forget");
+    std::vector<LedgerRow> result;
+    for (int i = 0; i < PQntuples(rows.get()); ++i) {
+      result.push_back(ledger_detail::make_row(ResultRow(rows.get(), i)));
+    }
+    return result;
+  }
+
+  bool forget_completed(const std::string& work_key, const std::string& observed_token) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    return affected(exec_params("DELETE FROM idem.ledger WHERE work_key = $1 AND claim_token = $2 "
+                                "AND completed_at IS NOT NULL",
+                                {work_key, observed_token}, "forget_completed")) == 1;
+  }
+
+  int64_t archive(const ArchiveRequest& request) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    std::string columns = k_history_columns;
+    if (m_has_footprint) {
+      columns += ", footprint";
+    }
+    Params params = {std::to_string(request.older_than.value_or(std::chrono::seconds(0)).count())};
+    std::string where = request.older_than
+                            ? "completed_at < now() - make_interval(secs => $1)"
+                            : "completed_at <= now() - make_interval(secs => $1)";
+    if (request.namespace_name) {
+      params.push_back(*request.namespace_name);
+      where += " AND namespace = $2";
+    }
+    if (request.superseded_only) {
+      where += " AND superseded_at IS NOT NULL";
+    }
+    Transaction transaction(*this, "archive");
+    // now() is fixed for the transaction: the partitions and the move use the same cutoff.
+    exec_params("SELECT idem.ensure_history_partitions(now() + interval '1 second')", {},
+                "archive");
+    PgResult moved = exec_params("WITH moved AS (DELETE FROM idem.ledger WHERE " + where +
+                                     " RETURNING " + columns + ") INSERT INTO idem.ledger_history (" +
+                                     columns + ", archived_at) SELECT " + columns +
+                                     ", now() FROM moved",
+                                 params, "archive");
+    transaction.commit();
+    return affected(moved);
+  }
+
+  int64_t drop_history(std::chrono::seconds older_than,
+                       const std::optional<std::string>& namespace_name) override {
+    Params params = {std::to_string(older_than.count())};
+    std::string sql =
+        "DELETE FROM idem.ledger_history WHERE completed_at < now() - make_interval(secs => $1)";
+    if (namespace_name) {
+      params.push_back(*namespace_name);
+      sql += " AND namespace = $2";
+    }
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    return affected(exec_params(sql, params, "drop_history"));
   }
 
   int64_t archive_completed(std::chrono::seconds older_than) override {
@@ -350,6 +449,51 @@ public:
     ensure_connected();
     PgResult result = exec_prepared("idem_now", {}, "now");
     return std::strtod(PQgetvalue(result.get(), 0, 0), nullptr);
+  }
+
+  std::optional<std::string> database_identity() override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    return Ledger::database_identity_of(m_connection.get());
+  }
+
+  // The fenced completion statement of complete(), on the caller's connection and inside its
+  // transaction; errors leave that transaction aborted (the caller rolls back).
+  bool complete_in_transaction(PGconn* connection, const std::string& work_key,
+                               const std::string& claim_token,
+                               const OutputFingerprint& fingerprint,
+                               std::optional<int64_t> feature_count) override {
+    if (connection == nullptr || PQtransactionStatus(connection) != PQTRANS_INTRANS) {
+      throw Error(ErrorKind::k_ledger, "complete_in_transaction needs a transaction open (BEGIN "
+                                       "done, no error) on the caller's connection");
+    }
+    const std::optional<std::string> ours = database_identity();
+    if (Ledger::database_identity_of(connection) != *ours) {
+      throw Error(ErrorKind::k_ledger, "the connection is not to the ledger's database " +
+                                           m_redacted + ": complete in the ledger instead");
+    }
+    auto run = [&](const char* sql, const Params& params) {
+      const std::vector<const char*> raw = raw_params(params);
+      PgResult result(PQexecParams(connection, sql, static_cast<int>(raw.size()), nullptr,
+                                   raw.data(), nullptr, nullptr, 0));
+      if (!result || PQresultStatus(result.get()) != PGRES_TUPLES_OK) {
+        std::string message =
+            result ? PQresultErrorMessage(result.get()) : PQerrorMessage(connection);
+        throw Error(ErrorKind::k_ledger, scrub("PostgreSQL ledger " + m_redacted +
+                                               ": completion in the caller's transaction "
+                                               "failed: " + message));
+      }
+      return result;
+    };
+    PgResult result = run(k_complete_sql, {work_key, claim_token, std::to_string(fingerprint.size),
+                                           std::to_string(fingerprint.mtime_ns),
+                                           fingerprint.sha256, fingerprint.etag,
+                                           text_param(feature_count)});
+    if (std::string(PQgetvalue(result.get(), 0, 0)) == "1") {
+      return true;
+    }
+    PgResult done = run(k_completed_by_sql, {work_key, claim_token});
+    return PQntuples(done.get()) == 1;
   }
 
   std::optional<std::string> digest_get(const std::string& path, const FileIdentity& identity) {
@@ -666,6 +810,47 @@ private:
     prepare("idem_digest_get", k_digest_get_sql);
     prepare("idem_digest_put", k_digest_put_sql);
     m_prepared = true;
+  }
+
+  // The WHERE clause's shape follows the filter (so the partial index serves expired_only);
+  // every value is a parameter appended to `params`.
+  static std::string filter_conditions(const Ledger::RowFilter& filter, Params& params) {
+    std::string sql = "true";
+    auto add = [&](const char* condition, const std::string& value) {
+      params.push_back(value);
+      const std::string placeholder = "$" + std::to_string(params.size());
+      std::string text = condition;
+      for (size_t at = text.find('?'); at != std::string::npos; at = text.find('?', at)) {
+        text.replace(at, 1, placeholder);
+        at += placeholder.size();
+      }
+      sql += " AND " + text;
+    };
+    if (filter.namespace_name) {
+      add("namespace = ?", *filter.namespace_name);
+    }
+    if (filter.layer) {
+      add("layer = ?", *filter.layer);
+    }
+    if (filter.output_uri) {
+      add("output_uri = ?", *filter.output_uri);
+    }
+    if (filter.work_key) {
+      add("work_key = ?", *filter.work_key);
+    }
+    if (filter.work_key_prefix) {
+      add("left(work_key, length(?::text)) = ?", *filter.work_key_prefix);
+    }
+    if (filter.state == RowState::k_completed) {
+      sql += " AND completed_at IS NOT NULL";
+    }
+    if (filter.state == RowState::k_in_flight || filter.expired_only) {
+      sql += " AND completed_at IS NULL";
+    }
+    if (filter.expired_only) {
+      sql += " AND lease_expires_at <= now()";
+    }
+    return sql;
   }
 
   std::optional<LedgerRow> lookup_locked(const std::string& work_key) {

@@ -394,44 +394,157 @@ public:
     if (filter.state == RowState::k_absent) {
       return result;
     }
-    // The WHERE clause's shape follows the filter (so the partial index serves expired_only);
-    // every value is a parameter.
-    std::string sql = std::string("SELECT ") + k_row_columns + " FROM ledger WHERE 1 = 1";
-    if (filter.namespace_name) {
-      sql += " AND namespace = ?1";
-    }
-    if (filter.layer) {
-      sql += " AND layer = ?2";
-    }
-    if (filter.output_uri) {
-      sql += " AND output_uri = ?3";
-    }
-    if (filter.state == RowState::k_completed) {
-      sql += " AND completed_at IS NOT NULL";
-    }
-    if (filter.state == RowState::k_in_flight || filter.expired_only) {
-      sql += " AND completed_at IS NULL";
-    }
-    if (filter.expired_only) {
-      sql += " AND lease_expires_at <= " IDEM_SQLITE_NOW;
-    }
-    sql += " ORDER BY work_key LIMIT ?4";
+    const std::string sql = std::string("SELECT ") + k_row_columns + " FROM ledger WHERE " +
+                            filter_conditions(filter) + " ORDER BY work_key LIMIT ?7";
     std::lock_guard<std::mutex> lock(m_mutex);
     Query query(m_db.get(), statement(sql), m_context);
-    if (filter.namespace_name) {
-      query.bind(1, *filter.namespace_name);
-    }
-    if (filter.layer) {
-      query.bind(2, *filter.layer);
-    }
-    if (filter.output_uri) {
-      query.bind(3, *filter.output_uri);
-    }
-    query.bind(4, filter.limit.value_or(-1));
+    bind_filter(query, filter);
+    query.bind(7, filter.limit.value_or(-1));
     while (query.step()) {
       result.push_back(ledger_detail::make_row(query));
     }
     return result;
+  }
+
+  LedgerCounts counts(const RowFilter& filter) override {
+    RowFilter scope;
+    scope.namespace_name = filter.namespace_name;
+    scope.layer = filter.layer;
+    const std::string sql =
+        "SELECT coalesce(sum(completed_at IS NOT NULL AND superseded_at IS NULL), 0), "
+        "coalesce(sum(superseded_at IS NOT NULL), 0), "
+        "coalesce(sum(completed_at IS NULL AND released_at IS NULL AND lease_expires_at > "
+        IDEM_SQLITE_NOW "), 0), "
+        "coalesce(sum(completed_at IS NULL AND (released_at IS NOT NULL OR lease_expires_at <= "
+        IDEM_SQLITE_NOW ")), 0), "
+        "min(CASE WHEN completed_at IS NULL THEN claimed_at END), "
+        "coalesce(sum(completed_at >= " IDEM_SQLITE_NOW " - 3600.0), 0) FROM ledger WHERE " +
+        filter_conditions(scope);
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement(sql), m_context);
+    bind_filter(query, scope);
+    LedgerCounts counts;
+    if (query.step()) {
+      counts.completed = query.integer(0);
+      counts.superseded = query.integer(1);
+      counts.in_flight = query.integer(2);
+      counts.stale = query.integer(3);
+      if (!query.is_null(4)) {
+        counts.oldest_in_flight_claimed_at = query.real(4);
+      }
+      counts.completed_last_hour = query.integer(5);
+      query.run();
+    }
+    return counts;
+  }
+
+  std::vector<LedgerRow> history(const RowFilter& filter) override {
+    std::vector<LedgerRow> result;
+    if (filter.state == RowState::k_absent || filter.state == RowState::k_in_flight ||
+        filter.expired_only) {
+      return result;
+    }
+    RowFilter scope = filter;
+    scope.state.reset();
+    const std::string sql = std::string("SELECT ") + k_row_columns +
+                            " FROM ledger_history WHERE " + filter_conditions(scope) +
+                            " ORDER BY work_key, completed_at LIMIT ?7";
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement(sql), m_context);
+    bind_filter(query, scope);
+    query.bind(7, filter.limit.value_or(-1));
+    while (query.step()) {
+      result.push_back(ledger_detail::make_row(query));
+    }
+    return result;
+  }
+
+  std::vector<LedgerRow> forget_rows(const RowFilter& filter) override {
+    if (!filter.namespace_name && !filter.layer && !filter.output_uri && !filter.work_key) {
+      throw Error(ErrorKind::k_usage, "forget_rows needs a namespace, layer, output or key");
+    }
+    RowFilter scope = filter;
+    scope.limit.reset();
+    const std::string sql = std::string("DELETE FROM ledger WHERE ") + filter_conditions(scope) +
+                            " RETURNING " + k_row_columns;
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Transaction transaction(*this);
+    std::vector<LedgerRow> result;
+    {
+      Query query(m_db.get(), statement(sql), m_context);
+      bind_filter(query, scope);
+      while (query.step()) {
+        result.push_back(ledger_detail::make_row(query));
+      }
+    }
+    transaction.commit();
+    return result;
+  }
+
+  bool forget_completed(const std::string& work_key, const std::string& observed_token) override {
+    return fenced_update(
+        "DELETE FROM ledger WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NOT NULL",
+        work_key, observed_token);
+  }
+
+  int64_t archive(const ArchiveRequest& request) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Transaction transaction(*this);
+    double cutoff = 0;
+    {
+      Query query(m_db.get(), statement("SELECT " IDEM_SQLITE_NOW " - ?1"), m_context);
+      query.bind(1, static_cast<double>(request.older_than.value_or(std::chrono::seconds(0)).count()));
+      query.step();
+      cutoff = query.real(0);
+      query.run();
+    }
+    std::string where = "completed_at IS NOT NULL AND completed_at <= ?1";
+    if (request.older_than) {
+      where = "completed_at IS NOT NULL AND completed_at < ?1";
+    }
+    if (request.namespace_name) {
+      where += " AND namespace = ?2";
+    }
+    if (request.superseded_only) {
+      where += " AND superseded_at IS NOT NULL";
+    }
+    auto bind = [&](Query& query) {
+      query.bind(1, cutoff);
+      if (request.namespace_name) {
+        query.bind(2, *request.namespace_name);
+      }
+    };
+    {
+      Query insert(m_db.get(),
+                   statement(std::string("INSERT INTO ledger_history (") + k_history_columns +
+                             ", archived_at) SELECT " + k_history_columns +
+                             ", " IDEM_SQLITE_NOW " FROM ledger WHERE " + where),
+                   m_context);
+      bind(insert);
+      insert.run();
+    }
+    Query remove(m_db.get(), statement("DELETE FROM ledger WHERE " + where), m_context);
+    bind(remove);
+    remove.run();
+    const int64_t moved = sqlite3_changes(m_db.get());
+    transaction.commit();
+    return moved;
+  }
+
+  int64_t drop_history(std::chrono::seconds older_than,
+                       const std::optional<std::string>& namespace_name) override {
+    std::string sql = "DELETE FROM ledger_history WHERE completed_at < " IDEM_SQLITE_NOW " - ?1";
+    if (namespace_name) {
+      sql += " AND namespace = ?2";
+    }
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement(sql), m_context);
+    query.bind(1, static_cast<double>(older_than.count()));
+    if (namespace_name) {
+      query.bind(2, *namespace_name);
+    }
+    query.run();
+    return sqlite3_changes(m_db.get());
   }
 
   int64_t archive_completed(std::chrono::seconds older_than) override {
@@ -602,6 +715,55 @@ private:
       }
     }
     return false;
+  }
+
+  // The WHERE clause's shape follows the filter (so the partial index serves expired_only);
+  // every value is a parameter, at fixed positions ?1..?6 (bind_filter).
+  static std::string filter_conditions(const Ledger::RowFilter& filter) {
+    std::string sql = "1 = 1";
+    if (filter.namespace_name) {
+      sql += " AND namespace = ?1";
+    }
+    if (filter.layer) {
+      sql += " AND layer = ?2";
+    }
+    if (filter.output_uri) {
+      sql += " AND output_uri = ?3";
+    }
+    if (filter.work_key) {
+      sql += " AND work_key = ?4";
+    }
+    if (filter.work_key_prefix) {
+      sql += " AND substr(work_key, 1, length(?5)) = ?5";
+    }
+    if (filter.state == RowState::k_completed) {
+      sql += " AND completed_at IS NOT NULL";
+    }
+    if (filter.state == RowState::k_in_flight || filter.expired_only) {
+      sql += " AND completed_at IS NULL";
+    }
+    if (filter.expired_only) {
+      sql += " AND lease_expires_at <= " IDEM_SQLITE_NOW;
+    }
+    return sql;
+  }
+
+  static void bind_filter(Query& query, const Ledger::RowFilter& filter) {
+    if (filter.namespace_name) {
+      query.bind(1, *filter.namespace_name);
+    }
+    if (filter.layer) {
+      query.bind(2, *filter.layer);
+    }
+    if (filter.output_uri) {
+      query.bind(3, *filter.output_uri);
+    }
+    if (filter.work_key) {
+      query.bind(4, *filter.work_key);
+    }
+    if (filter.work_key_prefix) {
+      query.bind(5, *filter.work_key_prefix);
+    }
   }
 
   std::optional<LedgerRow> lookup_locked(const std::string& work_key) {

@@ -450,6 +450,133 @@ TEST_P(LedgerConformance, FootprintStoredOnlyWithPostgis) {
   EXPECT_EQ(pg_exec(m_admin.get(), "SELECT ST_SRID(footprint) FROM idem.ledger_history"), "4326");
 }
 
+TEST_P(LedgerConformance, CountsByStateAndScope) {
+  auto add = [&](const std::string& key, const std::string& ns, std::chrono::seconds lease,
+                 bool complete, const std::string& output = "") {
+    ClaimRequest request = make_request(key, lease, output);
+    request.namespace_name = ns;
+    ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+    if (complete) {
+      ASSERT_TRUE(m_ledger->complete(key, request.claim_token, make_fingerprint(1)));
+    }
+  };
+  add("old", "alpha", 60s, true, "/out/shared.tif");
+  add("new", "alpha", 60s, true, "/out/shared.tif");  // supersedes "old"
+  add("live", "alpha", 60s, false);
+  add("dead", "alpha", 1s, false);
+  add("other", "beta", 60s, true);
+  std::this_thread::sleep_for(1200ms);
+  const LedgerCounts all = m_ledger->counts({});
+  EXPECT_EQ(all.completed, 2);
+  EXPECT_EQ(all.superseded, 1);
+  EXPECT_EQ(all.in_flight, 1);
+  EXPECT_EQ(all.stale, 1);
+  EXPECT_EQ(all.completed_last_hour, 3);
+  ASSERT_TRUE(all.oldest_in_flight_claimed_at);
+  EXPECT_LE(*all.oldest_in_flight_claimed_at, m_ledger->now());
+  Ledger::RowFilter beta;
+  beta.namespace_name = "beta";
+  const LedgerCounts only_beta = m_ledger->counts(beta);
+  EXPECT_EQ(only_beta.completed, 1);
+  EXPECT_EQ(only_beta.in_flight + only_beta.stale + only_beta.superseded, 0);
+  EXPECT_FALSE(only_beta.oldest_in_flight_claimed_at);
+}
+
+TEST_P(LedgerConformance, KeyPrefixAndExactKeyFilters) {
+  for (const char* key : {"abc1", "abc2", "abd3"}) {
+    ASSERT_EQ(m_ledger->claim(make_request(key, 60s)).outcome, ClaimOutcome::k_claimed);
+  }
+  Ledger::RowFilter prefix;
+  prefix.work_key_prefix = "abc";
+  EXPECT_EQ(m_ledger->rows(prefix).size(), 2u);
+  prefix.work_key_prefix = "abd";
+  EXPECT_EQ(m_ledger->rows(prefix).size(), 1u);
+  Ledger::RowFilter exact;
+  exact.work_key = "abc2";
+  ASSERT_EQ(m_ledger->rows(exact).size(), 1u);
+  EXPECT_EQ(m_ledger->rows(exact)[0].work_key, "abc2");
+}
+
+TEST_P(LedgerConformance, ForgetRowsReturnsWhatItDeleted) {
+  auto add = [&](const std::string& key, const std::string& ns, const std::string& layer) {
+    ClaimRequest request = make_request(key, 60s);
+    request.namespace_name = ns;
+    request.layer = layer;
+    ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  };
+  add("k1", "alpha", "dem");
+  add("k2", "alpha", "rgb");
+  add("k3", "beta", "dem");
+  EXPECT_THROW(m_ledger->forget_rows({}), Error);
+  Ledger::RowFilter filter;
+  filter.namespace_name = "alpha";
+  filter.layer = "dem";
+  const std::vector<LedgerRow> gone = m_ledger->forget_rows(filter);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].work_key, "k1");
+  EXPECT_EQ(gone[0].output_uri, "/data/out/k1.tif");
+  EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_absent);
+  Ledger::RowFilter by_key;
+  by_key.work_key = "k3";
+  EXPECT_EQ(m_ledger->forget_rows(by_key).size(), 1u);
+  EXPECT_EQ(m_ledger->lookup("k2").state, RowState::k_in_flight);
+}
+
+TEST_P(LedgerConformance, ForgetCompletedIsFencedOnTheCheckedCompletion) {
+  ClaimRequest request = make_request("done", 1s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  EXPECT_FALSE(m_ledger->forget_completed("done", request.claim_token));  // not completed yet
+  ASSERT_TRUE(m_ledger->complete("done", request.claim_token, make_fingerprint(1)));
+  EXPECT_FALSE(m_ledger->forget_completed("done", "another-token"));
+  EXPECT_TRUE(m_ledger->forget_completed("done", request.claim_token));
+  EXPECT_EQ(m_ledger->lookup("done").state, RowState::k_absent);
+}
+
+TEST_P(LedgerConformance, ArchiveSupersededOrByNamespaceAndReadHistory) {
+  auto add = [&](const std::string& key, const std::string& ns, const std::string& output) {
+    ClaimRequest request = make_request(key, 60s, output);
+    request.namespace_name = ns;
+    ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+    ASSERT_TRUE(m_ledger->complete(key, request.claim_token, make_fingerprint(7)));
+  };
+  add("first", "alpha", "/out/a.tif");
+  std::this_thread::sleep_for(20ms);
+  add("second", "alpha", "/out/a.tif");
+  add("beta1", "beta", "/out/b.tif");
+  ArchiveRequest superseded;
+  superseded.superseded_only = true;
+  EXPECT_EQ(m_ledger->archive(superseded), 1);
+  EXPECT_EQ(m_ledger->lookup("first").state, RowState::k_absent);
+  EXPECT_EQ(m_ledger->lookup("second").state, RowState::k_completed);
+  Ledger::RowFilter by_output;
+  by_output.output_uri = "/out/a.tif";
+  const std::vector<LedgerRow> history = m_ledger->history(by_output);
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].work_key, "first");
+  EXPECT_EQ(history[0].state, RowState::k_completed);
+  EXPECT_TRUE(history[0].superseded_at);
+  EXPECT_EQ(history[0].work_json, "{\"key\":\"first\"}");
+  ASSERT_TRUE(history[0].fingerprint);
+  EXPECT_EQ(history[0].fingerprint->size, 7);
+  Ledger::RowFilter prefix;
+  prefix.work_key_prefix = "fir";
+  EXPECT_EQ(m_ledger->history(prefix).size(), 1u);
+
+  ArchiveRequest old_beta;
+  old_beta.namespace_name = "beta";
+  old_beta.older_than = 3600s;
+  EXPECT_EQ(m_ledger->archive(old_beta), 0);
+  old_beta.older_than = 0s;
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(m_ledger->archive(old_beta), 1);
+  EXPECT_EQ(m_ledger->lookup("second").state, RowState::k_completed);
+  EXPECT_EQ(m_ledger->history({}).size(), 2u);
+  EXPECT_EQ(m_ledger->drop_history(3600s, std::nullopt), 0);
+  EXPECT_EQ(m_ledger->drop_history(0s, std::string("beta")), 1);
+  EXPECT_EQ(m_ledger->drop_history(0s, std::nullopt), 1);
+  EXPECT_TRUE(m_ledger->history({}).empty());
+}
+
 TEST_P(LedgerConformance, HeartbeatFromAnotherThreadIsSafe) {
   const ClaimRequest request = make_request("k1", 60s);
   ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
@@ -471,6 +598,85 @@ TEST_P(LedgerConformance, HeartbeatFromAnotherThreadIsSafe) {
   heartbeat.join();
   EXPECT_GT(renewed.load(), 0);
   EXPECT_TRUE(m_ledger->complete("k1", request.claim_token, make_fingerprint(1)));
+}
+
+// ---- Completion inside a caller's transaction (feature loads) ---------------------------
+
+TEST_P(LedgerConformance, DatabaseIdentityNamesThePostgresDatabaseOnly) {
+  if (is_sqlite()) {
+    EXPECT_FALSE(m_ledger->database_identity());
+    return;
+  }
+  const std::optional<std::string> identity = m_ledger->database_identity();
+  ASSERT_TRUE(identity);
+  ledger_test::PgHandle same = ledger_test::pg_connect(m_dsn);
+  ASSERT_TRUE(same);
+  EXPECT_EQ(Ledger::database_identity_of(same.get()), *identity);
+  const std::string other_database =
+      with_postgis() ? ledger_test::k_nogis_database : ledger_test::k_gis_database;
+  ledger_test::PgHandle other = ledger_test::pg_connect(ledger_test::pg_dsn_for(other_database));
+  ASSERT_TRUE(other);
+  EXPECT_NE(Ledger::database_identity_of(other.get()), *identity);
+}
+
+TEST_P(LedgerConformance, CompleteInTransactionCommitsAndRollsBackWithTheCaller) {
+  const ClaimRequest request = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  if (is_sqlite()) {
+    EXPECT_THROW(m_ledger->complete_in_transaction(nullptr, "k1", request.claim_token,
+                                                   make_fingerprint(3), 3),
+                 Error);
+    EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);
+    return;
+  }
+  ledger_test::PgHandle caller = ledger_test::pg_connect(m_dsn);
+  ASSERT_TRUE(caller);
+  // Outside a transaction the completion would commit alone: refused.
+  EXPECT_THROW(m_ledger->complete_in_transaction(caller.get(), "k1", request.claim_token,
+                                                 make_fingerprint(3), 3),
+               Error);
+  pg_exec(caller.get(), "BEGIN");
+  EXPECT_FALSE(m_ledger->complete_in_transaction(caller.get(), "k1", random_token(),
+                                                 make_fingerprint(3), 3));
+  EXPECT_TRUE(m_ledger->complete_in_transaction(caller.get(), "k1", request.claim_token,
+                                                make_fingerprint(3), 3));
+  EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);  // not committed yet
+  pg_exec(caller.get(), "ROLLBACK");
+  EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);
+  pg_exec(caller.get(), "BEGIN");
+  EXPECT_TRUE(m_ledger->complete_in_transaction(caller.get(), "k1", request.claim_token,
+                                                make_fingerprint(4), 4));
+  pg_exec(caller.get(), "COMMIT");
+  const LedgerRow row = m_ledger->lookup("k1");
+  EXPECT_EQ(row.state, RowState::k_completed);
+  EXPECT_EQ(row.feature_count, 4);
+  EXPECT_EQ(row.fingerprint->size, 4);
+  // A retry of a completion that committed: true, nothing changes; a foreign token: false.
+  pg_exec(caller.get(), "BEGIN");
+  EXPECT_TRUE(m_ledger->complete_in_transaction(caller.get(), "k1", request.claim_token,
+                                                make_fingerprint(5), 5));
+  EXPECT_FALSE(m_ledger->complete_in_transaction(caller.get(), "k1", random_token(),
+                                                 make_fingerprint(5), 5));
+  pg_exec(caller.get(), "COMMIT");
+  EXPECT_EQ(m_ledger->lookup("k1").feature_count, 4);
+}
+
+TEST_P(LedgerConformance, CompleteInTransactionRefusesAnotherDatabase) {
+  if (is_sqlite()) {
+    GTEST_SKIP() << "SQLite has no caller transactions (see the test above)";
+  }
+  const ClaimRequest request = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  const std::string other_database =
+      with_postgis() ? ledger_test::k_nogis_database : ledger_test::k_gis_database;
+  ledger_test::PgHandle other = ledger_test::pg_connect(ledger_test::pg_dsn_for(other_database));
+  ASSERT_TRUE(other);
+  pg_exec(other.get(), "BEGIN");
+  EXPECT_THROW(m_ledger->complete_in_transaction(other.get(), "k1", request.claim_token,
+                                                 make_fingerprint(3), 3),
+               Error);
+  pg_exec(other.get(), "ROLLBACK");
+  EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, LedgerConformance,

@@ -1,0 +1,259 @@
+"""Every command shown in README.md and docs/*.md runs, against the freshly built plugin.
+
+Convention for fenced code blocks in the docs (indented code blocks are never run):
+
+- ```sh / ```bash: run with `bash -e -o pipefail`; exit status 0 expected.
+- ```console: a transcript. Lines starting with `$ ` are commands (a trailing backslash continues
+  a command on the next line) and are run like an sh block; the other lines are the output shown
+  to the reader and are not compared.
+- ```python: run with /usr/bin/python3 (the Python with osgeo.gdal and rasterio).
+- Any other tag (text, sql, ini, json, yaml, none...): shown, not run.
+
+Directives in an HTML comment on the line(s) just before the opening fence adjust one block:
+
+- `<!-- doctest: skip REASON -->`: not run (a reason is required: make install, a real
+  cluster...).
+- `<!-- doctest: compile-only -->`: python that imports what is not installable here (Prefect,
+  Dagster, Airflow); it is byte-compiled only.
+- `<!-- doctest: expect TEXT -->` (repeatable): the block's stdout+stderr must contain TEXT.
+- `<!-- doctest: exit N -->`: the block must exit with N instead of 0.
+- `<!-- doctest: needs postgres -->`: run only with PostgreSQL (scripts/with-postgres, as in
+  `make test`), with PGDSN naming a fresh database (one per document, with PostGIS).
+  Skipped without PostgreSQL, failed if IDEM_TEST_REQUIRE_PG=1.
+
+The blocks of one document run in order in one sandbox directory, and what a block exports and
+its last working directory carry over to the next blocks (python blocks included), as when a
+reader follows the page in one terminal. The sandbox has:
+
+- `scene.tif` (512x512, 3 bands, UTM 33N, 10 m) and `scene2.tif` (a different scene),
+- `sql/` and `scripts/` linked from the repository,
+- `gdal-idem` and `python3` (/usr/bin/python3) first on PATH, GDAL_DRIVER_PATH set to the build,
+- IDEM_LEDGER=sqlite:<sandbox>/ledger.sqlite and XDG_STATE_HOME inside the sandbox, so nothing
+  outside it is touched.
+
+Run alone: IDEM_BUILD_DIR=build /usr/bin/python3 -m pytest autotest/test_docs.py -p no:cacheprovider
+"""
+
+import os
+import py_compile
+import re
+import subprocess
+
+import pytest
+
+from idem_testlib import BUILD_DIR, GDAL_IDEM, PLUGIN_DIR, ROOT, make_source
+
+DOCS = ["README.md"] + sorted(
+    os.path.join("docs", name) for name in os.listdir(os.path.join(ROOT, "docs"))
+    if name.endswith(".md"))
+
+RUN_TAGS = {"sh", "bash", "console", "python"}
+BLOCK_TIMEOUT = 120
+
+_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+_DIRECTIVE = re.compile(r"<!--\s*doctest:\s*(.*?)\s*-->")
+
+
+class Block:
+    def __init__(self, path, line, tag, text, directives):
+        self.path = path
+        self.line = line
+        self.tag = tag
+        self.text = text
+        self.directives = directives
+
+    def where(self):
+        return f"{self.path}:{self.line} ({self.tag})"
+
+    def directive(self, name):
+        return [value for key, value in self.directives if key == name]
+
+
+def parse_blocks(path):
+    """Fenced blocks of a Markdown file, with the doctest directives just above each."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    blocks = []
+    pending = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        if fence:
+            indent, marker, tag = fence.group(1), fence.group(2), fence.group(3).lower()
+            body = []
+            j = i + 1
+            while j < len(lines) and not lines[j].strip().startswith(marker):
+                body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j])
+                j += 1
+            blocks.append(Block(path, i + 1, tag, "\n".join(body) + "\n", pending))
+            pending = []
+            i = j + 1
+            continue
+        found = _DIRECTIVE.findall(line)
+        if found:
+            for text in found:
+                key, _, value = text.partition(" ")
+                pending.append((key, value.strip()))
+        elif line.strip():
+            pending = []
+        i += 1
+    return blocks
+
+
+def console_commands(text):
+    """The commands of a console transcript: `$ ` lines, with backslash continuations."""
+    commands = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("$ "):
+            command = [line[2:]]
+            while command[-1].endswith("\\") and i + 1 < len(lines):
+                i += 1
+                command.append(lines[i])
+            commands.append("\n".join(command))
+        i += 1
+    return "\n".join(commands) + "\n"
+
+
+@pytest.fixture(scope="module")
+def sample_sources(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("doc-sources")
+    scene = make_source(directory / "scene.tif", size=512)
+    scene2 = make_source(directory / "scene2.tif", size=512, seed=7,
+                         origin=(505120.0, 4650000.0))
+    return scene, scene2
+
+
+def sandbox(tmp_path, sample_sources):
+    for source in sample_sources:
+        os.link(source, tmp_path / os.path.basename(source))
+    for name in ("sql", "scripts"):
+        os.symlink(os.path.join(ROOT, name), tmp_path / name)
+    bin_dir = tmp_path / ".bin"
+    bin_dir.mkdir()
+    os.symlink(GDAL_IDEM, bin_dir / "gdal-idem")
+    os.symlink("/usr/bin/python3", bin_dir / "python3")
+    os.symlink("/usr/bin/python3", bin_dir / "python")
+    env = dict(os.environ)
+    env.update({
+        "PATH": f"{bin_dir}:{os.path.join(BUILD_DIR, 'src')}:/usr/local/bin:/usr/bin:/bin",
+        "GDAL_DRIVER_PATH": PLUGIN_DIR,
+        "IDEM_BUILD_DIR": BUILD_DIR,
+        "IDEM_LEDGER": "sqlite:" + str(tmp_path / "ledger.sqlite"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "REPO": ROOT,
+        "DOCTEST_STATE": str(tmp_path / ".doctest-state"),
+    })
+    for name in list(env):
+        if name.startswith("IDEM_") and name not in ("IDEM_LEDGER", "IDEM_BUILD_DIR",
+                                                      "IDEM_TEST_PG_DSN",
+                                                      "IDEM_TEST_REQUIRE_PG"):
+            del env[name]
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+# Carry exports and the working directory from block to block through a file in the sandbox.
+_RESTORE = '[ -f "$DOCTEST_STATE" ] && . "$DOCTEST_STATE"\n'
+_SAVE = ("trap '{ export -p | grep -v -e \" OLDPWD\" -e \" PWD=\" -e \" SHLVL=\"; "
+         "printf \"cd %q\\n\" \"$PWD\"; } >\"$DOCTEST_STATE\"' EXIT\n")
+
+
+def run_block(block, cwd, env):
+    if block.tag == "python":
+        if block.directive("compile-only"):
+            source = cwd / f".block_{block.line}.py"
+            source.write_text(block.text)
+            try:
+                py_compile.compile(str(source), doraise=True)
+            except py_compile.PyCompileError as error:
+                pytest.fail(f"{block.where()} does not compile:\n{error}")
+            return None
+        args = ["bash", "-c", _RESTORE + 'exec /usr/bin/python3 -c "$1"', "python", block.text]
+    else:
+        script = console_commands(block.text) if block.tag == "console" else block.text
+        args = ["bash", "-e", "-o", "pipefail", "-c", _RESTORE + _SAVE + script]
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=BLOCK_TIMEOUT)
+    expected_exit = int((block.directive("exit") or ["0"])[0])
+    output = proc.stdout + proc.stderr
+    if proc.returncode != expected_exit:
+        pytest.fail(f"{block.where()} exited {proc.returncode}, expected {expected_exit}\n"
+                    f"--- block ---\n{block.text}--- stdout ---\n{proc.stdout}"
+                    f"--- stderr ---\n{proc.stderr}")
+    for text in block.directive("expect"):
+        assert text in output, (f"{block.where()}: expected {text!r} in the output\n"
+                                f"--- output ---\n{output}")
+    return proc
+
+
+def has_postgres():
+    return bool(os.environ.get("IDEM_TEST_PG_DSN"))
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_docs_commands_run(doc, tmp_path, sample_sources):
+    blocks = [b for b in parse_blocks(doc) if b.tag in RUN_TAGS]
+    if not blocks:
+        pytest.skip(f"{doc} has no runnable blocks")
+    env = sandbox(tmp_path, sample_sources)
+    skipped_pg = []
+    for block in blocks:
+        if block.directive("skip"):
+            assert block.directive("skip")[0], f"{block.where()}: skip needs a reason"
+            continue
+        block_env = env
+        if block.directive("needs") == ["postgres"]:
+            if not has_postgres():
+                if os.environ.get("IDEM_TEST_REQUIRE_PG") == "1":
+                    pytest.fail("IDEM_TEST_PG_DSN is not set but IDEM_TEST_REQUIRE_PG=1")
+                skipped_pg.append(block.where())
+                continue
+            if "PGDSN" not in env:
+                from idem_testlib import pg_fresh_database
+                env["PGDSN"] = pg_fresh_database()  # one database per document
+            block_env = env
+        run_block(block, tmp_path, block_env)
+    if skipped_pg and len(skipped_pg) == len(blocks):
+        pytest.skip("only PostgreSQL blocks, and no PostgreSQL: " + ", ".join(skipped_pg))
+
+
+def test_docs_python_blocks_compile():
+    """Every python block compiles, including the orchestrator snippets that cannot run here."""
+    for doc in DOCS:
+        for block in parse_blocks(doc):
+            if block.tag == "python":
+                try:
+                    compile(block.text, block.where(), "exec")
+                except SyntaxError as error:
+                    pytest.fail(f"{block.where()}: {error}")
+
+
+def test_docs_directives_are_known():
+    known = {"skip", "compile-only", "expect", "exit", "needs"}
+    for doc in DOCS:
+        for block in parse_blocks(doc):
+            for key, _ in block.directives:
+                assert key in known, f"{block.where()}: unknown doctest directive {key!r}"
+
+
+def test_docs_readme_links_every_page():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    missing = [doc for doc in DOCS[1:] if f"({doc})" not in readme]
+    assert not missing, f"README.md does not link {missing}"
+
+
+def test_docs_local_links_resolve():
+    link = re.compile(r"\]\(([^)#\s]+)(#[^)]*)?\)")
+    for doc in DOCS:
+        base = os.path.dirname(os.path.join(ROOT, doc))
+        with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+            text = f.read()
+        for target, _ in link.findall(text):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            assert os.path.exists(os.path.join(base, target)), f"{doc}: broken link {target}"

@@ -1,0 +1,111 @@
+// Helpers shared by the ledger-operation subcommands (status, inflight, reap, verify, explain,
+// forget, prune, export): durations, times, a GDAL-style progress bar on stderr, building JSON
+// output with sorted keys, reading canonical work JSON, and the target grid it records.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli.hpp"
+#include "ledger/ledger.hpp"
+
+namespace idem::cli {
+
+// "90s", "15m", "2h", "7d" or plain seconds ("3600"); throws UsageError naming `option`.
+std::chrono::seconds parse_duration(const std::string& text, const std::string& option);
+
+// Seconds since the epoch as "2024-05-01T12:00:00Z" (UTC, whole seconds).
+std::string format_time(double epoch_seconds);
+// A duration for people: "45s", "12m05s", "3h02m", "2d04h".
+std::string format_age(double seconds);
+
+// Ledger to use, opened; k_ledger errors propagate (exit 2).
+std::unique_ptr<Ledger> open_ledger(const GlobalOptions& global);
+// The DSN as shown in messages (password masked).
+std::string ledger_label(const GlobalOptions& global);
+
+// A GDAL-style text progress bar ("0...10...20... - done.") on stderr, silent with -q or when
+// stderr is not wanted. Usable as a GDALProgressFunc through `callback()`/`data()`.
+class Progress {
+public:
+  explicit Progress(bool enabled) : m_enabled(enabled) {}
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  void update(double fraction);
+  void update(size_t done, size_t total) { update(total == 0 ? 1.0 : double(done) / total); }
+  void finish() { update(1.0); }
+
+private:
+  bool m_enabled;
+  int m_last_tick = -1;  // ticks of 2.5%, as GDALTermProgress
+};
+
+// JSON output with keys sorted (std::map) and values already serialised.
+namespace json {
+std::string str(const std::string& text);
+std::string integer(int64_t value);
+std::string real(double value);
+std::string boolean(bool value);
+std::string null();
+template <class T, class F>
+std::string optional(const std::optional<T>& value, F serialise) {
+  return value ? serialise(*value) : null();
+}
+std::string time(const std::optional<double>& epoch_seconds);  // ISO string or null
+std::string object(const std::map<std::string, std::string>& members);
+std::string array(const std::vector<std::string>& items);
+}  // namespace json
+
+// Common members of a row in JSON output: key, namespace, layer, tile, output, state, times,
+// worker, attempt, fingerprint.
+std::map<std::string, std::string> row_json_members(const LedgerRow& row);
+// "completed", "superseded", "in_flight", "stale" (expired or released).
+std::string row_state_name(const LedgerRow& row);
+
+// A parsed JSON document, numbers kept as their text (so canonical numbers print unchanged).
+struct JsonNode {
+  enum class Type { k_null, k_bool, k_number, k_string, k_array, k_object };
+  Type type = Type::k_null;
+  std::string scalar;  // bool/number text, decoded string
+  std::vector<JsonNode> items;
+  std::vector<std::pair<std::string, JsonNode>> members;  // in document order
+  const JsonNode* find(const std::string& key) const;
+  // Compact text (numbers as written, strings re-escaped).
+  std::string dump() const;
+};
+// Throws UsageError-free idem::Error(k_internal) on malformed text; returns nullopt instead when
+// `lenient`.
+std::optional<JsonNode> parse_json(const std::string& text);
+
+// The target grid recorded in a canonical work description (its VRT: size, geotransform, SRS,
+// band count). Unset fields stay empty.
+struct WorkGrid {
+  int x_size = 0;
+  int y_size = 0;
+  int band_count = 0;
+  std::optional<std::vector<double>> geotransform;
+  std::optional<std::string> srs;  // "EPSG:3857" or a PROJJSON text, as SetFromUserInput takes
+};
+std::optional<WorkGrid> work_grid(const std::string& work_json);
+
+// Whether `key_text` looks like (a prefix of) a lowercase hex key.
+bool is_hex_key_prefix(const std::string& key_text);
+
+}  // namespace idem::cli
+
+namespace idem::cli {
+
+// An output given on the command line as the ledger records it: /vsiidem/ paths mapped to the
+// real path, local paths made absolute, other /vsi paths as given.
+std::string output_uri_argument(const std::string& text);
+
+// Rows of `filter` in the live table and in history (most recent first by completion or claim).
+std::vector<LedgerRow> rows_with_history(Ledger& ledger, const Ledger::RowFilter& filter);
+
+}  // namespace idem::cli

@@ -1,0 +1,227 @@
+// gdal-idem reap [--older-than DURATION] [--dry-run] [--requeue] [--namespace N]: release the
+// claims whose lease expired (killed or stalled workers) and remove the orphan temporary
+// directories (IDEM's own ".idem-tmp-*" naming only, older than the lease) that killed workers
+// left beside the outputs recorded in the ledger. --requeue prints each released claim's work as
+// a JSON line an orchestrator can resubmit.
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "cli.hpp"
+#include "cli_util.hpp"
+#include "core/atomic_output.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+
+namespace idem::cli {
+
+namespace {
+
+constexpr int k_default_lease_seconds = 300;  // the driver's IDEM_STALE_SECONDS default
+
+struct Orphan {
+  std::string path;
+  double age_seconds = 0;
+};
+
+std::string parent_of(const std::string& uri) {
+  const size_t slash = uri.find_last_of('/');
+  if (slash == std::string::npos) {
+    return ".";
+  }
+  return slash == 0 ? "/" : uri.substr(0, slash);
+}
+
+// Newest modification time of a directory and of what it holds (one level down, which is how
+// AtomicOutput lays its files out): a live writer keeps touching its file.
+double newest_mtime(const std::string& directory) {
+  VSIStatBufL info;
+  double newest = 0;
+  if (VSIStatL(directory.c_str(), &info) == 0) {
+    newest = static_cast<double>(info.st_mtime);
+  }
+  const CPLStringList entries(VSIReadDir(directory.c_str()));
+  for (int i = 0; i < entries.size(); ++i) {
+    const std::string name = entries[i];
+    if (name == "." || name == "..") {
+      continue;
+    }
+    if (VSIStatL((directory + "/" + name).c_str(), &info) == 0) {
+      newest = std::max(newest, static_cast<double>(info.st_mtime));
+    }
+  }
+  return newest;
+}
+
+std::vector<Orphan> find_orphans(const std::vector<LedgerRow>& rows,
+                                 const std::set<std::string>& live_tokens, double min_age,
+                                 double now_local) {
+  std::set<std::string> directories;
+  for (const LedgerRow& row : rows) {
+    directories.insert(parent_of(row.output_uri));
+  }
+  std::vector<Orphan> orphans;
+  const std::string prefix = k_temp_prefix;
+  for (const std::string& directory : directories) {
+    const CPLStringList entries(VSIReadDir(directory.c_str()));
+    for (int i = 0; i < entries.size(); ++i) {
+      const std::string name = entries[i];
+      if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) {
+        continue;
+      }
+      if (live_tokens.count(name.substr(prefix.size())) != 0) {
+        continue;  // a live claim's own temporary directory
+      }
+      const std::string path = (directory == "/" ? "" : directory) + "/" + name;
+      VSIStatBufL info;
+      if (VSIStatL(path.c_str(), &info) != 0 || !VSI_ISDIR(info.st_mode)) {
+        continue;
+      }
+      const double age = now_local - newest_mtime(path);
+      if (age >= min_age) {
+        orphans.push_back(Orphan{path, age});
+      }
+    }
+  }
+  return orphans;
+}
+
+std::string requeue_line(const LedgerRow& row) {
+  const auto parsed = parse_json(row.work_json);
+  return json::object({
+      {"layer", row.layer ? json::str(*row.layer) : json::null()},
+      {"namespace", json::str(row.namespace_name)},
+      {"output_uri", json::str(row.output_uri)},
+      {"tile", row.tile ? json::object({{"x", json::integer(row.tile->x)},
+                                        {"y", json::integer(row.tile->y)},
+                                        {"z", json::integer(row.tile->z)}})
+                        : json::null()},
+      {"work", parsed ? row.work_json : json::str(row.work_json)},
+      {"work_key", json::str(row.work_key)},
+  });
+}
+
+}  // namespace
+
+int run_reap(const Args& args, const GlobalOptions& global) {
+  constexpr const char* k_synopsis =
+      "usage: gdal-idem reap [--older-than DURATION] [--dry-run] [--requeue] [--namespace N]";
+  std::optional<std::chrono::seconds> older_than;
+  bool dry_run = false;
+  bool requeue = false;
+  std::optional<std::string> namespace_name;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--older-than" && i + 1 < args.size()) {
+      older_than = parse_duration(args[++i], "--older-than");
+    } else if (args[i] == "--dry-run" || args[i] == "-n") {
+      dry_run = true;
+    } else if (args[i] == "--requeue") {
+      requeue = true;
+    } else if (args[i] == "--namespace" && i + 1 < args.size()) {
+      namespace_name = args[++i];
+    } else {
+      throw UsageError{"unknown argument '" + args[i] + "'; " + k_synopsis};
+    }
+  }
+  double lease_seconds = k_default_lease_seconds;
+  if (const char* stale = CPLGetConfigOption("IDEM_STALE_SECONDS", nullptr)) {
+    lease_seconds = std::max(1.0, std::atof(stale));
+  }
+  const double min_claim_expiry = older_than ? double(older_than->count()) : 0.0;
+  const double min_temp_age = older_than ? double(older_than->count()) : lease_seconds;
+
+  auto ledger = open_ledger(global);
+  Progress progress(!global.quiet);
+  Ledger::RowFilter filter;
+  filter.namespace_name = namespace_name;
+  const std::vector<LedgerRow> all_rows = ledger->rows(filter);
+  const double now = ledger->now();
+
+  std::vector<LedgerRow> candidates;
+  std::set<std::string> live_tokens;
+  for (const LedgerRow& row : all_rows) {
+    if (row.state != RowState::k_in_flight) {
+      continue;
+    }
+    const bool expired = row.lease_left_seconds && *row.lease_left_seconds <= 0;
+    if (!expired) {
+      live_tokens.insert(row.claim_token);
+    } else if (!row.released_at && -*row.lease_left_seconds >= min_claim_expiry) {
+      candidates.push_back(row);
+    }
+  }
+  std::vector<LedgerRow> released;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    // Fenced on the token we saw: a claim taken over meanwhile is left alone.
+    if (dry_run || ledger->release(candidates[i].work_key, candidates[i].claim_token)) {
+      released.push_back(candidates[i]);
+    }
+    progress.update(0.5 * double(i + 1) / double(candidates.size()));
+  }
+  progress.update(0.5);
+  const std::vector<Orphan> orphans =
+      find_orphans(all_rows, live_tokens, min_temp_age, static_cast<double>(std::time(nullptr)));
+  std::vector<std::string> removed_failed;
+  for (size_t i = 0; i < orphans.size(); ++i) {
+    if (!dry_run && VSIRmdirRecursive(orphans[i].path.c_str()) != 0) {
+      removed_failed.push_back(orphans[i].path);
+    }
+    progress.update(0.5 + 0.5 * double(i + 1) / double(orphans.size()));
+  }
+  progress.finish();
+
+  FILE* human = requeue ? stderr : stdout;
+  if (requeue) {
+    for (const LedgerRow& row : released) {
+      std::printf("%s\n", requeue_line(row).c_str());
+    }
+  }
+  if (global.json && !requeue) {
+    std::vector<std::string> claims;
+    for (const LedgerRow& row : released) {
+      auto members = row_json_members(row);
+      members["lease_expires_at"] = json::time(row.lease_expires_at);
+      claims.push_back(json::object(members));
+    }
+    std::vector<std::string> temps;
+    for (const Orphan& orphan : orphans) {
+      bool failed = false;
+      for (const auto& path : removed_failed) {
+        failed = failed || path == orphan.path;
+      }
+      temps.push_back(json::object({{"age_seconds", json::real(orphan.age_seconds)},
+                                    {"path", json::str(orphan.path)},
+                                    {"removed", json::boolean(!dry_run && !failed)}}));
+    }
+    std::printf("%s\n", json::object({{"dry_run", json::boolean(dry_run)},
+                                      {"orphans", json::array(temps)},
+                                      {"released", json::array(claims)}})
+                            .c_str());
+  } else {
+    const char* verb = dry_run ? "would release" : "released";
+    for (const LedgerRow& row : released) {
+      std::fprintf(human, "%s %s (%s pid %lld, claimed %s, lease expired %s ago) -> %s\n", verb,
+                   row.work_key.substr(0, 12).c_str(), row.worker_host.c_str(),
+                   static_cast<long long>(row.worker_pid),
+                   format_time(row.claimed_at.value_or(0)).c_str(),
+                   format_age(now - row.lease_expires_at.value_or(now)).c_str(),
+                   row.output_uri.c_str());
+    }
+    for (const Orphan& orphan : orphans) {
+      std::fprintf(human, "%s orphan %s (untouched for %s)\n",
+                   dry_run ? "would remove" : "removed", orphan.path.c_str(),
+                   format_age(orphan.age_seconds).c_str());
+    }
+    for (const auto& path : removed_failed) {
+      std::fprintf(stderr, "gdal-idem reap: could not remove %s\n", path.c_str());
+    }
+    std::fprintf(human, "%s %zu stale claim(s), %s %zu orphan temporary director%s\n",
+                 dry_run ? "would release" : "released", released.size(),
+                 dry_run ? "would remove" : "removed", orphans.size(),
+                 orphans.size() == 1 ? "y" : "ies");
+  }
+  return released.empty() && orphans.empty() ? k_exit_ok : k_exit_problems;
+}
+
+}  // namespace idem::cli
