@@ -301,3 +301,21 @@ def test_idem_cog_reprojecting_options_are_warned(sqlite_ledger, source, tmp_pat
                         "TILING_SCHEME=GoogleMapsCompatible"),
                env=env_with(IDEM_LEDGER=sqlite_ledger.dsn), check=True)
     assert "TILING_SCHEME" in proc.stderr and "warp" in proc.stderr
+
+
+def test_idem_postgis_footprint_splits_at_the_antimeridian(tmp_path):
+    import psycopg
+    from idem_testlib import make_ledger
+    pg = make_ledger("postgresql", tmp_path)
+    # UTM zone 60N: x = 833 km at the equator is 180 degrees east.
+    src = make_source(tmp_path / "utm60.tif", size=256, epsg=32660, origin=(600000.0, 300000.0),
+                      pixel=1200.0)
+    out = tmp_path / "across.tif"
+    run(["gdalwarp", "-overwrite", "-of", "IDEM", "-te", "700000", "0", "950000", "250000",
+         "-tr", "5000", "5000", src, vsi(out)], env=env_with(IDEM_LEDGER=pg.dsn), check=True)
+    with psycopg.connect(pg.dsn) as conn:
+        parts, valid, west, east = conn.execute(
+            "SELECT ST_NumGeometries(footprint), ST_IsValid(footprint), ST_XMin(footprint), "
+            "ST_XMax(footprint) FROM idem.ledger").fetchone()
+    assert parts == 2 and valid
+    assert west == pytest.approx(-180.0, abs=1.0) and east == pytest.approx(180.0, abs=1.0)

@@ -1117,7 +1117,8 @@ def cmd_scale(db_name):
         "million rows**.",
     ]
     for name, (seconds, note, cmd) in (("reap", reap), ("verify", verify)):
-        shown = " ".join(cmd).replace(db_dsn, "DSN") if cmd else f"gdal-idem {name}"
+        shown = " ".join(cmd).replace(db_dsn, "DSN").replace(GDAL_IDEM, "gdal-idem") if cmd \
+            else f"gdal-idem {name}"
         if seconds is None:
             lines.append(f"- `{shown}` at {n:,} rows: {note}.")
             if note == "not implemented yet":

@@ -7,6 +7,7 @@
 
 #include "cli.hpp"
 #include "cli_util.hpp"
+#include "core/tile_grid.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
@@ -19,158 +20,36 @@ namespace idem::cli {
 
 namespace {
 
-constexpr int k_points_per_edge = 16;
 constexpr const char* k_layer_name = "idem_ledger";
 
-using Ring = std::vector<std::pair<double, double>>;
-
-// The part of `ring` on one side of the meridian x = `at` (Sutherland-Hodgman against a
-// half-plane): keep x <= at when `below`, else x >= at.
-Ring clip_at_meridian(const Ring& ring, double at, bool below) {
-  Ring out;
-  auto inside = [&](const std::pair<double, double>& p) {
-    return below ? p.first <= at : p.first >= at;
-  };
-  for (size_t i = 0; i < ring.size(); ++i) {
-    const auto& current = ring[i];
-    const auto& previous = ring[(i + ring.size() - 1) % ring.size()];
-    const bool current_in = inside(current);
-    const bool previous_in = inside(previous);
-    if (current_in != previous_in) {
-      const double t = (at - previous.first) / (current.first - previous.first);
-      out.emplace_back(at, previous.second + t * (current.second - previous.second));
-    }
-    if (current_in) {
-      out.push_back(current);
-    }
-  }
-  return out;
-}
-
-OGRPolygon* polygon_of(const Ring& ring, double shift) {
-  auto* linear = new OGRLinearRing();
-  for (const auto& [x, y] : ring) {
-    linear->addPoint(x + shift, y);
-  }
-  linear->closeRings();
-  auto* polygon = new OGRPolygon();
-  polygon->addRingDirectly(linear);
-  return polygon;
-}
-
-struct Grid {
-  int x_size = 0;
-  int y_size = 0;
-  double gt[6] = {0, 1, 0, 0, 0, 1};
-  OGRSpatialReference srs;
-};
-
-std::optional<Grid> grid_of(const LedgerRow& row) {
-  Grid grid;
+std::optional<TargetGrid> grid_of(const LedgerRow& row) {
+  TargetGrid grid;
+  grid.has_geotransform = true;
   if (const auto work = work_grid(row.work_json); work && work->geotransform && work->srs) {
     grid.x_size = work->x_size;
     grid.y_size = work->y_size;
     for (int i = 0; i < 6; ++i) {
-      grid.gt[i] = (*work->geotransform)[i];
+      grid.geotransform[i] = (*work->geotransform)[i];
     }
-    if (grid.srs.SetFromUserInput(work->srs->c_str()) == OGRERR_NONE) {
-      return grid;
-    }
+    grid.srs_wkt = *work->srs;
+    return grid;
   }
   // Not recorded (e.g. a plain copy): the output's own grid, when it is there.
   CPLPushErrorHandler(CPLQuietErrorHandler);
   GDALDatasetUniquePtr dataset(
       GDALDataset::Open(row.output_uri.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
   CPLPopErrorHandler();
-  if (!dataset || dataset->GetGeoTransform(grid.gt) != CE_None ||
+  if (!dataset || dataset->GetGeoTransform(grid.geotransform) != CE_None ||
       dataset->GetSpatialRef() == nullptr) {
     return std::nullopt;
   }
   grid.x_size = dataset->GetRasterXSize();
   grid.y_size = dataset->GetRasterYSize();
-  grid.srs = *dataset->GetSpatialRef();
+  char* wkt = nullptr;
+  dataset->GetSpatialRef()->exportToWkt(&wkt);
+  grid.srs_wkt = wkt != nullptr ? wkt : "";
+  CPLFree(wkt);
   return grid;
-}
-
-// The grid's outline in EPSG:4326 (longitude, latitude), split at the antimeridian.
-std::unique_ptr<OGRMultiPolygon> footprint(const Grid& grid) {
-  OGRSpatialReference source = grid.srs;
-  OGRSpatialReference wgs84;
-  wgs84.importFromEPSG(4326);
-  source.SetAxisMappingStrategy(OAMS_TRADITIONAL_GIS_ORDER);
-  wgs84.SetAxisMappingStrategy(OAMS_TRADITIONAL_GIS_ORDER);
-  CPLPushErrorHandler(CPLQuietErrorHandler);
-  std::unique_ptr<OGRCoordinateTransformation> transform(
-      OGRCreateCoordinateTransformation(&source, &wgs84));
-  CPLPopErrorHandler();
-  if (!transform) {
-    return nullptr;
-  }
-  const double corners[5][2] = {{0, 0},
-                                {double(grid.x_size), 0},
-                                {double(grid.x_size), double(grid.y_size)},
-                                {0, double(grid.y_size)},
-                                {0, 0}};
-  std::vector<double> xs;
-  std::vector<double> ys;
-  for (int edge = 0; edge < 4; ++edge) {
-    for (int i = 0; i < k_points_per_edge; ++i) {
-      const double t = double(i) / k_points_per_edge;
-      const double px = corners[edge][0] + t * (corners[edge + 1][0] - corners[edge][0]);
-      const double py = corners[edge][1] + t * (corners[edge + 1][1] - corners[edge][1]);
-      xs.push_back(grid.gt[0] + px * grid.gt[1] + py * grid.gt[2]);
-      ys.push_back(grid.gt[3] + px * grid.gt[4] + py * grid.gt[5]);
-    }
-  }
-  std::vector<int> ok(xs.size(), 0);
-  if (!transform->Transform(static_cast<int>(xs.size()), xs.data(), ys.data(), nullptr,
-                            ok.data())) {
-    return nullptr;
-  }
-  // Unwrap longitudes into one continuous run: a jump of more than 180 degrees between
-  // neighbouring outline points is a crossing of the antimeridian.
-  Ring ring;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (!ok[i] || !std::isfinite(xs[i]) || !std::isfinite(ys[i])) {
-      return nullptr;
-    }
-    double lon = xs[i];
-    if (!ring.empty()) {
-      while (lon - ring.back().first > 180.0) {
-        lon -= 360.0;
-      }
-      while (ring.back().first - lon > 180.0) {
-        lon += 360.0;
-      }
-    }
-    ring.emplace_back(lon, ys[i]);
-  }
-  double min_lon = ring[0].first;
-  double max_lon = ring[0].first;
-  for (const auto& point : ring) {
-    min_lon = std::min(min_lon, point.first);
-    max_lon = std::max(max_lon, point.first);
-  }
-  // Bring the run's west edge into [-180, 180).
-  const double shift = -360.0 * std::floor((min_lon + 180.0) / 360.0);
-  for (auto& point : ring) {
-    point.first += shift;
-  }
-  max_lon += shift;
-  auto result = std::make_unique<OGRMultiPolygon>();
-  if (max_lon <= 180.0) {
-    result->addGeometryDirectly(polygon_of(ring, 0));
-    return result;
-  }
-  const Ring west = clip_at_meridian(ring, 180.0, true);
-  const Ring east = clip_at_meridian(ring, 180.0, false);
-  if (west.size() >= 3) {
-    result->addGeometryDirectly(polygon_of(west, 0));
-  }
-  if (east.size() >= 3) {
-    result->addGeometryDirectly(polygon_of(east, -360.0));
-  }
-  return result;
 }
 
 void set_time(OGRFeature& feature, const char* field, const std::optional<double>& epoch) {
@@ -286,7 +165,7 @@ int run_export(const Args& args, const GlobalOptions& global) {
     }
     std::unique_ptr<OGRMultiPolygon> geometry;
     if (const auto grid = grid_of(row)) {
-      geometry = footprint(*grid);
+      geometry = footprint_geometry(*grid);
     }
     if (geometry) {
       geometry->assignSpatialReference(&wgs84);

@@ -2,10 +2,12 @@
 // outline in EPSG:4326 for the ledger's footprint column.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "core/work_key.hpp"
+#include "ogr_geometry.h"
 #include "ledger/ledger.hpp"
 
 namespace idem {
@@ -17,8 +19,11 @@ TileIndex parse_tile_index(const std::string& text);
 // exactly, if it is one.
 std::optional<TileIndex> web_mercator_tile(const TargetGrid& grid);
 
-// The grid's outline as a WKT POLYGON in EPSG:4326 (longitude, latitude), edges densified;
-// nullopt when the grid has no CRS or geotransform or cannot be transformed.
+// The grid's outline in EPSG:4326 (longitude, latitude), edges densified, split into two
+// polygons where it crosses the antimeridian; null when the grid has no CRS or geotransform or
+// cannot be transformed. `srs_wkt` may be any definition OGR accepts (WKT, EPSG:n, PROJJSON).
+std::unique_ptr<OGRMultiPolygon> footprint_geometry(const TargetGrid& grid);
+// The same as WKT (a MULTIPOLYGON), for the ledger's footprint column.
 std::optional<std::string> footprint_wkt(const TargetGrid& grid);
 
 }  // namespace idem
