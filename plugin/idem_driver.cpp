@@ -6,22 +6,20 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <cerrno>
-#include <cstring>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 
 #include "core/atomic_output.hpp"
 #include "core/error.hpp"
+#include "core/lease.hpp"
 #include "core/paths.hpp"
 #include "core/source_digest.hpp"
 #include "core/tile_grid.hpp"
@@ -168,27 +166,6 @@ Ledger& shared_ledger(const std::string& dsn) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attempt identity
-
-std::string random_token() {
-  std::random_device device;
-  std::mt19937_64 generator((uint64_t(device()) << 32) ^ device() ^
-                            uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
-  char text[33];
-  std::snprintf(text, sizeof(text), "%016llx%016llx", (unsigned long long)generator(),
-                (unsigned long long)generator());
-  return text;
-}
-
-std::string host_name() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof(name) - 1) != 0) {
-    return "unknown";
-  }
-  return name;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Outputs on disk
 
 std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
@@ -231,94 +208,6 @@ GDALDataset* open_output(const std::string& path) {
                                      CPLGetLastErrorMsg());
   }
   return dataset;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The lease keeper renews the claim while the work runs; once renewal fails the progress
-// callback returns FALSE and the work aborts (nothing is published).
-
-class LeaseKeeper {
-public:
-  LeaseKeeper(Ledger& ledger, std::string work_key, std::string token, std::chrono::seconds lease)
-      : m_ledger(ledger), m_work_key(std::move(work_key)), m_token(std::move(token)),
-        m_lease(lease) {
-    m_thread = std::thread([this] { run(); });
-  }
-  ~LeaseKeeper() { stop(); }
-  LeaseKeeper(const LeaseKeeper&) = delete;
-  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
-
-  bool lost() const { return m_lost.load(); }
-
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      m_stopping = true;
-    }
-    m_wake.notify_all();
-    if (m_thread.joinable()) {
-      m_thread.join();
-    }
-  }
-
-  // Renew now (before publishing); false when the claim is gone.
-  bool renew_now() {
-    if (m_lost.load()) {
-      return false;
-    }
-    try {
-      if (!m_ledger.heartbeat(m_work_key, m_token, m_lease)) {
-        m_lost = true;
-      }
-    } catch (const Error& error) {
-      CPLDebug("IDEM", "heartbeat failed: %s", error.what());
-      m_lost = true;
-    }
-    return !m_lost.load();
-  }
-
-private:
-  void run() {
-    const auto interval = std::max<std::chrono::milliseconds>(
-        std::chrono::milliseconds(500), std::chrono::duration_cast<std::chrono::milliseconds>(m_lease) / 3);
-    std::unique_lock<std::mutex> lock(m_mutex);
-    while (!m_stopping) {
-      m_wake.wait_for(lock, interval, [this] { return m_stopping; });
-      if (m_stopping) {
-        break;
-      }
-      lock.unlock();
-      const bool held = renew_now();
-      lock.lock();
-      if (!held) {
-        break;
-      }
-    }
-  }
-
-  Ledger& m_ledger;
-  std::string m_work_key;
-  std::string m_token;
-  std::chrono::seconds m_lease;
-  std::atomic<bool> m_lost{false};
-  std::mutex m_mutex;
-  std::condition_variable m_wake;
-  bool m_stopping = false;
-  std::thread m_thread;
-};
-
-// Crash tests stop a worker at a chosen point: IDEM_TEST_PAUSE_AT=during_write|before_commit|
-// before_complete|after_complete sleeps IDEM_TEST_PAUSE_SECONDS (default 30) there, so a test can
-// kill -9 the process at exactly that step. Not for production use.
-void test_pause(const char* point) {
-  const char* at = CPLGetConfigOption("IDEM_TEST_PAUSE_AT", nullptr);
-  if (at == nullptr || !EQUAL(at, point)) {
-    return;
-  }
-  const double seconds = CPLAtof(CPLGetConfigOption("IDEM_TEST_PAUSE_SECONDS", "30"));
-  std::fprintf(stderr, "IDEM: test pause at %s for %.1f s\n", point, seconds);
-  std::fflush(stderr);
-  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
 }
 
 // Lap timer for the "timing:" debug lines (--debug on; bench/ reads them): ms since the last lap.
@@ -447,7 +336,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   request.output_uri = m_destination;
   request.work_json = m_work.canonical_json;
   request.lease = m_options.lease;
-  request.worker_host = host_name();
+  request.worker_host = worker_host_name();
   request.worker_pid = getpid();
 
   bool announced_wait = false;
@@ -484,7 +373,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
         request.tile = web_mercator_tile(m_work.grid);
       }
     }
-    request.claim_token = random_token();
+    request.claim_token = new_claim_token();
     const ClaimResult claim = m_ledger->claim(request);
     CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
     if (claim.outcome == ClaimOutcome::k_claimed) {

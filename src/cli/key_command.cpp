@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "core/canonical_json.hpp"
 #include "core/error.hpp"
 #include "core/feature_key.hpp"
 #include "core/paths.hpp"
@@ -282,36 +283,6 @@ int run_key(const Args& args, const GlobalOptions& global) {
   return k_exit_ok;
 }
 
-std::string json_quote(const std::string& text) {
-  std::string out = "\"";
-  for (const unsigned char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
-          out += escaped;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
+std::string json_quote(const std::string& text) { return JsonValue::string(text).dump(); }
 
 }  // namespace idem::cli

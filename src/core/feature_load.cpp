@@ -2,6 +2,7 @@
 // failure. The staging copy runs GDALVectorTranslate, ogr2ogr's own library call, into the
 // target database; every statement of the swap is parameterised or quotes identifiers with
 // PQescapeIdentifier.
+#include "core/lease.hpp"
 #include "core/feature_load.hpp"
 
 #include <libpq-fe.h>
@@ -37,112 +38,6 @@ using Params = std::vector<std::optional<std::string>>;
 constexpr const char* k_source_column = "idem_source";
 constexpr const char* k_key_column = "idem_work_key";
 constexpr size_t k_max_identifier = 63;  // PostgreSQL's NAMEDATALEN - 1
-
-std::string random_token() {
-  std::random_device device;
-  std::mt19937_64 generator((uint64_t(device()) << 32) ^ device() ^
-                            uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
-  char text[33];
-  std::snprintf(text, sizeof(text), "%016llx%016llx", (unsigned long long)generator(),
-                (unsigned long long)generator());
-  return text;
-}
-
-std::string host_name() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof(name) - 1) != 0) {
-    return "unknown";
-  }
-  return name;
-}
-
-// Crash tests stop a load at a chosen step: IDEM_TEST_PAUSE_AT=during_load|before_swap|
-// swap_begun|swap_dropped|swap_renamed|swap_deleted|swap_inserted|before_commit|before_complete|
-// after_complete sleeps IDEM_TEST_PAUSE_SECONDS (default 30) there. Not for production use.
-void test_pause(const char* point) {
-  const char* at = CPLGetConfigOption("IDEM_TEST_PAUSE_AT", nullptr);
-  if (at == nullptr || !EQUAL(at, point)) {
-    return;
-  }
-  const double seconds = CPLAtof(CPLGetConfigOption("IDEM_TEST_PAUSE_SECONDS", "30"));
-  std::fprintf(stderr, "IDEM: test pause at %s for %.1f s\n", point, seconds);
-  std::fflush(stderr);
-  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
-}
-
-// ---------------------------------------------------------------------------------------------
-// The lease keeper renews the claim while the staging copy runs; once renewal fails the
-// progress callback returns FALSE and the copy aborts.
-
-class LeaseKeeper {
-public:
-  LeaseKeeper(Ledger& ledger, std::string work_key, std::string token, std::chrono::seconds lease)
-      : m_ledger(ledger), m_work_key(std::move(work_key)), m_token(std::move(token)),
-        m_lease(lease) {
-    m_thread = std::thread([this] { run(); });
-  }
-  ~LeaseKeeper() { stop(); }
-  LeaseKeeper(const LeaseKeeper&) = delete;
-  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
-
-  bool lost() const { return m_lost.load(); }
-
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      m_stopping = true;
-    }
-    m_wake.notify_all();
-    if (m_thread.joinable()) {
-      m_thread.join();
-    }
-  }
-
-  bool renew_now() {
-    if (m_lost.load()) {
-      return false;
-    }
-    try {
-      if (!m_ledger.heartbeat(m_work_key, m_token, m_lease)) {
-        m_lost = true;
-      }
-    } catch (const Error& error) {
-      CPLDebug("IDEM", "heartbeat failed: %s", error.what());
-      m_lost = true;
-    }
-    return !m_lost.load();
-  }
-
-private:
-  void run() {
-    const auto interval = std::max<std::chrono::milliseconds>(
-        std::chrono::milliseconds(500),
-        std::chrono::duration_cast<std::chrono::milliseconds>(m_lease) / 3);
-    std::unique_lock<std::mutex> lock(m_mutex);
-    while (!m_stopping) {
-      m_wake.wait_for(lock, interval, [this] { return m_stopping; });
-      if (m_stopping) {
-        break;
-      }
-      lock.unlock();
-      const bool held = renew_now();
-      lock.lock();
-      if (!held) {
-        break;
-      }
-    }
-  }
-
-  Ledger& m_ledger;
-  std::string m_work_key;
-  std::string m_token;
-  std::chrono::seconds m_lease;
-  std::atomic<bool> m_lost{false};
-  std::mutex m_mutex;
-  std::condition_variable m_wake;
-  bool m_stopping = false;
-  std::thread m_thread;
-};
 
 struct ProgressRelay {
   LeaseKeeper* keeper = nullptr;
@@ -641,7 +536,7 @@ FeatureLoadResult run_feature_load(FeatureLoadRequest request) {
   claim_request.output_uri = work.output_uri;
   claim_request.work_json = work.canonical_json;
   claim_request.lease = request.lease;
-  claim_request.worker_host = host_name();
+  claim_request.worker_host = worker_host_name();
   claim_request.worker_pid = getpid();
 
   bool waited = false;
@@ -656,7 +551,7 @@ FeatureLoadResult run_feature_load(FeatureLoadRequest request) {
       result.waited = waited;
       return result;
     }
-    claim_request.claim_token = random_token();
+    claim_request.claim_token = new_claim_token();
     const ClaimResult claim = ledger->claim(claim_request);
     if (claim.outcome == ClaimOutcome::k_claimed) {
       LoadAttempt attempt(request, work, *ledger, claim);

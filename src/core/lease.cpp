@@ -1,0 +1,100 @@
+// Attempt identity, the lease keeper and crash-test pause points (see lease.hpp).
+#include "core/lease.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "core/error.hpp"
+#include "cpl_conv.h"
+#include "cpl_error.h"
+#include "cpl_string.h"
+
+namespace idem {
+
+std::string new_claim_token() {
+  std::random_device device;
+  std::mt19937_64 generator((uint64_t(device()) << 32) ^ device() ^
+                            uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char text[33];
+  std::snprintf(text, sizeof(text), "%016llx%016llx", (unsigned long long)generator(),
+                (unsigned long long)generator());
+  return text;
+}
+
+std::string worker_host_name() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) {
+    return "unknown";
+  }
+  return name;
+}
+
+void test_pause(const char* point) {
+  const char* at = CPLGetConfigOption("IDEM_TEST_PAUSE_AT", nullptr);
+  if (at == nullptr || !EQUAL(at, point)) {
+    return;
+  }
+  const double seconds = CPLAtof(CPLGetConfigOption("IDEM_TEST_PAUSE_SECONDS", "30"));
+  std::fprintf(stderr, "IDEM: test pause at %s for %.1f s\n", point, seconds);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+}
+
+LeaseKeeper::LeaseKeeper(Ledger& ledger, std::string work_key, std::string token,
+                         std::chrono::seconds lease)
+    : m_ledger(ledger), m_work_key(std::move(work_key)), m_token(std::move(token)),
+      m_lease(lease) {
+  m_thread = std::thread([this] { run(); });
+}
+
+LeaseKeeper::~LeaseKeeper() { stop(); }
+
+void LeaseKeeper::stop() {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_stopping = true;
+  }
+  m_wake.notify_all();
+  if (m_thread.joinable()) {
+    m_thread.join();
+  }
+}
+
+bool LeaseKeeper::renew_now() {
+  if (m_lost.load()) {
+    return false;
+  }
+  try {
+    if (!m_ledger.heartbeat(m_work_key, m_token, m_lease)) {
+      m_lost = true;
+    }
+  } catch (const Error& error) {
+    CPLDebug("IDEM", "heartbeat failed: %s", error.what());
+    m_lost = true;
+  }
+  return !m_lost.load();
+}
+
+void LeaseKeeper::run() {
+  const auto interval = std::max<std::chrono::milliseconds>(
+      std::chrono::milliseconds(500),
+      std::chrono::duration_cast<std::chrono::milliseconds>(m_lease) / 3);
+  std::unique_lock<std::mutex> lock(m_mutex);
+  while (!m_stopping) {
+    m_wake.wait_for(lock, interval, [this] { return m_stopping; });
+    if (m_stopping) {
+      break;
+    }
+    lock.unlock();
+    const bool held = renew_now();
+    lock.lock();
+    if (!held) {
+      break;
+    }
+  }
+}
+
+}  // namespace idem

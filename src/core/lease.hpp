@@ -1,0 +1,56 @@
+// What every claimed piece of work shares (rasters through the driver, feature loads through
+// `gdal-idem load`): attempt identity, the lease keeper that renews a claim while the work
+// runs, and the pause points crash tests use.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ledger/ledger.hpp"
+
+namespace idem {
+
+// A fresh claim token: 128 random bits as hex, unique per attempt.
+std::string new_claim_token();
+// This machine's host name, recorded with each claim (never in the key).
+std::string worker_host_name();
+
+// Crash tests stop a worker at a chosen step: IDEM_TEST_PAUSE_AT=<point> sleeps
+// IDEM_TEST_PAUSE_SECONDS (default 30) when the worker reaches test_pause("<point>"), after
+// saying so on stderr, so a test can kill -9 it exactly there. Not for production use.
+void test_pause(const char* point);
+
+// Renews a claim every third of its lease from a background thread. Once a renewal fails (the
+// claim was taken over, or the ledger is unreachable) lost() stays true: the work's progress
+// callback then returns FALSE and nothing is published.
+class LeaseKeeper {
+public:
+  LeaseKeeper(Ledger& ledger, std::string work_key, std::string token, std::chrono::seconds lease);
+  ~LeaseKeeper();
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  bool lost() const { return m_lost.load(); }
+  void stop();
+  // Renew now (e.g. right before publishing); false when the claim is gone.
+  bool renew_now();
+
+private:
+  void run();
+
+  Ledger& m_ledger;
+  std::string m_work_key;
+  std::string m_token;
+  std::chrono::seconds m_lease;
+  std::atomic<bool> m_lost{false};
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  bool m_stopping = false;
+  std::thread m_thread;
+};
+
+}  // namespace idem
