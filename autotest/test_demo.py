@@ -106,6 +106,21 @@ def test_demo_writes_coverage_and_overview(demo):
         assert label in stdout
 
 
+def test_demo_rerun_after_the_demo_skips(demo):
+    """Keys are stable after the demo: nothing it writes at the end (logs, summary, coverage,
+    overview) lands beside the source, where GDAL would count it as part of the source."""
+    out, stdout, s = demo
+    with open(out / "jobs.txt") as f:
+        sample = f.read().splitlines()[::13]
+    env = dict(os.environ, GDAL_DRIVER_PATH=PLUGIN_DIR, IDEM_LEDGER=f"sqlite:{out}/ledger.sqlite",
+               IDEM_NAMESPACE="demo")
+    for line in sample:
+        proc = subprocess.run(["gdalwarp"] + line.split(), cwd=str(out), env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "IDEM: skipped" in proc.stderr, f"{line}\n{proc.stderr}"
+
+
 def test_demo_refuses_to_wipe_a_foreign_directory(tmp_path):
     foreign = tmp_path / "precious"
     foreign.mkdir()

@@ -512,6 +512,12 @@ def cmd_overhead():
         cells.append(f"{med(own[name]):.0f} ms = {100 * med(share):.1f}%")
     lines.append("| **IDEM's own time** (all but materialise) / materialise | " +
                  " | ".join(cells) + " |")
+    verdicts = []
+    for name, runs in results.items():
+        share = med([o / s["materialise"] for o, (_, _, s) in zip(own[name], runs)])
+        verdicts.append(met(share <= (0.05 if "fresh" in name else 0.03)))
+    lines.append("| the same against the target (5% fresh, 3% cached) | " + " | ".join(verdicts) +
+                 " |")
     lines += [
         "",
         "Reading: *describe+digest+key* includes the SHA-256 of the source when the digest is "
