@@ -340,6 +340,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   request.worker_pid = getpid();
 
   bool announced_wait = false;
+  double wait_backoff = 0.05;  // seconds
   for (;;) {
     const LedgerRow row = m_ledger->lookup(m_work.key);
     CPLDebug("IDEM", "timing: lookup %.2f ms", lap_ms(m_lap));
@@ -397,8 +398,11 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
                holder_text.c_str());
       announced_wait = true;
     }
+    // Back off from 50 ms to 1 s: short tiles finish within a few polls, long work costs the
+    // ledger one lookup a second. Never sleep past the holder's lease.
     const double left = holder.lease_left_seconds.value_or(1.0);
-    const double pause = std::clamp(left, 0.2, 2.0);
+    const double pause = std::clamp(std::min(wait_backoff, left), 0.05, 1.0);
+    wait_backoff = std::min(wait_backoff * 2, 1.0);
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(pause * 1000)));
   }
 }
