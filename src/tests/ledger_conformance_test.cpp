@@ -28,12 +28,7 @@ protected:
       m_sqlite_path = m_dir.path() + "/state/ledger.sqlite";
       m_dsn = "sqlite:" + m_sqlite_path;
     } else {
-      if (ledger_test::pg_base_dsn().empty()) {
-        if (ledger_test::pg_required()) {
-          FAIL() << "IDEM_TEST_REQUIRE_PG=1 but IDEM_TEST_PG_DSN is not set";
-        }
-        GTEST_SKIP() << "no PostgreSQL (run under scripts/with-postgres)";
-      }
+      IDEM_REQUIRE_PG_OR_SKIP();
       m_lock = std::make_unique<ledger_test::PgTestLock>();
       ASSERT_TRUE(m_lock->ok());
       m_dsn = ledger_test::pg_dsn_for(database());
@@ -737,12 +732,7 @@ TEST(LedgerSqlite, UnwritableLocationGivesLedgerError) {
 class LedgerPostgres : public ::testing::Test {
 protected:
   void SetUp() override {
-    if (ledger_test::pg_base_dsn().empty()) {
-      if (ledger_test::pg_required()) {
-        FAIL() << "IDEM_TEST_REQUIRE_PG=1 but IDEM_TEST_PG_DSN is not set";
-      }
-      GTEST_SKIP() << "no PostgreSQL (run under scripts/with-postgres)";
-    }
+    IDEM_REQUIRE_PG_OR_SKIP();
   }
 };
 

@@ -51,12 +51,7 @@ std::string cluster_on_port(const std::string& port) {
 class LedgerFaults : public ::testing::Test {
 protected:
   void SetUp() override {
-    if (ledger_test::pg_base_dsn().empty()) {
-      if (ledger_test::pg_required()) {
-        FAIL() << "IDEM_TEST_REQUIRE_PG=1 but IDEM_TEST_PG_DSN is not set";
-      }
-      GTEST_SKIP() << "no PostgreSQL (run under scripts/with-postgres)";
-    }
+    IDEM_REQUIRE_PG_OR_SKIP();
     m_cluster = cluster_on_port(dsn_value(ledger_test::pg_base_dsn(), "port"));
     ASSERT_FALSE(m_cluster.empty()) << "no local cluster for the test DSN (pg_lsclusters)";
     m_lock = std::make_unique<ledger_test::PgTestLock>();

@@ -41,6 +41,18 @@ inline bool pg_required() {
   return required != nullptr && std::string(required) == "1";
 }
 
+// In a test or SetUp(): without a PostgreSQL DSN, fail when one is required
+// (IDEM_TEST_REQUIRE_PG=1, as under scripts/with-postgres), else skip.
+#define IDEM_REQUIRE_PG_OR_SKIP()                                                   \
+  do {                                                                              \
+    if (ledger_test::pg_base_dsn().empty()) {                                       \
+      if (ledger_test::pg_required()) {                                             \
+        FAIL() << "IDEM_TEST_REQUIRE_PG=1 but IDEM_TEST_PG_DSN is not set";         \
+      }                                                                             \
+      GTEST_SKIP() << "no PostgreSQL (run under scripts/with-postgres)";            \
+    }                                                                               \
+  } while (false)
+
 // The test DSN pointed at another database of the same cluster (keyword strings: last wins).
 inline std::string pg_dsn_for(const std::string& database) {
   return pg_base_dsn() + " dbname=" + database;
