@@ -115,6 +115,43 @@ def test_cli_reap_keeps_young_temp_dirs_and_live_claims(sqlite_ledger, tmp_path)
         kill9(live)
 
 
+def test_cli_reap_reads_claims_in_trouble_page_by_page(ledger, tmp_path):
+    # Completed first attempts (out/), a claim killed mid-write (out/dead.tif), a claim killed
+    # mid-write then taken over and completed (retaken/, attempt 2), and a planted orphan beside
+    # completed first attempts only (quiet/): reap reads only the rows a killed worker can have
+    # left a temporary directory beside, one row per page here; --all-dirs looks everywhere.
+    src, env, outs = setup_tiles(ledger, tmp_path, count=3)
+    dead = tmp_path / "out" / "dead.tif"
+    kill_during_write(src, dead, env)
+    (tmp_path / "retaken").mkdir()
+    retaken = tmp_path / "retaken" / "t.tif"
+    kill_during_write(src, retaken, env)
+    (tmp_path / "quiet").mkdir()
+    warp(src, tmp_path / "quiet" / "q.tif", env)
+    planted = tmp_path / "quiet" / ".idem-tmp-planted"
+    planted.mkdir()
+    (planted / "q.tif").write_bytes(b"partial")
+    import time
+    time.sleep(2.2)
+    warp(src, retaken, env, "-r", "cubic")  # takes the expired claim over, completes
+    assert [r["attempt"] for r in ledger.rows() if r["output_uri"] == str(retaken)] == [2]
+    assert temp_dirs_beside(retaken)  # the killed attempt's directory is still there
+    paged = env_with(IDEM_LEDGER_PAGE_ROWS="1")
+    proc = idem(ledger, "--json", "reap", "--older-than", "0s", env=paged)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [r["output"] for r in doc["released"]] == [str(dead)]
+    assert sorted(os.path.dirname(o["path"]) for o in doc["orphans"]) == sorted(
+        [str(tmp_path / "out"), str(tmp_path / "retaken")])
+    assert not temp_dirs_beside(dead) and not temp_dirs_beside(retaken)
+    assert planted.exists()
+    doc = json.loads(idem(ledger, "--json", "reap", "--older-than", "0s", "--all-dirs",
+                          env=paged).stdout)
+    assert doc["released"] == [] and [o["path"] for o in doc["orphans"]] == [str(planted)]
+    assert not planted.exists()
+    assert idem(ledger, "reap", "--all-dirs").returncode == 0  # nothing left
+
+
 def test_cli_verify_removes_rows_of_truncated_and_deleted_outputs(ledger, tmp_path):
     src, env, outs = setup_tiles(ledger, tmp_path, count=3)
     assert idem_json(ledger, "verify")["failed"] == 0
@@ -146,6 +183,31 @@ def test_cli_verify_detects_a_wrong_grid(sqlite_ledger, tmp_path):
     doc = idem_json(sqlite_ledger, "verify", rc=1)
     assert doc["failed"] == 1
     assert st.st_size > 0
+
+
+def test_cli_verify_pages_through_more_rows_than_a_page(ledger, tmp_path):
+    src, env, outs = setup_tiles(ledger, tmp_path, count=5)
+    warp(src, outs[2], env, "-ts", "40", "40")  # supersedes t2's first key: not checked
+    os.unlink(outs[0])
+    with open(outs[4], "r+b") as f:
+        f.truncate(100)
+    one_page = idem_json(ledger, "verify", "--dry-run", rc=1)
+    assert one_page["checked"] == 5 and one_page["failed"] == 2 and one_page["ok"] == 3
+    for rows in ("1", "2", "3"):  # page boundaries everywhere, before and after failures
+        paged = idem(ledger, "--json", "verify", "--dry-run",
+                     env=env_with(IDEM_LEDGER_PAGE_ROWS=rows))
+        assert paged.returncode == 1 and json.loads(paged.stdout) == one_page, rows
+    # Human output: the FAIL lines, then the summary; the progress bar on stderr.
+    proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "verify"],
+               env=env_with(IDEM_LEDGER_PAGE_ROWS="2"))
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3 and lines[-1] == "verified 5 completed output(s): 3 ok, 2 failed"
+    assert all(line.startswith("FAIL ") and line.endswith(
+        "row removed, the next run redoes the work") for line in lines[:2])
+    assert {line.split()[2].rstrip(":") for line in lines[:2]} == {str(outs[0]), str(outs[4])}
+    assert proc.stderr.endswith("100 - done.\n")
+    assert idem_json(ledger, "verify")["checked"] == 3
 
 
 def test_cli_explain_last_and_prefixes(ledger, tmp_path):

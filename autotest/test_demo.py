@@ -1,12 +1,14 @@
-"""`make demo` end to end: scripts/demo renders a 260-tile pyramid through IDEM with
-`xargs -P 2 gdalwarp`, kills the batch half way, resumes it, reruns it, changes the resampling of
-one zoom level, and exports the ledger. This test runs it once (about two minutes on two idle
+"""`make demo` end to end: scripts/demo makes a 4096x4096 three-band UTM scene with GDAL's tools,
+renders it as a pyramid of a few hundred EPSG:3857 tiles through IDEM with `xargs -P 2 gdalwarp`,
+kills the batch a third of the way in, resumes it, reruns it, changes the resampling of one zoom
+level, and exports the ledger. This test runs it once (about a minute and a half on two idle
 cores) into a temporary directory and checks its claims against the ledger itself:
 
+- the source is what the demo says it is;
 - the resume built only the missing tiles and none twice;
 - the no-op rerun built nothing;
 - only the changed zoom level was rebuilt, and `gdal-idem explain --last` names the resampling;
-- the coverage file and the overview exist.
+- the coverage file and the overview exist, and the summary gives the timings.
 
 Skip it with IDEM_SKIP_DEMO=1 (or `-k "not demo"`)."""
 
@@ -51,6 +53,18 @@ def ledger_rows(out):
         return [dict(r) for r in conn.execute("SELECT * FROM ledger")]
     finally:
         conn.close()
+
+
+def test_demo_source_is_a_large_projected_three_band_scene(demo):
+    out, stdout, s = demo
+    scene = gdal.Open(str(out / "source" / "scene.tif"))
+    assert scene.RasterXSize >= 4096 and scene.RasterYSize >= 4096
+    assert scene.RasterCount == 3
+    srs = scene.GetSpatialRef()
+    assert srs is not None and srs.IsProjected()
+    # nothing but the scene and its internal overviews: logs beside a source would re-key it
+    assert sorted(os.listdir(out / "source")) == ["scene.tif"]
+    assert scene.GetRasterBand(1).GetOverviewCount() >= 3
 
 
 def test_demo_resume_builds_only_missing_tiles_and_none_twice(demo):
@@ -104,6 +118,12 @@ def test_demo_writes_coverage_and_overview(demo):
     assert "coverage.gpkg" in stdout and "overview-z" in stdout
     for label in ("first run (killed)", "resume", "no-op rerun"):
         assert label in stdout
+    for key in ("first_run_seconds", "resume_seconds", "noop_seconds", "change_seconds",
+                "source_seconds", "total_seconds"):
+        assert float(s[key]) > 0, key
+    zooms = {r["tile_z"] for r in ledger_rows(out)}
+    assert len(zooms) >= 4, zooms
+    assert "xargs -P 2 -L 1 gdalwarp" in stdout
 
 
 def test_demo_rerun_after_the_demo_skips(demo):

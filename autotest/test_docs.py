@@ -18,8 +18,27 @@ Directives in an HTML comment on the line(s) just before the opening fence adjus
 - `<!-- doctest: expect TEXT -->` (repeatable): the block's stdout+stderr must contain TEXT.
 - `<!-- doctest: exit N -->`: the block must exit with N instead of 0.
 - `<!-- doctest: needs postgres -->`: run only with PostgreSQL (scripts/with-postgres, as in
-  `make test`), with PGDSN naming a fresh database (one per document, with PostGIS).
+  `make test`, or IDEM_TEST_PG_DSN naming a database of a cluster where the test may create
+  databases), with PGDSN naming a fresh database (one per document, with PostGIS).
   Skipped without PostgreSQL, failed if IDEM_TEST_REQUIRE_PG=1.
+- `<!-- doctest: needs s3 -->`: run with a real S3-compatible server on loopback (s3rver,
+  tools/s3rver, started once per document) holding a bucket `tiles-bucket`, and GDAL's
+  AWS_* settings for it in the environment.
+
+Hidden setup: fenced blocks inside a multi-line HTML comment that opens with
+`<!-- doctest: setup REASON` (the comment's own line) are not shown to the reader but run in
+their place, like any block, and must exit 0 (no directives: the comment cannot hold another
+one). Keep them for what a reader needs no explanation of (a directory, a sample file); show
+real steps.
+Fenced blocks inside any other HTML comment are ignored.
+
+Nothing that looks like a command may escape the test: `test_docs_every_command_is_run` fails
+when an indented code block, or a fenced block of a tag that is not run (text, none, ...), has a
+line that looks like a shell command (`$ `, `gdalwarp`, `gdal_translate`, `gdal-idem`, `make `,
+`ogr2ogr`, `psql`, `scripts/`, `VAR=value command`...). A command that genuinely cannot run here
+(make install, kubectl, a real cluster) goes in an sh block with `<!-- doctest: skip REASON -->`:
+that is the only way to show a command that is not run. Usage synopses are shown through the
+command's own `--help` (run) or written as prose.
 
 The blocks of one document run in order in one sandbox directory, and what a block exports and
 its last working directory carry over to the next blocks (python blocks included), as when a
@@ -38,6 +57,7 @@ import os
 import py_compile
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -52,6 +72,7 @@ BLOCK_TIMEOUT = 120
 
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 _DIRECTIVE = re.compile(r"<!--\s*doctest:\s*(.*?)\s*-->")
+_SETUP_OPEN = re.compile(r"<!--\s*doctest:\s*setup\b\s*\S")
 
 
 class Block:
@@ -61,6 +82,7 @@ class Block:
         self.tag = tag
         self.text = text
         self.directives = directives
+        self.hidden = False
 
     def where(self):
         return f"{self.path}:{self.line} ({self.tag})"
@@ -70,11 +92,15 @@ class Block:
 
 
 def parse_blocks(path):
-    """Fenced blocks of a Markdown file, with the doctest directives just above each."""
+    """Fenced blocks of a Markdown file, with the doctest directives just above each.
+
+    Blocks inside a multi-line `<!-- doctest: setup ... -->` comment are returned with
+    hidden=True; blocks inside other HTML comments are dropped."""
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
         lines = f.read().split("\n")
     blocks = []
     pending = []
+    comment = None  # None outside a multi-line HTML comment, else "setup" or "other"
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -86,9 +112,23 @@ def parse_blocks(path):
             while j < len(lines) and not lines[j].strip().startswith(marker):
                 body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j])
                 j += 1
-            blocks.append(Block(path, i + 1, tag, "\n".join(body) + "\n", pending))
+            if comment in (None, "setup"):
+                block = Block(path, i + 1, tag, "\n".join(body) + "\n", pending)
+                block.hidden = comment == "setup"
+                blocks.append(block)
             pending = []
             i = j + 1
+            continue
+        if comment is not None:
+            if "-->" in line:
+                comment = None
+            i += 1
+            continue
+        opening = line.strip()
+        if opening.startswith("<!--") and "-->" not in opening:
+            comment = "setup" if _SETUP_OPEN.match(opening) else "other"
+            pending = []
+            i += 1
             continue
         found = _DIRECTIVE.findall(line)
         if found:
@@ -201,6 +241,21 @@ def test_docs_commands_run(doc, tmp_path, sample_sources):
         pytest.skip(f"{doc} has no runnable blocks")
     env = sandbox(tmp_path, sample_sources)
     skipped_pg = []
+    try:
+        run_blocks(blocks, tmp_path, env, skipped_pg)
+    finally:
+        if S3_SERVERS:
+            S3_SERVERS.pop().stop()
+    if skipped_pg and len(skipped_pg) == len(blocks):
+        pytest.skip("only PostgreSQL blocks, and no PostgreSQL: " + ", ".join(skipped_pg))
+
+
+S3_SERVERS = []  # the document's S3 server, while its blocks run
+
+
+def run_blocks(blocks, tmp_path, env, skipped_pg):
+    """Run a document's blocks in order; PostgreSQL blocks without PostgreSQL are listed in
+    skipped_pg."""
     for block in blocks:
         if block.directive("skip"):
             assert block.directive("skip")[0], f"{block.where()}: skip needs a reason"
@@ -216,9 +271,13 @@ def test_docs_commands_run(doc, tmp_path, sample_sources):
                 from idem_testlib import pg_fresh_database
                 env["PGDSN"] = pg_fresh_database()  # one database per document
             block_env = env
+        if block.directive("needs") == ["s3"]:
+            if not S3_SERVERS:
+                from s3server import S3Server
+                S3_SERVERS.append(S3Server(tmp_path / ".s3rver", buckets=["tiles-bucket"]).start())
+                env.update(S3_SERVERS[0].config())
+            block_env = env
         run_block(block, tmp_path, block_env)
-    if skipped_pg and len(skipped_pg) == len(blocks):
-        pytest.skip("only PostgreSQL blocks, and no PostgreSQL: " + ", ".join(skipped_pg))
 
 
 def test_docs_python_blocks_compile():
@@ -230,6 +289,99 @@ def test_docs_python_blocks_compile():
                     compile(block.text, block.where(), "exec")
                 except SyntaxError as error:
                     pytest.fail(f"{block.where()}: {error}")
+
+
+# What a shell command looks like at the start of a line: a transcript prompt, a GDAL or
+# gdal-idem program, a build or cluster tool, a repository script, or `VAR=value command`.
+_COMMAND_LINE = re.compile(
+    r"^\s*(\$ |(sudo\s+)?(gdalwarp|gdal_translate|gdal-idem|gdalinfo|gdaladdo|gdalbuildvrt|"
+    r"gdaldem|gdal_calc\.py|gdal2tiles\.py|gdaltransform|ogr2ogr|ogrinfo|psql|pg_\w+|make|"
+    r"cmake|ctest|xargs|python3?|/usr/bin/python3|kubectl|docker|apt-get|apt|pip3?|prefect|"
+    r"dagster|airflow)(\s|$)|scripts/\S|\./\S|([A-Z_][A-Z0-9_]*=\S*\s+)+[a-z./])")
+
+
+def indented_blocks(path):
+    """Indented code blocks (4 spaces or a tab, after a blank line) outside fences and HTML
+    comments: (first line number, text)."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    found = []
+    fence = None
+    in_comment = False
+    previous_blank = True
+    current = None
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if fence:
+            if stripped.startswith(fence):
+                fence = None
+            previous_blank = False
+            continue
+        if in_comment:
+            in_comment = "-->" not in line
+            continue
+        opening = _FENCE.match(line)
+        if opening:
+            fence = opening.group(2)
+            current = None
+            continue
+        if stripped.startswith("<!--") and "-->" not in stripped:
+            in_comment = True
+            current = None
+            continue
+        if (line.startswith("    ") or line.startswith("\t")) and stripped and (
+                previous_blank or current is not None):
+            if current is None:
+                current = [number, []]
+                found.append(current)
+            current[1].append(line)
+        elif stripped:
+            current = None
+        previous_blank = not stripped
+    return [(number, "\n".join(text) + "\n") for number, text in found]
+
+
+def command_lines(text):
+    return [line.strip() for line in text.split("\n") if _COMMAND_LINE.match(line)]
+
+
+def test_docs_every_command_is_run():
+    """No shell command in the docs escapes the test: not in an indented block (never run), not
+    in a fenced block of a tag that is not run. A command that cannot run here is an sh block
+    with `<!-- doctest: skip REASON -->`."""
+    problems = []
+    for doc in DOCS:
+        for number, text in indented_blocks(doc):
+            for command in command_lines(text):
+                problems.append(f"{doc}:{number}: indented block with a command (never run; "
+                                f"use a fenced sh or console block): {command}")
+        for block in parse_blocks(doc):
+            if block.tag in RUN_TAGS:
+                if block.directive("skip") and not block.directive("skip")[0]:
+                    problems.append(f"{block.where()}: doctest skip without a reason")
+                continue
+            for command in command_lines(block.text):
+                problems.append(f"{block.where()}: a {block.tag or 'untagged'} block is not "
+                                f"run but holds a command: {command}")
+    assert not problems, "\n".join(problems)
+
+
+def test_docs_every_command_is_run_catches_escapes(tmp_path, monkeypatch):
+    """The check above finds an indented command, a command in a text block, and accepts run,
+    skipped-with-reason and hidden setup blocks."""
+    page = tmp_path / "page.md"
+    page.write_text("Intro\n\n    gdalwarp a.tif b.tif\n\n```text\n$ gdal-idem status\n```\n\n"
+                    "```text\ncompleted:  3\n```\n\n<!-- doctest: skip needs a cluster -->\n"
+                    "```sh\nkubectl apply -f job.yaml\n```\n\n<!-- doctest: setup a directory\n"
+                    "```sh\nmkdir -p tiles\n```\n-->\n\n- a list\n\n    with a paragraph\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    assert [n for n, t in indented_blocks("page.md") if command_lines(t)] == [3]
+    blocks = parse_blocks("page.md")
+    assert [(b.tag, b.hidden, bool(command_lines(b.text))) for b in blocks] == [
+        ("text", False, True), ("text", False, False), ("sh", False, True), ("sh", True, False)]
+    assert blocks[2].directive("skip") == ["needs a cluster"]
+    page.write_text("<!-- not a setup\n```sh\ngdalwarp a.tif b.tif\n```\n-->\n")
+    assert parse_blocks("page.md") == []
 
 
 def test_docs_directives_are_known():

@@ -7,7 +7,8 @@ bench/RESULTS.md between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers:
     idem_bench.py machine LOAD_BEFORE   versions, machine, load (section "e2e-machine")
     idem_bench.py overhead              200 MB warp, GTiff vs IDEM (section "e2e-overhead")
     idem_bench.py tiles                 per-tile overhead, sequential gdalwarp (section "e2e-tiles")
-    idem_bench.py resume                1,000-tile batch killed and resumed (section "e2e-resume")
+    idem_bench.py resume                1,000-tile batch killed and resumed, by the same command
+                                        and through `gdal-idem pending` (section "e2e-resume")
     idem_bench.py skip                  reruns of completed work (section "e2e-skip")
     idem_bench.py contention            8 workers on 64 tiles (section "e2e-contention")
     idem_bench.py scale DB              10M-row PostgreSQL ledger (section "e2e-scale")
@@ -16,13 +17,16 @@ Environment: IDEM_BENCH_BUILD (build dir), IDEM_BENCH_WORK (scratch dir, shared 
 subcommands: the sources are generated once), IDEM_TEST_PG_DSN (from scripts/with-postgres).
 Sizes: IDEM_BENCH_SIZE (big source side, default 8192), IDEM_BENCH_WARP_ROUNDS (2),
 IDEM_BENCH_TILE_ROUNDS (2), IDEM_BENCH_TILES (tiles per overhead batch, 24), IDEM_BENCH_BATCH
-(tiles of the resume batch, 1000). Timings are reported, never asserted.
+(tiles of the resume batch, 1000), IDEM_BENCH_CLI_TIMEOUT (seconds for reap/verify at scale, 150),
+IDEM_BENCH_VERIFY_SECONDS (verify at 10M rows is timed from its progress bar over this long, 60).
+Timings are reported, never asserted.
 """
 
 import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -467,10 +471,11 @@ def cmd_overhead():
         ("PostgreSQL, cached digest", idem(pg_dsn, False, True)),
         ("SQLite, cached digest, IDEM_FSYNC=NO", idem(sqlite_dsn, False, False)),
     ]
-    log("overhead: warm-up (page cache, digest caches)")
+    # One warm-up run for the page cache. IDEM needs none of its own: every run is a new process
+    # (no state carries over but the ledgers), and each ledger's digest cache is filled by its
+    # "fresh digest" variant before any "cached digest" one runs (round 1 is in list order).
+    log("overhead: warm-up (page cache)")
     plain()
-    idem(sqlite_dsn, False, True)()
-    idem(pg_dsn, False, True)()
     results, base_times = bracketed(plain, variants, WARP_ROUNDS)
 
     size_mb = os.path.getsize(src) / 1e6
@@ -587,10 +592,14 @@ def cmd_tiles():
         ("PostgreSQL, durable", idem(pg_dsn, True)),
         ("PostgreSQL, IDEM_FSYNC=NO", idem(pg_dsn, False)),
     ]
-    log("tiles: warm-up")
+    # Warm-up: the page cache (a plain batch), and each ledger's digest of the source (one tile
+    # each; the variants are measured with the digest cached).
+    log("tiles: warm-up (page cache, digest caches)")
     plain()
-    idem(sqlite_dsn, True)()
-    idem(pg_dsn, True)()
+    for dsn in (sqlite_dsn, pg_dsn):
+        timed(["gdalwarp", "-q", "-overwrite"] + idem_opts("warm-up") +
+              tile_args(src, tiles[0][3], "/vsiidem/" + tile_path(root, tiles[0])),
+              env_with(IDEM_LEDGER=dsn))
     results, base_times = bracketed(plain, variants, TILE_ROUNDS)
     n = len(tiles)
     lines = [
@@ -633,6 +642,56 @@ def write_arglist(path, src, tiles, root, idem):
             args = ["-q", "-overwrite"] + (idem_opts() if idem else ["-of", "GTiff"])
             args += tile_args(src, tile[3], ("/vsiidem/" if idem else "") + dst)
             f.write(" ".join(args) + "\n")
+
+
+def write_commands(path, src, tiles, root):
+    """The same IDEM batch as complete command lines, as users keep it in a batch file (what
+    `gdal-idem pending` reads)."""
+    with open(path, "w") as f:
+        for tile in tiles:
+            args = ["gdalwarp", "-q", "-overwrite"] + idem_opts() + \
+                tile_args(src, tile[3], "/vsiidem/" + tile_path(root, tile))
+            f.write(shlex.join(args) + "\n")
+
+
+def run_pending_batch(commands, env, printed):
+    """`gdal-idem pending COMMANDS | xargs -d '\\n' -P 2 -I{} sh -c '{}'` (docs/recipes.md), the
+    printed lines kept in `printed` and pending's --count in `printed`.count. Returns seconds."""
+    script = (f"{shlex.quote(GDAL_IDEM)} pending --count {shlex.quote(commands)} "
+              f"2>{shlex.quote(printed + '.count')} | tee {shlex.quote(printed)} | "
+              "xargs -d '\\n' -P 2 -I{} sh -c '{}'")
+    start = time.perf_counter()
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", script], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"pending batch exited {proc.returncode}: {proc.stderr[-3000:]}")
+    return elapsed
+
+
+def snapshot_state(paths, dest):
+    """Copy files and trees (mtimes kept to the nanosecond: the ledger's output fingerprints)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(dest)
+    for path in paths:
+        target = os.path.join(dest, os.path.basename(path))
+        if os.path.isdir(path):
+            shutil.copytree(path, target, symlinks=True, copy_function=shutil.copy2)
+        elif os.path.exists(path):
+            shutil.copy2(path, target)
+
+
+def restore_state(paths, snapshot):
+    for path in paths:
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.unlink(path)
+        saved = os.path.join(snapshot, os.path.basename(path))
+        if os.path.isdir(saved):
+            shutil.copytree(saved, path, symlinks=True, copy_function=shutil.copy2)
+        elif os.path.exists(saved):
+            shutil.copy2(saved, path)
 
 
 def run_batch(arglist, env, kill_at=None, count=None):
@@ -726,8 +785,39 @@ def cmd_resume():
     out["idem_temp_after_kill"] = temp_leftovers(dirs["idem_resume"])
     out["idem_inflight_after_kill"] = ledger_query(
         res_dsn, "SELECT count(*) FROM idem.ledger WHERE completed_at IS NULL")[0][0]
+    # Both resumes start from this killed state: the tiles, temp dirs and ledger files are
+    # copied aside (mtimes kept) and put back between them. The pending resume goes first, while
+    # the killed workers' leases may still be live, as for a user resuming at once.
+    ledger_file = res_dsn[len("sqlite:"):]
+    state = [dirs["idem_resume"]] + [ledger_file + suffix for suffix in ("", "-wal", "-shm")]
+    snapshot = os.path.join(base, "idem_resume.killed")
+    snapshot_state(state, snapshot)
+    commands = os.path.join(base, "idem_resume.commands")
+    write_commands(commands, src, tiles, dirs["idem_resume"])
+    printed = os.path.join(base, "idem_resume.pending")
     drop_caches_dirty()
-    log("resume: IDEM rerun")
+    log("resume: IDEM resumed through gdal-idem pending")
+    out["pending_part2"] = run_pending_batch(commands, env_res, printed)
+    with open(printed) as f:
+        out["pending_printed"] = sum(1 for _ in f)
+    with open(printed + ".count") as f:
+        out["pending_count"] = f.read().strip().splitlines()[-1]
+    out["pending_after_resume"] = audit(dirs["idem_resume"], reference, names)
+    out["pending_temp_after_resume"] = temp_leftovers(dirs["idem_resume"])
+    out["pending_rows"] = ledger_query(res_dsn, "SELECT count(*), sum(attempt), "
+                                       "sum(CASE WHEN completed_at IS NOT NULL THEN 1 ELSE 0 END) "
+                                       "FROM idem.ledger")[0]
+    # pending over the whole completed batch: its cost per done line, and nothing left to print
+    pending_all = []
+    for _ in range(3):
+        seconds, err = timed([GDAL_IDEM, "pending", "--count", commands], env_res)
+        pending_all.append(seconds)
+    out["pending_all"] = pending_all
+    out["pending_all_count"] = err.strip().splitlines()[-1]
+    restore_state(state, snapshot)
+    shutil.rmtree(snapshot)
+    drop_caches_dirty()
+    log("resume: IDEM rerun, same command again")
     out["idem_part2"], _ = run_batch(arg_res, env_res)
     out["idem_after_resume"] = audit(dirs["idem_resume"], reference, names)
     out["idem_temp_after_resume"] = temp_leftovers(dirs["idem_resume"])
@@ -765,6 +855,8 @@ def cmd_resume():
     out["g2t_after_resume"] = audit(dirs["g2t_resume"], g2t_ref, g2t_names)
 
     idem_total = out["idem_part1"] + out["idem_part2"]
+    pending_total = out["idem_part1"] + out["pending_part2"]
+    pending_ratio = pending_total / out["idem_full"]
     plain_total = out["plain_part1"] + out["plain_rerun"]
     g2t_total = out["g2t_part1"] + out["g2t_part2"]
     ratio = idem_total / out["idem_full"]
@@ -791,6 +883,9 @@ def cmd_resume():
         f"| IDEM uninterrupted | {out['idem_full']:.1f} | – | {out['idem_full']:.1f} | 1.00 |",
         f"| IDEM killed, same command again | {out['idem_part1']:.1f} | {out['idem_part2']:.1f} | "
         f"{idem_total:.1f} | **{ratio:.2f}** (target <= 1.10: {met(ratio <= 1.10)}) |",
+        f"| IDEM killed, resumed through `gdal-idem pending` | {out['idem_part1']:.1f} | "
+        f"{out['pending_part2']:.1f} | {pending_total:.1f} | **{pending_ratio:.2f}** "
+        f"(target <= 1.10: {met(pending_ratio <= 1.10)}) |",
         f"| plain gdalwarp -of GTiff killed, naive rerun of everything | {out['plain_part1']:.1f} | "
         f"{out['plain_rerun']:.1f} | {plain_total:.1f} | {plain_total / out['idem_full']:.2f} |",
         f"| gdal2tiles.py killed, then --resume | {out['g2t_part1']:.1f} | {out['g2t_part2']:.1f} | "
@@ -803,6 +898,20 @@ def cmd_resume():
         f"once, not a process per tile, and writes {len(g2t_names)} PNG tiles with alpha: its time "
         "is what a tiler without per-tile processes costs, not the same work.",
         "",
+        f"Both IDEM resumes start from the same killed state (tiles, temp dirs and ledger copied "
+        f"aside after the kill, mtimes kept, and put back between them; the pending resume runs "
+        f"first, while the killed claims' leases may still be live). The pending resume is the "
+        f"recipe of docs/recipes.md on the batch as command lines (`gdalwarp -q -overwrite ...` "
+        f"per line): `gdal-idem pending --count CMDS | xargs -d '\\n' -P 2 -I{{}} sh -c '{{}}'`; "
+        f"its rerun time includes `pending` itself, which printed {out['pending_printed']} of "
+        f"{n} lines (`{out['pending_count']}`)" +
+        (f"; the {out['idem_inflight_after_kill']} claim(s) the kill left in flight come first "
+         f"among them, so the rerun starts by waiting out their {stale} s lease"
+         if out["idem_inflight_after_kill"] else "") +
+        f". `gdal-idem pending` over the whole completed batch afterwards: "
+        f"{spread(out['pending_all'], fmt='{:.2f}', unit=' s')} for {n} lines, "
+        f"{1000 * med(out['pending_all']) / n:.1f} ms a line (`{out['pending_all_count']}`).",
+        "",
         "Correctness (tiles that GDAL cannot open or whose checksums differ from a clean run of "
         "the same approach):",
         "",
@@ -811,6 +920,10 @@ def cmd_resume():
         f"| IDEM | {fmt_audit(out['idem_after_kill'])}; {out['idem_temp_after_kill']} temp "
         f"dirs, {out['idem_inflight_after_kill']} claims in flight | "
         f"{fmt_audit(out['idem_after_resume'])}; {out['idem_temp_after_resume']} temp dirs left |",
+        f"| IDEM through gdal-idem pending | (the same killed state) | "
+        f"{fmt_audit(out['pending_after_resume'])}; {out['pending_temp_after_resume']} temp dirs "
+        f"left; ledger {out['pending_rows'][0]} rows, {out['pending_rows'][2]} completed, "
+        f"{out['pending_rows'][1]} attempts |",
         f"| plain gdalwarp | {fmt_audit(out['plain_after_kill'])} (a skip-if-exists rerun "
         f"keeps these) | {fmt_audit(out['plain_after_rerun'])} (everything redone) |",
         f"| gdal2tiles.py --resume | {fmt_audit(out['g2t_after_kill'])} | "
@@ -1041,6 +1154,42 @@ def cmd_sources():
         f"({len(tiles_of(batch, ZOOM))} z{ZOOM} tiles)")
 
 
+def run_with_progress(cmd, env, budget):
+    """Run a gdal-idem command showing its progress bar (GDAL's `0...10...20...` marks, one per
+    2.5%, on stderr) for at most `budget` seconds. Returns (seconds, finished, returncode, marks),
+    marks being (seconds since start, fraction done) of each mark as it appeared."""
+    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    start = time.perf_counter()
+    marks = []
+
+    def read_marks():
+        tick, previous_digit = -1, False
+        while True:
+            byte = proc.stderr.read(1)
+            if not byte:
+                return
+            char = byte.decode(errors="replace")
+            new_mark = char == "." or (char.isdigit() and not previous_digit)
+            previous_digit = char.isdigit()
+            if new_mark:
+                tick += 1
+                marks.append((time.perf_counter() - start, tick / 40))
+
+    reader = threading.Thread(target=read_marks)
+    reader.start()
+    try:
+        proc.wait(timeout=budget)
+        finished = True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        finished = False
+    seconds = time.perf_counter() - start
+    reader.join()
+    return seconds, finished, proc.returncode, marks
+
+
 def cmd_scale(db_name):
     """db_name: a PostgreSQL ledger (in the with-postgres cluster) already holding millions of
     completed rows: bench/ledger.sh's, kept with IDEM_BENCH_KEEP_DB=1."""
@@ -1100,8 +1249,25 @@ def cmd_scale(db_name):
     pg_drop_database(real_dsn)
     reap = cli(["reap", "--dry-run"], limit) if os.path.exists(GDAL_IDEM) else \
         (None, "gdal-idem not built", [])
-    verify = cli(["verify", "--dry-run"], limit) if os.path.exists(GDAL_IDEM) else \
-        (None, "gdal-idem not built", [])
+    # verify reads every output: at 10M rows that is many minutes, not worth running to the end
+    # in every bench run. Its progress bar gives the rate at this size after a short run.
+    verify_budget = int(os.environ.get("IDEM_BENCH_VERIFY_SECONDS", "60"))
+    verify_cmd = [GDAL_IDEM, "--ledger", db_dsn, "verify", "--dry-run"]
+    if not os.path.exists(GDAL_IDEM):
+        verify = (None, "gdal-idem not built", [])
+    else:
+        seconds, finished, rc, marks = run_with_progress(verify_cmd, env_with(), verify_budget)
+        if finished:
+            verify = (seconds, f"exit {rc}", verify_cmd)
+        elif len(marks) >= 2 and marks[-1][1] > 0:
+            (t0, _), (t_last, done) = marks[0], marks[-1]
+            estimate = t0 + (t_last - t0) / done
+            verify = (None, f"stopped after {seconds:.0f} s, {100 * done:.1f}% done by its "
+                      f"progress bar ({100 * done:.1f}% at {t_last:.1f} s, 0% at {t0:.1f} s): "
+                      f"**about {estimate:.0f} s** for all the rows at that rate", verify_cmd)
+        else:
+            verify = (None, f"stopped after {seconds:.0f} s, before its progress bar passed "
+                      "2.5%", verify_cmd)
     mb = lambda v: v / 1e6
     lines = [
         "### 5. Scale (issue 4)",
@@ -1139,17 +1305,21 @@ def cmd_scale(db_name):
                          f"({s_note}); linear extrapolation to {n:,} rows: "
                          f"{s_seconds * n / (sample + 1):.0f} s.")
         if seconds is None and note.startswith("stopped"):
-            lines.append(f"  TODO: time `gdal-idem {name}` to the end at {n:,} rows on a quiet "
-                         f"machine (IDEM_BENCH_CLI_TIMEOUT=0 is not supported; raise it).")
+            knob = "IDEM_BENCH_VERIFY_SECONDS" if name == "verify" else "IDEM_BENCH_CLI_TIMEOUT"
+            lines.append(f"  To time `gdal-idem {name}` to the end at {n:,} rows, raise {knob} "
+                         f"(seconds; a quiet machine is best).")
     lines.append("  (The generated rows point at outputs that do not exist, so `verify` finds "
                  "every one missing; `--dry-run` keeps the rows.)")
     write_section("e2e-scale", lines)
 
 
-def cmd_finish(load_before, load_after, elapsed, failed=""):
+def cmd_finish(load_before, load_after, elapsed, failed="", step_times=""):
+    steps = [item.split("=", 1) for item in step_times.split() if "=" in item]
     write_section("e2e-end", [
-        f"bench/run took {float(elapsed) / 60:.1f} min. Load average (1, 5, 15 min) before: "
-        f"{load_before}; after: {load_after}" +
+        f"bench/run took {float(elapsed) / 60:.1f} min" +
+        (" (" + ", ".join(f"{name} {int(seconds) // 60}m{int(seconds) % 60:02d}s"
+                          for name, seconds in steps) + ")" if steps else "") +
+        f". Load average (1, 5, 15 min) before: {load_before}; after: {load_after}" +
         (" — a shared, loaded machine (other builds and tests ran on the same 2 cores): the "
          "absolute times above are inflated and noisy; rerun `make bench` on a quiet machine "
          "for reference figures." if max(float(load_before.split()[0]),

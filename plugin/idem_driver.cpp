@@ -20,6 +20,7 @@
 #include "core/atomic_output.hpp"
 #include "core/error.hpp"
 #include "core/lease.hpp"
+#include "core/object_store.hpp"
 #include "core/paths.hpp"
 #include "core/source_digest.hpp"
 #include "core/tile_grid.hpp"
@@ -40,6 +41,7 @@ constexpr int k_default_stale_seconds = 300;
 
 std::mutex g_listener_mutex;
 DryRunListener g_dry_run_listener;
+DigestCache* g_dry_run_digest_cache = nullptr;  // set_dry_run_digest_cache(); g_listener_mutex
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -168,7 +170,19 @@ Ledger& shared_ledger(const std::string& dsn) {
 // ---------------------------------------------------------------------------------------------
 // Outputs on disk
 
+// Local files: size and mtime. Objects: size and ETag, asked of the store now (never GDAL's
+// cached properties, which another worker's upload may have made stale).
 std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
+  if (is_object_store_path(path)) {
+    const auto headers = object_headers(path, true);
+    if (!headers || headers->etag.empty()) {
+      return std::nullopt;  // no ETag: nothing to compare a later state with
+    }
+    OutputFingerprint fingerprint;
+    fingerprint.size = headers->size;
+    fingerprint.etag = headers->etag;
+    return fingerprint;
+  }
   struct stat info;
   if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
     return std::nullopt;
@@ -182,11 +196,20 @@ std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
 // Does the output on disk still match what the ledger recorded at completion?
 bool output_matches(const std::string& path, const OutputFingerprint& recorded) {
   const auto now = fingerprint_of(path);
-  return now && now->size == recorded.size && now->mtime_ns == recorded.mtime_ns;
+  if (!now || now->size != recorded.size) {
+    return false;
+  }
+  if (now->etag || recorded.etag) {
+    return now->etag && recorded.etag && *now->etag == *recorded.etag;
+  }
+  return now->mtime_ns == recorded.mtime_ns;
 }
 
 // Refuse before claiming when the output cannot be written, so no claim is left behind.
 void check_destination_directory(const std::string& destination) {
+  if (is_object_store_path(destination)) {
+    return;  // no directories: an unwritable bucket fails the upload, which releases the claim
+  }
   const std::string directory = dirname_of(destination);
   struct stat info;
   if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
@@ -198,6 +221,15 @@ void check_destination_directory(const std::string& destination) {
                                         " is not writable (" + std::strerror(errno) +
                                         "); fix its permissions or write elsewhere");
   }
+}
+
+// GDAL's pre-delete recorded every file of the dataset (sidecars too): keep them all.
+void keep_dataset_files(GDALDataset* dataset) {
+  char** files = dataset->GetFileList();
+  for (char** file = files; file != nullptr && *file != nullptr; ++file) {
+    vsiidem_cancel_unlink(*file);
+  }
+  CSLDestroy(files);
 }
 
 GDALDataset* open_output(const std::string& path) {
@@ -279,10 +311,10 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
 
   m_via_vsiidem = is_vsiidem_path(filename);
   const std::string real_path = m_via_vsiidem ? vsiidem_real_path(filename) : filename;
-  if (is_vsi_path(real_path)) {
+  if (is_vsi_path(real_path) && !is_object_store_path(real_path)) {
     throw Error(ErrorKind::k_usage, std::string("IDEM cannot publish to ") + real_path +
-                                        " yet: object-storage and other /vsi outputs are not "
-                                        "supported; write to a local path");
+                                        ": only local paths and object storage (/vsis3/, "
+                                        "/vsigs/, /vsiaz/, ...) can be published atomically");
   }
   m_destination = absolute_path(real_path);
   if (!m_options.dry_run) {
@@ -300,6 +332,12 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   if (m_options.dry_run) {
     InMemoryDigestCache cache;
     key_options.digest_cache = &cache;
+    {
+      std::lock_guard<std::mutex> lock(g_listener_mutex);
+      if (g_dry_run_digest_cache != nullptr) {
+        key_options.digest_cache = g_dry_run_digest_cache;
+      }
+    }
     m_work = describe_work(source, key_options);
     return dry_run(m_work);
   }
@@ -349,8 +387,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
                row.output_uri.c_str(),
                static_cast<long long>(row.fingerprint ? row.fingerprint->size : -1),
                static_cast<long long>(row.fingerprint ? row.fingerprint->mtime_ns : -1));
-      if (row.fingerprint && row.output_uri == m_destination &&
-          output_matches(m_destination, *row.fingerprint)) {
+      if (completed_output_is_current(row, m_destination)) {
         return skip(row, announced_wait ? "completed by another worker while this one waited"
                                         : "already completed");
       }
@@ -408,8 +445,19 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
 }
 
 GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
-  // A dry run must not let GDAL's deferred pre-delete remove an existing output.
-  vsiidem_cancel_unlink(m_destination);
+  // A dry run must not let GDAL's deferred pre-delete remove an existing output, nor the
+  // sidecars (.aux.xml, .ovr...) that the pre-delete recorded with it.
+  if (vsiidem_unlink_pending(m_destination)) {
+    vsiidem_cancel_unlink(m_destination);
+    CPLPushErrorHandler(CPLQuietErrorHandler);
+    GDALDatasetUniquePtr existing(
+        GDALDataset::Open(m_destination.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
+    CPLPopErrorHandler();
+    CPLErrorReset();
+    if (existing) {
+      keep_dataset_files(existing.get());
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(g_listener_mutex);
     if (g_dry_run_listener) {
@@ -432,11 +480,7 @@ GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why) {
   // output is opened by its real path, since /vsiidem/ hides files whose unlink is pending.
   vsiidem_cancel_unlink(m_destination);
   GDALDataset* output = open_output(m_destination);
-  char** files = output->GetFileList();
-  for (char** file = files; file != nullptr && *file != nullptr; ++file) {
-    vsiidem_cancel_unlink(*file);
-  }
-  CSLDestroy(files);
+  keep_dataset_files(output);
   CPLDebug("IDEM", "timing: skip (open output) %.2f ms", lap_ms(m_lap));
   std::fprintf(stderr, "IDEM: skipped %s: %s (key %s, attempt %lld)\n", m_destination.c_str(),
                why, row.work_key.substr(0, 12).c_str(), static_cast<long long>(row.attempt));
@@ -566,6 +610,16 @@ const char* creation_option_list() {
 void set_dry_run_listener(DryRunListener listener) {
   std::lock_guard<std::mutex> lock(g_listener_mutex);
   g_dry_run_listener = std::move(listener);
+}
+
+void set_dry_run_digest_cache(DigestCache* cache) {
+  std::lock_guard<std::mutex> lock(g_listener_mutex);
+  g_dry_run_digest_cache = cache;
+}
+
+bool completed_output_is_current(const LedgerRow& row, const std::string& destination) {
+  return row.state == RowState::k_completed && !row.superseded_at && row.fingerprint &&
+         row.output_uri == destination && output_matches(destination, *row.fingerprint);
 }
 
 void register_idem_driver() {

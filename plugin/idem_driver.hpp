@@ -21,4 +21,17 @@ struct DryRunReport {
 using DryRunListener = std::function<void(const DryRunReport&)>;
 void set_dry_run_listener(DryRunListener listener);
 
+class DigestCache;
+struct LedgerRow;
+
+// The source-digest cache dry runs use: null (the default) gives each dry run a fresh in-memory
+// cache. `gdal-idem pending` sets its ledger's persistent cache, so that a source shared by the
+// commands of a batch is hashed once at most (not at all when the real runs hashed it already).
+void set_dry_run_digest_cache(DigestCache* cache);
+
+// Whether the driver would skip this work instead of redoing it: `row` is a completed, not
+// superseded completion that wrote `destination` (absolute, as the driver names it), and the
+// output there still matches the fingerprint recorded at completion. `gdal-idem pending` asks it.
+bool completed_output_is_current(const LedgerRow& row, const std::string& destination);
+
 }  // namespace idem

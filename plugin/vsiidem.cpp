@@ -33,6 +33,7 @@
 
 #include "core/atomic_output.hpp"
 #include "core/error.hpp"
+#include "core/object_store.hpp"
 #include "core/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
@@ -105,6 +106,11 @@ bool local_path(const std::string& path) {
   return !is_vsi_path(path);
 }
 
+// Local files are published by rename, objects by upload from a local temporary file.
+bool publishable(const std::string& path) {
+  return local_path(path) || is_object_store_path(path);
+}
+
 bool durable_writes() {
   return CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES"));
 }
@@ -164,6 +170,15 @@ void copy_file_contents(const std::string& from, const std::string& to) {
     throw Error(ErrorKind::k_io, "cannot copy " + from + " to " + to + ": " +
                                      std::strerror(error_number ? error_number : EIO));
   }
+}
+
+// Copy the published file `from` (a local file or an object) into the temporary file `to`.
+void copy_published(const std::string& from, const std::string& to) {
+  if (!local_path(from)) {
+    copy_vsi_file(from, to);  // an object: download it
+    return;
+  }
+  copy_file_contents(from, to);
 }
 
 /************************************************************************/
@@ -341,7 +356,7 @@ int VsiIdemWriteHandle::Close() {
       return result;
     }
     const bool durable = durable_writes();
-    if (!discard && result == 0 && durable) {
+    if (!discard && result == 0 && durable && !m_entry->output->is_object()) {
       // The slow part, outside the lock; commit() re-syncs, which is then cheap.
       fsync_path(m_entry->output->temp_path());
     }
@@ -390,11 +405,7 @@ bool VsiIdemWriteHandle::start_copy() {
       if (!entry) {
         entry = std::make_shared<InFlight>();
         entry->output = std::make_unique<AtomicOutput>(m_real, random_token());
-        copy_file_contents(m_real, entry->output->temp_path());
-        struct stat existing {};
-        if (::stat(m_real.c_str(), &existing) == 0) {
-          ::chmod(entry->output->temp_path().c_str(), existing.st_mode & 07777);
-        }
+        copy_published(m_real, entry->output->temp_path());
         shared.m_in_flight[m_real] = entry;
         CPLDebug(k_debug_category, "writing %s through %s", m_real.c_str(),
                  entry->output->temp_path().c_str());
@@ -505,10 +516,10 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::Open(const char* filename, const cha
 VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& real,
                                                            const char* access, bool set_error,
                                                            CSLConstList options) {
-  if (!local_path(real)) {
+  if (!publishable(real)) {
     CPLError(CE_Failure, CPLE_NotSupported,
-             "/vsiidem/: writing to %s is not supported yet; only local paths can be "
-             "published atomically",
+             "/vsiidem/: writing to %s is not supported; only local paths and object storage "
+             "(/vsis3/, /vsigs/, /vsiaz/, ...) can be published atomically",
              real.c_str());
     errno = EROFS;
     return nullptr;
@@ -546,9 +557,10 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
   }
 
   const bool pending = shared.m_pending_unlinks.count(real) != 0;
-  struct stat existing {};
-  const bool exists = !pending && ::stat(real.c_str(), &existing) == 0;
-  if (exists && S_ISDIR(existing.st_mode)) {
+  VSIStatBufL existing {};
+  const bool exists =
+      !pending && handler_for(real)->Stat(real.c_str(), &existing, VSI_STAT_EXISTS_FLAG) == 0;
+  if (exists && VSI_ISDIR(existing.st_mode)) {
     errno = EISDIR;
     if (set_error) {
       VSIError(VSIE_FileError, "%s: Is a directory", real.c_str());
@@ -577,13 +589,13 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
   const std::string& temp = fresh->output->temp_path();
   if (exists && !truncates(access)) {
     // Append: work on a copy, published when closed (never the file in place).
-    copy_file_contents(real, temp);
+    copy_published(real, temp);
   }
   VSIVirtualHandle* inner = handler_for(temp)->Open(temp.c_str(), access, set_error, options);
   if (inner == nullptr) {
     return nullptr;  // `fresh` removes its temporary directory
   }
-  if (exists) {
+  if (exists && local_path(real)) {
     ::chmod(temp.c_str(), existing.st_mode & 07777);  // a rewrite keeps the file's permissions
   }
   fresh->writers = 1;
@@ -769,14 +781,17 @@ bool VsiIdemFilesystemHandler::IsLocal(const char* path) {
 bool VsiIdemFilesystemHandler::SupportsSequentialWrite(const char* path,
                                                        bool allow_local_temp_file) {
   const std::string real = strip_prefix(path);
-  return local_path(real) &&
-         handler_for(real)->SupportsSequentialWrite(real.c_str(), allow_local_temp_file);
+  // Objects are written to a local temporary file and uploaded when closed.
+  return is_object_store_path(real) ||
+         (local_path(real) &&
+          handler_for(real)->SupportsSequentialWrite(real.c_str(), allow_local_temp_file));
 }
 
 bool VsiIdemFilesystemHandler::SupportsRandomWrite(const char* path, bool allow_local_temp_file) {
   const std::string real = strip_prefix(path);
-  return local_path(real) &&
-         handler_for(real)->SupportsRandomWrite(real.c_str(), allow_local_temp_file);
+  return is_object_store_path(real) ||
+         (local_path(real) &&
+          handler_for(real)->SupportsRandomWrite(real.c_str(), allow_local_temp_file));
 }
 
 char** VsiIdemFilesystemHandler::GetFileMetadata(const char* filename, const char* domain,

@@ -1,6 +1,7 @@
 // Shared pieces of the gdal-idem command: exit codes, argument access, output helpers.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,21 @@ int run_forget(const Args& args, const GlobalOptions& global);
 int run_prune(const Args& args, const GlobalOptions& global);
 int run_export(const Args& args, const GlobalOptions& global);
 int run_load(const Args& args, const GlobalOptions& global);
+int run_pending(const Args& args, const GlobalOptions& global);
+
+// The key of a gdalwarp or gdal_translate command (`command[0]` the program, then its arguments,
+// as the shell passes them), as `gdal-idem key` computes it: GDAL's own parsers, then the
+// program's library call in-process against the IDEM driver in dry run (nothing written, no
+// output deleted). The command's --config options are set in this process: a caller keying
+// several commands scopes them. `before_dry_run`, when set, runs once the command parsed and its
+// configuration is in place, before any source is read. Throws UsageError or idem::Error.
+struct CommandKey {
+  std::string key;
+  std::string canonical_json;
+  std::string destination;  // absolute real path, as the driver and the ledger name it
+};
+CommandKey key_raster_command(const Args& command,
+                              const std::function<void()>& before_dry_run = {});
 
 // JSON string literal with escapes.
 std::string json_quote(const std::string& text);

@@ -14,6 +14,7 @@
 #include "core/canonical_json.hpp"
 #include "core/error.hpp"
 #include "core/paths.hpp"
+#include "cpl_conv.h"
 #include "cpl_string.h"
 #include "vsiidem.hpp"
 
@@ -559,6 +560,13 @@ namespace idem::cli {
 std::string output_uri_argument(const std::string& text) {
   const std::string real = is_vsiidem_path(text) ? vsiidem_real_path(text) : text;
   return is_vsi_path(real) ? real : absolute_path(real);
+}
+
+int64_t ledger_page_rows() {
+  constexpr int64_t k_default_page_rows = 1000;
+  const char* value = CPLGetConfigOption("IDEM_LEDGER_PAGE_ROWS", nullptr);
+  const long long rows = value != nullptr ? std::atoll(value) : 0;
+  return rows > 0 ? rows : k_default_page_rows;
 }
 
 std::vector<LedgerRow> rows_with_history(Ledger& ledger, const Ledger::RowFilter& filter) {

@@ -108,4 +108,8 @@ std::string output_uri_argument(const std::string& text);
 // Rows of `filter` in the live table and in history (most recent first by completion or claim).
 std::vector<LedgerRow> rows_with_history(Ledger& ledger, const Ledger::RowFilter& filter);
 
+// Rows per ledger query of the commands that page through the ledger (reap, verify):
+// IDEM_LEDGER_PAGE_ROWS (config option or environment), default 1000.
+int64_t ledger_page_rows();
+
 }  // namespace idem::cli

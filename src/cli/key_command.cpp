@@ -2,8 +2,10 @@
 // The arguments are parsed by GDAL's own option parsers and the program's library call is run
 // in-process against the IDEM driver in dry-run mode, so the key is the real run's key.
 // gdal-idem key -- ogr2ogr ARGS...: the key `gdal-idem load` gives that feature load.
+// key_raster_command() is shared with `gdal-idem pending`, which keys every command of a batch.
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -135,6 +137,22 @@ std::string dry_run_destination(const std::string& destination) {
   return std::string(k_vsiidem_prefix) + absolute_path(destination);
 }
 
+// The driver's dry-run report of one call; the listener is unset again however the call ends
+// (`gdal-idem pending` keys many commands in one process).
+class DryRunCapture {
+public:
+  DryRunCapture() {
+    set_dry_run_listener([this](const DryRunReport& report) { m_report = report; });
+  }
+  ~DryRunCapture() { set_dry_run_listener(nullptr); }
+  DryRunCapture(const DryRunCapture&) = delete;
+  DryRunCapture& operator=(const DryRunCapture&) = delete;
+  const std::optional<DryRunReport>& report() const { return m_report; }
+
+private:
+  std::optional<DryRunReport> m_report;
+};
+
 constexpr const char* k_key_usage =
     "usage: gdal-idem key [--json] -- gdalwarp|gdal_translate ARGS...\n"
     "       gdal-idem key [--json] [--mode replace|append] [--namespace N] -- ogr2ogr ARGS...";
@@ -193,20 +211,40 @@ int run_key(const Args& args, const GlobalOptions& global) {
     throw UsageError{"--mode and --namespace are for ogr2ogr loads; gdalwarp and gdal_translate "
                      "take -co NAMESPACE="};
   }
+  if (program_name != "gdalwarp" && program_name != "gdal_translate") {
+    throw UsageError{"'" + program_name + "' is not gdalwarp, gdal_translate or ogr2ogr"};
+  }
+  const CommandKey key = key_raster_command(Args(args.begin() + static_cast<long>(i) + 1,
+                                                 args.end()));
+  if (json) {
+    std::printf("{\"destination\":%s,\"key\":%s,\"work\":%s}\n",
+                json_quote(key.destination).c_str(), json_quote(key.key).c_str(),
+                key.canonical_json.c_str());
+  } else {
+    std::printf("%s\n", key.key.c_str());
+  }
+  return k_exit_ok;
+}
+
+CommandKey key_raster_command(const Args& command, const std::function<void()>& before_dry_run) {
+  if (command.empty()) {
+    throw UsageError{"no command"};
+  }
+  const std::string program_name = basename_of(command[0]);
   Program program;
   if (program_name == "gdalwarp") {
     program = Program::k_gdalwarp;
   } else if (program_name == "gdal_translate") {
     program = Program::k_gdal_translate;
   } else {
-    throw UsageError{"'" + program_name + "' is not gdalwarp, gdal_translate or ogr2ogr"};
+    throw UsageError{"'" + program_name + "' is not gdalwarp or gdal_translate"};
   }
 
   // --config, --debug and friends, handled as the programs do.
   CPLStringList argv;
   argv.AddString(program_name.c_str());
-  for (size_t j = i + 2; j < args.size(); ++j) {
-    argv.AddString(args[j].c_str());
+  for (size_t j = 1; j < command.size(); ++j) {
+    argv.AddString(command[j].c_str());
   }
   char** raw = argv.StealList();
   const int argc = GDALGeneralCmdLineProcessor(CSLCount(raw), &raw, 0);
@@ -231,9 +269,11 @@ int run_key(const Args& args, const GlobalOptions& global) {
   }
   const std::string destination = dry_run_destination(parsed.positionals.back());
   parsed.positionals.pop_back();
+  if (before_dry_run) {
+    before_dry_run();
+  }
 
-  std::optional<DryRunReport> report;
-  set_dry_run_listener([&report](const DryRunReport& r) { report = r; });
+  DryRunCapture capture;
   CPLConfigOptionSetter dry_run("IDEM_DRY_RUN", "YES", false);
 
   int usage_error = FALSE;
@@ -266,21 +306,14 @@ int run_key(const Args& args, const GlobalOptions& global) {
       GDALClose(result);
     }
   }
-  set_dry_run_listener(nullptr);
+  const std::optional<DryRunReport>& report = capture.report();
   if (!report) {
     const std::string message = CPLGetLastErrorMsg();
     throw Error(usage_error ? ErrorKind::k_usage : ErrorKind::k_source,
                 "the command did not reach the IDEM driver" +
                     (message.empty() ? std::string() : ": " + message));
   }
-  if (json) {
-    std::printf("{\"destination\":%s,\"key\":%s,\"work\":%s}\n",
-                json_quote(report->destination).c_str(), json_quote(report->key).c_str(),
-                report->canonical_json.c_str());
-  } else {
-    std::printf("%s\n", report->key.c_str());
-  }
-  return k_exit_ok;
+  return CommandKey{report->key, report->canonical_json, report->destination};
 }
 
 std::string json_quote(const std::string& text) { return JsonValue::string(text).dump(); }

@@ -24,7 +24,7 @@ constexpr const char* k_usage =
     "  status [--namespace N] [--layer L]\n"
     "                                 completed / in flight / stale / superseded counts\n"
     "  inflight [--all] [--namespace N]  claims whose lease expired (--all: every claim)\n"
-    "  reap [--older-than D] [--dry-run] [--requeue] [--namespace N]\n"
+    "  reap [--older-than D] [--dry-run] [--requeue] [--namespace N] [--all-dirs]\n"
     "                                 release stale claims, remove orphan .idem-tmp-* dirs\n"
     "  verify [--namespace N] [--checksum] [--dry-run]\n"
     "                                 check completed outputs; drop the rows of bad ones\n"
@@ -38,6 +38,8 @@ constexpr const char* k_usage =
     "                                 the ledger as a vector layer with tile footprints\n"
     "  load [--mode replace|append] [--namespace N] -- ogr2ogr ARGS\n"
     "                                 an idempotent ogr2ogr load into PostgreSQL/PostGIS\n"
+    "  pending [--null] [--count] [FILE|-]\n"
+    "                                 the batch's command lines whose work is not done\n"
     "\n"
     "Global options:\n"
     "  --ledger DSN   sqlite:PATH, postgresql://..., or a libpq keyword string\n"
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
         {"init", run_init},       {"key", run_key},         {"status", run_status},
         {"inflight", run_inflight}, {"reap", run_reap},     {"verify", run_verify},
         {"explain", run_explain}, {"forget", run_forget},   {"prune", run_prune},
-        {"export", run_export},   {"load", run_load},
+        {"export", run_export},   {"load", run_load},       {"pending", run_pending},
     };
     const auto found = k_commands.find(command);
     if (found == k_commands.end()) {

@@ -1,8 +1,11 @@
-// gdal-idem reap [--older-than DURATION] [--dry-run] [--requeue] [--namespace N]: release the
-// claims whose lease expired (killed or stalled workers) and remove the orphan temporary
-// directories (IDEM's own ".idem-tmp-*" naming only, older than the lease) that killed workers
-// left beside the outputs recorded in the ledger. --requeue prints each released claim's work as
-// a JSON line an orchestrator can resubmit.
+// gdal-idem reap [--older-than DURATION] [--dry-run] [--requeue] [--namespace N] [--all-dirs]:
+// release the claims whose lease expired (killed or stalled workers) and remove the orphan
+// temporary directories (IDEM's own ".idem-tmp-*" naming only, older than the lease) that killed
+// workers left beside the outputs recorded in the ledger. It reads only the rows such leftovers
+// can belong to (in flight, or taken over: attempt > 1), page by page through a partial index,
+// so its cost follows the claims in trouble, not the size of the ledger; --all-dirs looks beside
+// every recorded output. --requeue prints each released claim's work as a JSON line an
+// orchestrator can resubmit.
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -10,6 +13,7 @@
 #include "cli.hpp"
 #include "cli_util.hpp"
 #include "core/atomic_output.hpp"
+#include "core/object_store.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
@@ -54,13 +58,16 @@ double newest_mtime(const std::string& directory) {
   return newest;
 }
 
-std::vector<Orphan> find_orphans(const std::vector<LedgerRow>& rows,
+// Where a worker writing `output_uri` puts its temporary directory.
+std::string temp_parent_of(const std::string& output_uri) {
+  // An object output's temporary copy is local to the worker (object_store.hpp): this
+  // machine's CPL_TMPDIR is searched; run reap on every worker host.
+  return is_object_store_path(output_uri) ? local_temp_root() : parent_of(output_uri);
+}
+
+std::vector<Orphan> find_orphans(const std::set<std::string>& directories,
                                  const std::set<std::string>& live_tokens, double min_age,
                                  double now_local) {
-  std::set<std::string> directories;
-  for (const LedgerRow& row : rows) {
-    directories.insert(parent_of(row.output_uri));
-  }
   std::vector<Orphan> orphans;
   const std::string prefix = k_temp_prefix;
   for (const std::string& directory : directories) {
@@ -106,10 +113,12 @@ std::string requeue_line(const LedgerRow& row) {
 
 int run_reap(const Args& args, const GlobalOptions& global) {
   constexpr const char* k_synopsis =
-      "usage: gdal-idem reap [--older-than DURATION] [--dry-run] [--requeue] [--namespace N]";
+      "usage: gdal-idem reap [--older-than DURATION] [--dry-run] [--requeue] [--namespace N] "
+      "[--all-dirs]";
   std::optional<std::chrono::seconds> older_than;
   bool dry_run = false;
   bool requeue = false;
+  bool all_dirs = false;
   std::optional<std::string> namespace_name;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--older-than" && i + 1 < args.size()) {
@@ -118,6 +127,8 @@ int run_reap(const Args& args, const GlobalOptions& global) {
       dry_run = true;
     } else if (args[i] == "--requeue") {
       requeue = true;
+    } else if (args[i] == "--all-dirs") {
+      all_dirs = true;
     } else if (args[i] == "--namespace" && i + 1 < args.size()) {
       namespace_name = args[++i];
     } else {
@@ -135,20 +146,35 @@ int run_reap(const Args& args, const GlobalOptions& global) {
   Progress progress(!global.quiet);
   Ledger::RowFilter filter;
   filter.namespace_name = namespace_name;
-  const std::vector<LedgerRow> all_rows = ledger->rows(filter);
+  // A killed worker's temporary directory lies beside a row that is still in flight or that a
+  // later claim took over; the completed rows of first attempts need not be read.
+  filter.in_flight_or_retried = !all_dirs;
+  filter.limit = ledger_page_rows();
   const double now = ledger->now();
 
   std::vector<LedgerRow> candidates;
   std::set<std::string> live_tokens;
-  for (const LedgerRow& row : all_rows) {
-    if (row.state != RowState::k_in_flight) {
-      continue;
+  std::set<std::string> directories;
+  for (;;) {
+    std::vector<LedgerRow> page = ledger->rows(filter);
+    if (page.empty()) {
+      break;
     }
-    const bool expired = row.lease_left_seconds && *row.lease_left_seconds <= 0;
-    if (!expired) {
-      live_tokens.insert(row.claim_token);
-    } else if (!row.released_at && -*row.lease_left_seconds >= min_claim_expiry) {
-      candidates.push_back(row);
+    filter.after_work_key = page.back().work_key;
+    for (LedgerRow& row : page) {
+      directories.insert(temp_parent_of(row.output_uri));
+      if (row.state != RowState::k_in_flight) {
+        continue;
+      }
+      const bool expired = row.lease_left_seconds && *row.lease_left_seconds <= 0;
+      if (!expired) {
+        live_tokens.insert(row.claim_token);
+      } else if (!row.released_at && -*row.lease_left_seconds >= min_claim_expiry) {
+        candidates.push_back(std::move(row));
+      }
+    }
+    if (static_cast<int64_t>(page.size()) < *filter.limit) {
+      break;
     }
   }
   std::vector<LedgerRow> released;
@@ -161,7 +187,7 @@ int run_reap(const Args& args, const GlobalOptions& global) {
   }
   progress.update(0.5);
   const std::vector<Orphan> orphans =
-      find_orphans(all_rows, live_tokens, min_temp_age, static_cast<double>(std::time(nullptr)));
+      find_orphans(directories, live_tokens, min_temp_age, static_cast<double>(std::time(nullptr)));
   std::vector<std::string> removed_failed;
   for (size_t i = 0; i < orphans.size(); ++i) {
     if (!dry_run && VSIRmdirRecursive(orphans[i].path.c_str()) != 0) {

@@ -2,13 +2,16 @@
 // exists, matches its recorded fingerprint (size and mtime_ns locally; size and ETag on object
 // stores; the SHA-256 with --checksum) and opens in GDAL with the recorded size and band count.
 // A failing row is removed (the row only, fenced on the completion that was checked) so the next
-// run redoes the work.
+// run redoes the work. Rows are read page by page (keyset paging on work_key) and failures are
+// spooled to a temporary file, so memory stays bounded on a ledger of millions of rows.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli.hpp"
 #include "cli_util.hpp"
+#include "core/object_store.hpp"
 #include "core/sha256.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -19,11 +22,40 @@ namespace idem::cli {
 
 namespace {
 
-struct Finding {
-  LedgerRow row;
-  std::string problem;     // empty when the output is fine
-  bool checksum_missing = false;
-  bool row_removed = false;
+// The failure reports, held in a temporary file until the summary is known: memory stays
+// bounded however many outputs fail, and stdout still comes out whole after the progress bar.
+// Falls back to memory when no temporary file can be made.
+class Spool {
+public:
+  Spool() : m_file(std::tmpfile()) {}
+  ~Spool() {
+    if (m_file != nullptr) {
+      std::fclose(m_file);
+    }
+  }
+  Spool(const Spool&) = delete;
+  Spool& operator=(const Spool&) = delete;
+
+  void write(const std::string& text) {
+    if (m_file == nullptr || std::fwrite(text.data(), 1, text.size(), m_file) != text.size()) {
+      m_memory += text;  // (a partial write then repeats in memory: never lost)
+    }
+  }
+  void copy_to(FILE* out) {
+    if (m_file != nullptr) {
+      std::rewind(m_file);
+      char buffer[65536];
+      size_t got = 0;
+      while ((got = std::fread(buffer, 1, sizeof buffer, m_file)) > 0) {
+        std::fwrite(buffer, 1, got, out);
+      }
+    }
+    std::fputs(m_memory.c_str(), out);
+  }
+
+private:
+  FILE* m_file;
+  std::string m_memory;
 };
 
 bool is_virtual(const std::string& uri) { return uri.rfind("/vsi", 0) == 0; }
@@ -41,16 +73,6 @@ std::optional<std::string> file_sha256(const std::string& uri) {
   }
   VSIFCloseL(file);
   return hasher.finish_hex();
-}
-
-std::optional<std::string> object_etag(const std::string& uri) {
-  const CPLStringList headers(VSIGetFileMetadata(uri.c_str(), "HEADERS", nullptr));
-  for (const char* name : {"ETag", "etag", "Etag"}) {
-    if (const char* value = headers.FetchNameValue(name)) {
-      return std::string(value);
-    }
-  }
-  return std::nullopt;
 }
 
 // What is wrong with the row's output, or "" when nothing.
@@ -71,6 +93,20 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
       return "modified since completion (mtime_ns " + std::to_string(mtime_ns) +
              " != recorded " + std::to_string(recorded.mtime_ns) + ")";
     }
+  } else if (is_object_store_path(uri)) {
+    // Asked of the store now, as the driver's skip does (object_store.hpp).
+    const auto headers = object_headers(uri, true);
+    if (!headers) {
+      return "missing";
+    }
+    if (headers->size != recorded.size) {
+      return "size " + std::to_string(headers->size) + " != recorded " +
+             std::to_string(recorded.size);
+    }
+    if (recorded.etag && headers->etag != *recorded.etag) {
+      return "ETag " + (headers->etag.empty() ? std::string("(none)") : headers->etag) +
+             " != recorded " + *recorded.etag;
+    }
   } else {
     VSIStatBufL info;
     if (VSIStatL(uri.c_str(), &info) != 0) {
@@ -79,12 +115,6 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
     if (info.st_size != recorded.size) {
       return "size " + std::to_string(static_cast<long long>(info.st_size)) + " != recorded " +
              std::to_string(recorded.size);
-    }
-    if (recorded.etag) {
-      const auto etag = object_etag(uri);
-      if (etag && *etag != *recorded.etag) {
-        return "ETag " + *etag + " != recorded " + *recorded.etag;
-      }
     }
   }
   if (checksum) {
@@ -148,67 +178,83 @@ int run_verify(const Args& args, const GlobalOptions& global) {
     }
   }
   auto ledger = open_ledger(global);
-  std::vector<LedgerRow> rows = ledger->rows(filter);
   Progress progress(!global.quiet);
+  // The total is only for the progress bar (one count query; skipped with -q).
+  const int64_t total = global.quiet ? 0 : ledger->counts(filter).completed;
+  filter.limit = ledger_page_rows();
   int64_t checked = 0;
   int64_t checksum_missing = 0;
-  std::vector<Finding> failures;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    progress.update(i, rows.size());
-    LedgerRow& row = rows[i];
-    if (row.superseded_at) {
-      continue;
+  int64_t failed = 0;
+  Spool failures;
+  for (;;) {
+    std::vector<LedgerRow> page = ledger->rows(filter);
+    if (page.empty()) {
+      break;
     }
-    ++checked;
-    Finding finding;
-    finding.problem = check_output(row, checksum, finding.checksum_missing);
-    checksum_missing += finding.checksum_missing ? 1 : 0;
-    if (finding.problem.empty()) {
-      continue;
+    filter.after_work_key = page.back().work_key;
+    for (const LedgerRow& row : page) {
+      if (row.superseded_at) {
+        continue;
+      }
+      ++checked;
+      progress.update(static_cast<size_t>(checked), static_cast<size_t>(std::max(total, checked)));
+      bool missing_checksum = false;
+      const std::string problem = check_output(row, checksum, missing_checksum);
+      checksum_missing += missing_checksum ? 1 : 0;
+      if (problem.empty()) {
+        continue;
+      }
+      // The row first (fenced on the completion we checked); the output is left for the rerun.
+      const bool row_removed = !dry_run && ledger->forget_completed(row.work_key, row.claim_token);
+      if (global.json) {
+        failures.write(std::string(failed == 0 ? "" : ",") +
+                       json::object({{"key", json::str(row.work_key)},
+                                     {"namespace", json::str(row.namespace_name)},
+                                     {"output", json::str(row.output_uri)},
+                                     {"problem", json::str(problem)},
+                                     {"row_removed", json::boolean(row_removed)}}));
+      } else {
+        failures.write("FAIL " + row.work_key.substr(0, 12) + " " + row.output_uri + ": " +
+                       problem + "; " +
+                       (dry_run       ? "row kept (--dry-run)"
+                        : row_removed ? "row removed, the next run redoes the work"
+                                      : "row changed meanwhile, left alone") +
+                       "\n");
+      }
+      ++failed;
     }
-    // The row first (fenced on the completion we checked); the output is left for the rerun.
-    finding.row_removed = !dry_run && ledger->forget_completed(row.work_key, row.claim_token);
-    finding.row = std::move(row);
-    failures.push_back(std::move(finding));
+    if (static_cast<int64_t>(page.size()) < *filter.limit) {
+      break;
+    }
   }
   progress.finish();
 
   if (global.json) {
-    std::vector<std::string> items;
-    for (const Finding& finding : failures) {
-      items.push_back(json::object({{"key", json::str(finding.row.work_key)},
-                                    {"namespace", json::str(finding.row.namespace_name)},
-                                    {"output", json::str(finding.row.output_uri)},
-                                    {"problem", json::str(finding.problem)},
-                                    {"row_removed", json::boolean(finding.row_removed)}}));
-    }
-    std::printf("%s\n",
-                json::object({{"checked", json::integer(checked)},
-                              {"checksum", json::boolean(checksum)},
-                              {"checksum_not_recorded", json::integer(checksum_missing)},
-                              {"dry_run", json::boolean(dry_run)},
-                              {"failed", json::integer(static_cast<int64_t>(failures.size()))},
-                              {"failures", json::array(items)},
-                              {"ok", json::integer(checked - int64_t(failures.size()))}})
-                    .c_str());
+    // The document with an empty "failures" array, the spooled items written inside it.
+    const std::string document =
+        json::object({{"checked", json::integer(checked)},
+                      {"checksum", json::boolean(checksum)},
+                      {"checksum_not_recorded", json::integer(checksum_missing)},
+                      {"dry_run", json::boolean(dry_run)},
+                      {"failed", json::integer(failed)},
+                      {"failures", json::array({})},
+                      {"ok", json::integer(checked - failed)}});
+    const std::string marker = "\"failures\":[";
+    const size_t split = document.find(marker) + marker.size();
+    std::fwrite(document.data(), 1, split, stdout);
+    failures.copy_to(stdout);
+    std::printf("%s\n", document.c_str() + split);
   } else {
-    for (const Finding& finding : failures) {
-      std::printf("FAIL %s %s: %s; %s\n", finding.row.work_key.substr(0, 12).c_str(),
-                  finding.row.output_uri.c_str(), finding.problem.c_str(),
-                  dry_run ? "row kept (--dry-run)"
-                  : finding.row_removed
-                      ? "row removed, the next run redoes the work"
-                      : "row changed meanwhile, left alone");
-    }
-    std::printf("verified %lld completed output(s): %lld ok, %zu failed\n",
-                static_cast<long long>(checked),
-                static_cast<long long>(checked - int64_t(failures.size())), failures.size());
+    failures.copy_to(stdout);
+    std::printf("verified %lld completed output(s): %lld ok, %lld failed\n",
+                static_cast<long long>(checked), static_cast<long long>(checked - failed),
+                static_cast<long long>(failed));
     if (checksum && checksum_missing > 0) {
       std::printf("%lld output(s) have no recorded SHA-256: their content was not checked\n",
                   static_cast<long long>(checksum_missing));
     }
   }
-  return failures.empty() ? k_exit_ok : k_exit_problems;
+  return failed == 0 ? k_exit_ok : k_exit_problems;
 }
 
 }  // namespace idem::cli

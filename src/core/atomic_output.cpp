@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/lease.hpp"
+#include "core/object_store.hpp"
 
 namespace idem {
 
@@ -148,16 +150,19 @@ AtomicOutput::AtomicOutput(const std::string& final_path, const std::string& tok
     throw Error(ErrorKind::k_usage,
                 "output path '" + final_path + "' does not name a file; give a file name");
   }
-  if (final_path.rfind("/vsi", 0) == 0) {
+  m_object = is_object_store_path(final_path);
+  if (!m_object && final_path.rfind("/vsi", 0) == 0) {
     throw Error(ErrorKind::k_usage,
                 "output path " + final_path +
-                    " is on a GDAL virtual filesystem; only local paths can be published "
-                    "atomically for now (write to a local path and copy it)");
+                    " is on a GDAL virtual filesystem that cannot be published atomically; "
+                    "write to a local path or to object storage (/vsis3/, /vsigs/, /vsiaz/)");
   }
   if (token.empty() || token.find('/') != std::string::npos) {
     throw Error(ErrorKind::k_internal, "invalid temporary token '" + token + "'");
   }
-  const std::string dir = parent_directory(final_path);
+  // An object appears whole or not at all when its upload completes, so the temporary copy of
+  // an object output is local (CPL_TMPDIR) and is uploaded to the final key directly.
+  const std::string dir = m_object ? local_temp_root() : parent_directory(final_path);
   struct stat dir_info {};
   if (::stat(dir.c_str(), &dir_info) != 0) {
     throw Error(ErrorKind::k_io, describe_unwritable_directory(dir, errno));
@@ -209,6 +214,9 @@ std::vector<std::string> AtomicOutput::commit(bool durable) {
   }
   ordered.push_back(primary);
 
+  if (m_object) {
+    return upload(ordered);
+  }
   if (durable) {
     for (const auto& name : ordered) {
       const std::string path = join_path(m_temp_dir, name);
@@ -241,6 +249,22 @@ std::vector<std::string> AtomicOutput::commit(bool durable) {
   }
   m_committed = true;
   // The directory should be empty now; a leftover (created after listing) is removed too.
+  remove_tree(m_temp_dir);
+  return published;
+}
+
+std::vector<std::string> AtomicOutput::upload(const std::vector<std::string>& ordered) {
+  const std::string final_dir = parent_directory(m_final_path);
+  std::vector<std::string> published;
+  for (const auto& name : ordered) {
+    if (name == ordered.back()) {
+      test_pause("during_upload");  // sidecars are up, the primary is not
+    }
+    const std::string to = join_path(final_dir, name);
+    copy_vsi_file(join_path(m_temp_dir, name), to);
+    published.push_back(to);
+  }
+  m_committed = true;
   remove_tree(m_temp_dir);
   return published;
 }

@@ -10,7 +10,8 @@
 namespace idem {
 
 // Every temporary directory IDEM creates is named "<k_temp_prefix><token>" inside the output's
-// directory; `gdal-idem reap` removes only such directories, only when older than the lease.
+// directory (for object outputs: inside local_temp_root()); `gdal-idem reap` removes only such
+// directories, only when older than the lease.
 constexpr const char* k_temp_prefix = ".idem-tmp-";
 
 class AtomicOutput {
@@ -32,9 +33,18 @@ public:
   // the final directory with the primary last, fsync the final directory, remove the temporary
   // directory. Throws idem::Error(k_io) on failure (files not yet renamed are cleaned up).
   // Returns the final paths published, primary last.
+  //
+  // For an object-store final path (/vsis3/...) the temporary directory is local, under
+  // local_temp_root(), and commit uploads every file to the final prefix instead (sidecars
+  // first, the primary last; each object appears whole when its upload completes).
   std::vector<std::string> commit(bool durable = true);
 
+  bool is_object() const { return m_object; }
+
 private:
+  std::vector<std::string> upload(const std::vector<std::string>& ordered);
+
+  bool m_object = false;
   std::string m_final_path;
   std::string m_temp_dir;
   std::string m_temp_path;

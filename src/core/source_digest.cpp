@@ -103,27 +103,12 @@ std::string sha256_of_vsi_file(const std::string& path) {
   return hasher.finish_hex();
 }
 
-struct ObjectHeaders {
-  int64_t size = -1;
-  std::string etag;
-  std::string checksum_sha256;  // base64, as S3 sends it
-};
-
-ObjectHeaders object_headers(const std::string& path) {
-  ObjectHeaders headers;
-  VSIStatBufL info;
-  if (VSIStatExL(path.c_str(), &info, VSI_STAT_EXISTS_FLAG | VSI_STAT_SIZE_FLAG) != 0) {
+ObjectHeaders required_object_headers(const std::string& path) {
+  auto headers = object_headers(path, false);
+  if (!headers) {
     throw Error(ErrorKind::k_source, "cannot stat source object '" + path + "'");
   }
-  headers.size = static_cast<int64_t>(info.st_size);
-  CPLStringList metadata(VSIGetFileMetadata(path.c_str(), "HEADERS", nullptr));
-  if (const char* etag = metadata.FetchNameValue("ETag")) {
-    headers.etag = etag;
-  }
-  if (const char* checksum = metadata.FetchNameValue("x-amz-checksum-sha256")) {
-    headers.checksum_sha256 = checksum;
-  }
-  return headers;
+  return *headers;
 }
 
 }  // namespace
@@ -232,20 +217,6 @@ std::string digest_local_file(const std::string& path, DigestCache* cache) {
   return digest;
 }
 
-bool is_object_store_path(const std::string& path) {
-  static const char* const k_prefixes[] = {
-      "/vsis3/",       "/vsigs/",       "/vsiaz/",       "/vsiadls/",      "/vsioss/",
-      "/vsiswift/",    "/vsicurl/",     "/vsis3_streaming/", "/vsigs_streaming/",
-      "/vsiaz_streaming/", "/vsioss_streaming/", "/vsiswift_streaming/",
-      "/vsicurl_streaming/", "/vsiwebhdfs/", "/vsihdfs/"};
-  for (const char* prefix : k_prefixes) {
-    if (path.rfind(prefix, 0) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
 SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy policy,
                                 DigestCache* cache) {
   SourceDigest result;
@@ -254,7 +225,7 @@ SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy poli
     result.value = is_vsi_path(path) ? sha256_of_vsi_file(path) : digest_local_file(path, cache);
     return result;
   }
-  const ObjectHeaders headers = object_headers(path);
+  const ObjectHeaders headers = required_object_headers(path);
   result.size = headers.size;
   if (policy != SourceDigestPolicy::k_content) {
     if (!headers.checksum_sha256.empty()) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <tuple>
 
+#include "core/object_store.hpp"
+
 namespace idem {
 
 enum class SourceDigestPolicy { k_auto, k_content, k_etag };
@@ -66,9 +68,6 @@ std::string sha256_of_file(const std::string& path);
 // sha256_of_file for a local file, through `cache` (may be null) keyed by its FileIdentity.
 // A file that changes while it is hashed is not cached.
 std::string digest_local_file(const std::string& path, DigestCache* cache);
-
-// /vsis3/, /vsigs/, /vsiaz/, /vsiadls/, /vsioss/, /vsiswift/, /vsicurl/ and their streaming forms.
-bool is_object_store_path(const std::string& path);
 
 // How a source file is identified in the key.
 struct SourceDigest {

@@ -188,9 +188,16 @@ public:
     std::optional<std::string> output_uri;
     std::optional<RowState> state;
     bool expired_only = false;  // in-flight rows whose lease has expired
+    // In-flight rows and rows claimed more than once (attempt > 1): the rows beside whose
+    // outputs a killed worker can have left a temporary directory (`gdal-idem reap`). Served by
+    // the partial index ledger_in_flight_or_retried_idx.
+    bool in_flight_or_retried = false;
     std::optional<int64_t> limit;  // at most this many rows (ordered by work_key)
     std::optional<std::string> work_key;         // exactly this key
     std::optional<std::string> work_key_prefix;  // keys starting with these lowercase hex digits
+    // Keyset paging: only keys after this one (rows are ordered by work_key). With `limit`,
+    // pass the last key of a page to read the next one, in bounded memory.
+    std::optional<std::string> after_work_key;
   };
   virtual std::vector<LedgerRow> rows(const RowFilter& filter) = 0;
 

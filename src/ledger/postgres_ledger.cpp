@@ -1,13 +1,20 @@
 // The PostgreSQL ledger backend (libpq): many machines, one server clock. Objects live in the
 // `idem` schema; claims are one INSERT ... ON CONFLICT ... RETURNING statement, completion one
-// statement with the supersession in a data-modifying CTE; every statement is prepared once per
-// connection. A lost connection gives a clear error, and the next call reconnects.
+// statement with the supersession in a data-modifying CTE. Opening costs the connection and one
+// query (applied schema versions, installed extensions); a statement is sent unprepared on its
+// first use and prepared on its second, so a one-shot process pays no PREPARE round trips. A
+// lost connection gives a clear error, and the next call reconnects.
 #include <libpq-fe.h>
+#include <strings.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <unordered_map>
 
 #include "core/error.hpp"
 #include "ledger/ledger.hpp"
@@ -85,6 +92,92 @@ constexpr const char* k_digest_put_sql =
     "mtime_ns = EXCLUDED.mtime_ns, ctime_ns = EXCLUDED.ctime_ns, digest = EXCLUDED.digest, "
     "recorded_at = now()";
 
+// Everything open() needs to know, in one round trip: the applied versions (the query fails
+// with undefined_table on an uninitialised database) and which of the extensions that
+// conditional migrations require ($1, comma-separated) are installed. No catalog lookup of the
+// footprint column: on a fresh connection that alone cost as much as the rest of the query.
+constexpr const char* k_schema_versions_sql =
+    "(SELECT string_agg(version::text, ',' ORDER BY version) FROM idem.schema_version)";
+constexpr const char* k_schema_state_sql_rest =
+    ", (SELECT string_agg(extname, ',') FROM pg_extension "
+    "WHERE extname = ANY (string_to_array($1, ',')))";
+// sql/postgres/0002_footprint.sql adds the footprint column (in the transaction that records
+// its version): rows carry a footprint exactly when this version is applied.
+constexpr int k_footprint_migration_version = 2;
+constexpr const char* k_undefined_table = "42P01";
+constexpr const char* k_invalid_schema_name = "3F000";
+constexpr const char* k_duplicate_prepared_statement = "42P05";
+
+// Server messages below WARNING ("schema idem already exists, skipping"...) are not for the
+// user: the client-side equivalent of client_min_messages = warning, without its round trip.
+void forward_warnings(void* /*unused*/, const PGresult* result) {
+  const char* severity = PQresultErrorField(result, PG_DIAG_SEVERITY_NONLOCALIZED);
+  if (severity != nullptr) {
+    for (const char* quiet : {"NOTICE", "INFO", "DEBUG", "LOG"}) {
+      if (std::strcmp(severity, quiet) == 0) {
+        return;
+      }
+    }
+  }
+  std::fputs(PQresultErrorMessage(result), stderr);
+}
+
+// What one schema query says (see k_schema_versions_sql).
+struct SchemaState {
+  std::vector<int> versions;         // applied, ascending; empty when uninitialised
+  std::set<std::string> extensions;  // installed, among those conditional migrations need
+  bool has_footprint() const {
+    return std::find(versions.begin(), versions.end(), k_footprint_migration_version) !=
+           versions.end();
+  }
+};
+
+bool starts_with_word(const std::string& text, size_t at, const char* word) {
+  const size_t length = std::strlen(word);
+  return text.size() - at >= length && strncasecmp(text.c_str() + at, word, length) == 0;
+}
+
+// The claim's footprint as EWKT for the column geometry(MultiPolygon, 4326), bound as that
+// column's type: PostGIS's geometry input parses it, so the statement calls no function and
+// names no PostGIS schema. A POLYGON becomes the one-part MULTIPOLYGON that ST_Multi made of it;
+// anything else goes as it is, for the server to accept or refuse.
+std::optional<std::string> footprint_ewkt(const std::optional<std::string>& wkt) {
+  if (!wkt) {
+    return std::nullopt;
+  }
+  const size_t start = wkt->find_first_not_of(" \t\r\n");
+  if (start == std::string::npos || starts_with_word(*wkt, start, "SRID=")) {
+    return wkt;
+  }
+  std::string text = wkt->substr(start);
+  if (starts_with_word(text, 0, "POLYGON")) {
+    const size_t open = text.find('(');
+    const size_t close = text.find_last_of(')');
+    if (open != std::string::npos && close != std::string::npos && close > open) {
+      text = "MULTIPOLYGON" + text.substr(7, open - 7) + "(" + text.substr(open, close - open + 1) +
+             ")";
+    }
+  }
+  return "SRID=4326;" + text;
+}
+
+std::vector<std::string> split_commas(const char* text) {
+  std::vector<std::string> parts;
+  std::string part;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c == ',') {
+      parts.push_back(part);
+      part.clear();
+    } else {
+      part += *c;
+    }
+  }
+  if (!part.empty()) {
+    parts.push_back(part);
+  }
+  return parts;
+}
+
 using PgConnection = pg::Connection;
 using PgResult = pg::Result;
 
@@ -134,7 +227,7 @@ public:
         m_digest_cache(*this) {
     std::lock_guard<std::mutex> lock(m_mutex);
     connect();
-    lazy_migrate();
+    open_schema();
   }
 
   std::string backend_name() const override { return "postgresql"; }
@@ -148,8 +241,8 @@ public:
   int schema_version() override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    const std::vector<int> versions = applied_versions();
-    return versions.empty() ? 0 : versions.back();
+    const SchemaState state = read_schema_state(false);
+    return state.versions.empty() ? 0 : state.versions.back();
   }
 
   bool has_footprints() override {
@@ -176,10 +269,10 @@ public:
                      request.output_uri,
                      request.work_json};
     if (m_has_footprint) {
-      params.push_back(request.footprint_wkt);
+      params.push_back(footprint_ewkt(request.footprint_wkt));
     }
     for (int round = 0; round < ledger_detail::k_claim_rounds; ++round) {
-      PgResult claimed = exec_prepared("idem_claim", params, "claim");
+      PgResult claimed = exec_statement("idem_claim", m_claim_sql, params, "claim");
       if (PQntuples(claimed.get()) == 1) {
         ClaimResult result;
         result.outcome = ClaimOutcome::k_claimed;
@@ -211,8 +304,9 @@ public:
                  std::chrono::seconds lease) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    PgResult result = exec_prepared(
-        "idem_heartbeat", {work_key, claim_token, std::to_string(lease.count())}, "heartbeat");
+    PgResult result = exec_statement("idem_heartbeat", k_heartbeat_sql,
+                                     {work_key, claim_token, std::to_string(lease.count())},
+                                     "heartbeat");
     return affected(result) == 1;
   }
 
@@ -221,8 +315,8 @@ public:
                 std::optional<int64_t> feature_count) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    PgResult result = exec_prepared(
-        "idem_complete",
+    PgResult result = exec_statement(
+        "idem_complete", k_complete_sql,
         {work_key, claim_token, std::to_string(fingerprint.size),
          std::to_string(fingerprint.mtime_ns), fingerprint.sha256, fingerprint.etag,
          text_param(feature_count)},
@@ -231,21 +325,23 @@ public:
       return true;
     }
     // Nothing in flight under this token: a retry of a completion that did commit is true.
-    PgResult done = exec_prepared("idem_completed_by", {work_key, claim_token}, "complete");
+    PgResult done = exec_statement("idem_completed_by", k_completed_by_sql,
+                                   {work_key, claim_token}, "complete");
     return PQntuples(done.get()) == 1;
   }
 
   bool release(const std::string& work_key, const std::string& claim_token) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    return affected(exec_prepared("idem_release", {work_key, claim_token}, "release")) == 1;
+    return affected(exec_statement("idem_release", k_release_sql, {work_key, claim_token},
+                                   "release")) == 1;
   }
 
   bool invalidate(const std::string& work_key, const std::string& observed_token) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    return affected(exec_prepared("idem_invalidate", {work_key, observed_token}, "invalidate")) ==
-           1;
+    return affected(exec_statement("idem_invalidate", k_invalidate_sql, {work_key, observed_token},
+                                   "invalidate")) == 1;
   }
 
   LedgerRow lookup(const std::string& work_key) override {
@@ -263,13 +359,14 @@ public:
   int64_t forget_output(const std::string& output_uri) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    return affected(exec_prepared("idem_forget_output", {output_uri}, "forget_output"));
+    return affected(
+        exec_statement("idem_forget_output", k_forget_output_sql, {output_uri}, "forget_output"));
   }
 
   int64_t forget_key(const std::string& work_key) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    return affected(exec_prepared("idem_forget_key", {work_key}, "forget_key"));
+    return affected(exec_statement("idem_forget_key", k_forget_key_sql, {work_key}, "forget_key"));
   }
 
   DigestCache& digest_cache() override { return m_digest_cache; }
@@ -289,6 +386,7 @@ public:
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
     PgResult rows = exec_params(sql, params, "rows");
+    result.reserve(static_cast<size_t>(PQntuples(rows.get())));
     for (int i = 0; i < PQntuples(rows.get()); ++i) {
       result.push_back(ledger_detail::make_row(ResultRow(rows.get(), i)));
     }
@@ -447,7 +545,7 @@ public:
   double now() override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    PgResult result = exec_prepared("idem_now", {}, "now");
+    PgResult result = exec_statement("idem_now", k_now_sql, {}, "now");
     return std::strtod(PQgetvalue(result.get(), 0, 0), nullptr);
   }
 
@@ -499,8 +597,8 @@ public:
   std::optional<std::string> digest_get(const std::string& path, const FileIdentity& identity) {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    PgResult result = exec_prepared(
-        "idem_digest_get",
+    PgResult result = exec_statement(
+        "idem_digest_get", k_digest_get_sql,
         {path, identity_param(identity.device), identity_param(identity.inode),
          std::to_string(identity.size), std::to_string(identity.mtime_ns),
          std::to_string(identity.ctime_ns)},
@@ -515,11 +613,11 @@ public:
                   const std::string& digest) {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    exec_prepared("idem_digest_put",
-                  {path, identity_param(identity.device), identity_param(identity.inode),
-                   std::to_string(identity.size), std::to_string(identity.mtime_ns),
-                   std::to_string(identity.ctime_ns), digest},
-                  "digest cache store");
+    exec_statement("idem_digest_put", k_digest_put_sql,
+                   {path, identity_param(identity.device), identity_param(identity.inode),
+                    std::to_string(identity.size), std::to_string(identity.mtime_ns),
+                    std::to_string(identity.ctime_ns), digest},
+                   "digest cache store");
   }
 
 private:
@@ -568,6 +666,7 @@ private:
 
   void connect() {
     m_connection.reset();
+    m_statement_uses.clear();
     // Defaults first: the DSN (expanded from dbname) overrides them.
     const char* keywords[] = {"application_name", "connect_timeout", "dbname", nullptr};
     const char* values[] = {"gdal-idem", "10", m_dsn.c_str(), nullptr};
@@ -584,19 +683,16 @@ private:
       throw Error(ErrorKind::k_ledger,
                   scrub("cannot connect to the PostgreSQL ledger " + m_redacted + ": " + message));
     }
+    PQsetNoticeReceiver(connection.get(), &forward_warnings, nullptr);
     m_connection = std::move(connection);
-    PgResult quiet(PQexec(m_connection.get(), "SET client_min_messages = warning"));
-    m_has_footprint = false;
-    m_prepared = false;
   }
 
-  // Reconnect once when the previous call lost the connection.
+  // Reconnect once when the previous call lost the connection (and re-read the schema, which a
+  // migration may have changed meanwhile).
   void ensure_connected() {
     if (!m_connection || PQstatus(m_connection.get()) != CONNECTION_OK) {
       connect();
-    }
-    if (!m_prepared) {
-      prepare_statements();
+      use_schema(read_schema_state(false));
     }
   }
 
@@ -609,7 +705,6 @@ private:
       message.pop_back();
     }
     if (PQstatus(m_connection.get()) != CONNECTION_OK) {
-      m_prepared = false;
       throw Error(ErrorKind::k_ledger,
                   scrub("the connection to the PostgreSQL ledger " + m_redacted +
                         " was lost during " + what +
@@ -660,40 +755,97 @@ private:
     return tuples[0] == '\0' ? 0 : std::strtoll(tuples, nullptr, 10);
   }
 
-  bool schema_exists() {
-    PgResult result = exec_params("SELECT to_regclass('idem.schema_version') IS NOT NULL", {},
-                                  "reading the schema version");
-    return std::string(PQgetvalue(result.get(), 0, 0)) == "t";
+  // Runs one of the ledger's fixed statements by name. Its first use on a connection sends it
+  // unprepared (one round trip: a one-shot process pays nothing at open); the second prepares
+  // it, and later uses run the prepared statement (parsed once per connection).
+  PgResult exec_statement(const char* name, const std::string& sql, const Params& params,
+                          const std::string& what) {
+    int& uses = m_statement_uses[name];
+    if (uses == 0) {
+      uses = 1;
+      return exec_params(sql, params, what);
+    }
+    if (uses == 1) {
+      PgResult prepared(PQprepare(m_connection.get(), name, sql.c_str(), 0, nullptr));
+      const char* code =
+          prepared ? PQresultErrorField(prepared.get(), PG_DIAG_SQLSTATE) : nullptr;
+      if (code != nullptr && std::strcmp(code, k_duplicate_prepared_statement) == 0) {
+        // A pooler handed over a server session where an earlier client prepared it.
+        checked(PQexec(m_connection.get(), (std::string("DEALLOCATE ") + name).c_str()),
+                std::string("preparing ") + name);
+        prepared.reset(PQprepare(m_connection.get(), name, sql.c_str(), 0, nullptr));
+      }
+      checked(prepared.release(), std::string("preparing ") + name);
+      uses = 2;
+    }
+    return exec_prepared(name, params, what);
   }
 
-  std::vector<int> applied_versions() {
-    std::vector<int> versions;
-    if (!schema_exists()) {
-      return versions;
-    }
-    PgResult result = exec_params("SELECT version FROM idem.schema_version ORDER BY version", {},
-                                  "reading the schema version");
-    for (int i = 0; i < PQntuples(result.get()); ++i) {
-      versions.push_back(std::atoi(PQgetvalue(result.get(), i, 0)));
-    }
-    return versions;
+  static const std::string& required_extensions() {
+    static const std::string names = [] {
+      std::string joined;
+      for (const Migration& migration : migrations("postgresql")) {
+        if (migration.requires_extension) {
+          joined += (joined.empty() ? "" : ",") + *migration.requires_extension;
+        }
+      }
+      return joined;
+    }();
+    return names;
   }
 
-  bool extension_installed(const std::string& name) {
-    PgResult result =
-        exec_params("SELECT 1 FROM pg_extension WHERE extname = $1", {name}, "migration");
-    return PQntuples(result.get()) == 1;
+  // The schema as it stands, in one query. Outside a transaction an uninitialised database is
+  // told by the query's undefined_table error (no extra round trip in the common case); inside
+  // one (migrations), where an error would abort the transaction, the table is looked up first.
+  SchemaState read_schema_state(bool in_transaction) {
+    bool initialised = true;
+    if (in_transaction) {
+      PgResult exists = exec_params("SELECT to_regclass('idem.schema_version') IS NOT NULL", {},
+                                    "reading the schema version");
+      initialised = std::string(PQgetvalue(exists.get(), 0, 0)) == "t";
+    }
+    const std::string sql = std::string("SELECT ") +
+                            (initialised ? k_schema_versions_sql : "NULL::text") +
+                            k_schema_state_sql_rest;
+    const Params params = {required_extensions()};
+    const std::vector<const char*> raw = raw_params(params);
+    PgResult result(PQexecParams(m_connection.get(), sql.c_str(), static_cast<int>(raw.size()),
+                                 nullptr, raw.data(), nullptr, nullptr, 0));
+    SchemaState state;
+    if (result && PQresultStatus(result.get()) == PGRES_FATAL_ERROR && !in_transaction &&
+        PQstatus(m_connection.get()) == CONNECTION_OK) {
+      const char* code = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
+      if (code != nullptr && (std::strcmp(code, k_undefined_table) == 0 ||
+                              std::strcmp(code, k_invalid_schema_name) == 0)) {
+        return state;  // uninitialised: open() migrates, which reads the rest
+      }
+    }
+    result = checked(result.release(), "reading the schema version");
+    const ResultRow cells(result.get(), 0);
+    if (!cells.is_null(0)) {
+      for (const std::string& version : split_commas(PQgetvalue(result.get(), 0, 0))) {
+        state.versions.push_back(std::atoi(version.c_str()));
+      }
+    }
+    if (!cells.is_null(1)) {
+      for (const std::string& name : split_commas(PQgetvalue(result.get(), 0, 1))) {
+        state.extensions.insert(name);
+      }
+    }
+    return state;
   }
 
   // Pending migrations that can apply now (conditional ones only when their extension exists).
-  std::vector<Migration> applicable_migrations(MigrationReport* report) {
-    const std::vector<int> applied = applied_versions();
+  static std::vector<Migration> applicable_migrations(const SchemaState& state,
+                                                      MigrationReport* report) {
     std::vector<Migration> pending;
     for (Migration& migration : migrations("postgresql")) {
-      if (std::find(applied.begin(), applied.end(), migration.version) != applied.end()) {
+      if (std::find(state.versions.begin(), state.versions.end(), migration.version) !=
+          state.versions.end()) {
         continue;
       }
-      if (migration.requires_extension && !extension_installed(*migration.requires_extension)) {
+      if (migration.requires_extension &&
+          state.extensions.count(*migration.requires_extension) == 0) {
         if (report != nullptr) {
           report->skipped.push_back(migration.name);
         }
@@ -710,7 +862,8 @@ private:
       Transaction transaction(*this, "migration");
       exec_params("SELECT pg_advisory_xact_lock($1)", {std::string(k_migration_lock)},
                   "migration");
-      for (const Migration& migration : applicable_migrations(&report)) {
+      for (const Migration& migration :
+           applicable_migrations(read_schema_state(true), &report)) {
         checked(PQexec(m_connection.get(), migration.sql.c_str()), "migration " + migration.name);
         exec_params("INSERT INTO idem.schema_version (version, name) VALUES ($1, $2)",
                     {std::to_string(migration.version), migration.name}, "migration");
@@ -718,20 +871,24 @@ private:
       }
       transaction.commit();
     }
-    const std::vector<int> versions = applied_versions();
-    report.schema_version = versions.empty() ? 0 : versions.back();
-    if (!report.applied.empty()) {
-      m_prepared = false;  // the columns may have changed (footprint)
-      prepare_statements();
+    if (!report.applied.empty() && !m_statement_uses.empty()) {
+      // The columns may have changed (footprint): statements are sent afresh.
+      checked(PQexec(m_connection.get(), "DEALLOCATE ALL"), "migration");
+      m_statement_uses.clear();
     }
+    const SchemaState state = read_schema_state(false);
+    report.schema_version = state.versions.empty() ? 0 : state.versions.back();
+    use_schema(state);
     return report;
   }
 
-  // On open: apply what is pending when this user may; a worker role without DDL rights keeps
-  // working on an initialised schema.
-  void lazy_migrate() {
-    if (applicable_migrations(nullptr).empty()) {
-      ensure_connected();
+  // On open: one query; migrations only when something is pending, and then only when this
+  // user may apply them (a worker role without DDL rights keeps working on an initialised
+  // schema).
+  void open_schema() {
+    const SchemaState state = read_schema_state(false);
+    if (applicable_migrations(state, nullptr).empty()) {
+      use_schema(state);
       return;
     }
     try {
@@ -740,30 +897,20 @@ private:
       if (PQstatus(m_connection.get()) != CONNECTION_OK) {
         throw;
       }
-      const std::vector<int> versions = applied_versions();
-      if (versions.empty()) {
+      const SchemaState existing = read_schema_state(false);
+      if (existing.versions.empty()) {
         throw Error(ErrorKind::k_ledger,
                     std::string("the PostgreSQL ledger ") + m_redacted +
                         " has no idem schema and this user cannot create it; run `gdal-idem "
                         "init` as the schema owner (" + error.what() + ")");
       }
+      use_schema(existing);
     }
-    ensure_connected();
   }
 
-  void prepare(const char* name, const std::string& sql) {
-    checked(PQprepare(m_connection.get(), name, sql.c_str(), 0, nullptr),
-            std::string("preparing ") + name);
-  }
-
-  void prepare_statements() {
-    PgResult ignored(PQexec(m_connection.get(), "DEALLOCATE ALL"));
-    PgResult footprint = exec_params(
-        "SELECT n.nspname FROM pg_attribute a, pg_extension e, pg_namespace n "
-        "WHERE a.attrelid = to_regclass('idem.ledger') AND a.attname = 'footprint' "
-        "AND NOT a.attisdropped AND e.extname = 'postgis' AND n.oid = e.extnamespace",
-        {}, "reading the schema");
-    m_has_footprint = PQntuples(footprint.get()) == 1;
+  // The claim statement follows the schema: with PostGIS, the footprint too.
+  void use_schema(const SchemaState& state) {
+    m_has_footprint = state.has_footprint();
     std::string columns = "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, "
                           "lease_expires_at, attempt, claim_token, worker_host, worker_pid, "
                           "output_uri, work_json";
@@ -771,13 +918,10 @@ private:
                          "$8, $9, $10, $11, $12";
     std::string footprint_update;
     if (m_has_footprint) {
-      // Qualified with PostGIS's own schema: works whatever the search_path.
-      const std::string schema = PQgetvalue(footprint.get(), 0, 0);
-      std::unique_ptr<char, decltype(&PQfreemem)> quoted(
-          PQescapeIdentifier(m_connection.get(), schema.c_str(), schema.size()), &PQfreemem);
-      const std::string postgis = quoted ? quoted.get() : "public";
+      // $13 takes the column's type (footprint_ewkt): no PostGIS function, whatever the
+      // search_path.
       columns += ", footprint";
-      values += ", " + postgis + ".ST_Multi(" + postgis + ".ST_GeomFromText($13::text, 4326))";
+      values += ", $13";
       footprint_update = ", footprint = EXCLUDED.footprint";
     }
     const std::string claim_sql =
@@ -796,24 +940,19 @@ private:
         " WHERE (l.completed_at IS NULL AND (l.lease_expires_at <= now() "
         "OR l.claim_token = EXCLUDED.claim_token)) OR l.superseded_at IS NOT NULL "
         "RETURNING " + k_row_columns;
-    prepare("idem_claim", claim_sql);
-    prepare("idem_heartbeat", k_heartbeat_sql);
-    prepare("idem_complete", k_complete_sql);
-    prepare("idem_completed_by", k_completed_by_sql);
-    prepare("idem_release", k_release_sql);
-    prepare("idem_invalidate", k_invalidate_sql);
-    prepare("idem_lookup",
-            std::string("SELECT ") + k_row_columns + " FROM idem.ledger WHERE work_key = $1");
-    prepare("idem_forget_output", k_forget_output_sql);
-    prepare("idem_forget_key", k_forget_key_sql);
-    prepare("idem_now", k_now_sql);
-    prepare("idem_digest_get", k_digest_get_sql);
-    prepare("idem_digest_put", k_digest_put_sql);
-    m_prepared = true;
+    if (claim_sql != m_claim_sql) {
+      // A statement prepared under the old shape must not be reused.
+      const auto prepared = m_statement_uses.find("idem_claim");
+      if (prepared != m_statement_uses.end() && prepared->second == 2) {
+        checked(PQexec(m_connection.get(), "DEALLOCATE idem_claim"), "reading the schema");
+      }
+      m_statement_uses.erase("idem_claim");
+    }
+    m_claim_sql = claim_sql;
   }
 
-  // The WHERE clause's shape follows the filter (so the partial index serves expired_only);
-  // every value is a parameter appended to `params`.
+  // The WHERE clause's shape follows the filter (so the partial indexes serve expired_only and
+  // in_flight_or_retried); every value is a parameter appended to `params`.
   static std::string filter_conditions(const Ledger::RowFilter& filter, Params& params) {
     std::string sql = "true";
     auto add = [&](const char* condition, const std::string& value) {
@@ -850,11 +989,20 @@ private:
     if (filter.expired_only) {
       sql += " AND lease_expires_at <= now()";
     }
+    if (filter.in_flight_or_retried) {
+      // Spelled as the predicate of ledger_in_flight_or_retried_idx (0003_reap_index.sql).
+      sql += " AND (completed_at IS NULL OR attempt > 1)";
+    }
+    if (filter.after_work_key) {
+      add("work_key > ?", *filter.after_work_key);
+    }
     return sql;
   }
 
   std::optional<LedgerRow> lookup_locked(const std::string& work_key) {
-    PgResult result = exec_prepared("idem_lookup", {work_key}, "lookup");
+    static const std::string sql =
+        std::string("SELECT ") + k_row_columns + " FROM idem.ledger WHERE work_key = $1";
+    PgResult result = exec_statement("idem_lookup", sql, {work_key}, "lookup");
     if (PQntuples(result.get()) == 0) {
       return std::nullopt;
     }
@@ -866,7 +1014,9 @@ private:
   std::string m_password;
   std::mutex m_mutex;
   PgConnection m_connection;
-  bool m_prepared = false;
+  // Statement name -> uses on this connection (1: sent unprepared once, 2: prepared).
+  std::unordered_map<std::string, int> m_statement_uses;
+  std::string m_claim_sql;
   bool m_has_footprint = false;
   PostgresDigestCache m_digest_cache;
 };

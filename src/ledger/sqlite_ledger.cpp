@@ -717,15 +717,21 @@ private:
     return false;
   }
 
-  // The WHERE clause's shape follows the filter (so the partial index serves expired_only);
-  // every value is a parameter, at fixed positions ?1..?6 (bind_filter).
+  // The WHERE clause's shape follows the filter (so the partial indexes serve expired_only and
+  // in_flight_or_retried); every value is a parameter, at fixed positions ?1..?6 (bind_filter).
   static std::string filter_conditions(const Ledger::RowFilter& filter) {
     std::string sql = "1 = 1";
+    // A page walks the rows in key order (the primary key, or the reap index). Without
+    // statistics SQLite would rather take the namespace index and sort every row of the
+    // namespace for each page (quadratic over a paged read); the unary + keeps namespace and
+    // layer as plain filters.
+    const bool key_order = filter.limit || filter.after_work_key || filter.in_flight_or_retried;
+    const std::string no_index = key_order ? "+" : "";
     if (filter.namespace_name) {
-      sql += " AND namespace = ?1";
+      sql += " AND " + no_index + "namespace = ?1";
     }
     if (filter.layer) {
-      sql += " AND layer = ?2";
+      sql += " AND " + no_index + "layer = ?2";
     }
     if (filter.output_uri) {
       sql += " AND output_uri = ?3";
@@ -745,6 +751,14 @@ private:
     if (filter.expired_only) {
       sql += " AND lease_expires_at <= " IDEM_SQLITE_NOW;
     }
+    if (filter.in_flight_or_retried) {
+      // The predicate of ledger_in_flight_or_retried_idx (0002_reap_index.sql), spelled the
+      // same: SQLite uses a partial index only for a query term that matches it.
+      sql += " AND (completed_at IS NULL OR attempt > 1)";
+    }
+    if (filter.after_work_key) {
+      sql += " AND work_key > ?6";
+    }
     return sql;
   }
 
@@ -763,6 +777,9 @@ private:
     }
     if (filter.work_key_prefix) {
       query.bind(5, *filter.work_key_prefix);
+    }
+    if (filter.after_work_key) {
+      query.bind(6, *filter.after_work_key);
     }
   }
 

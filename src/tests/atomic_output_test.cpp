@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "cpl_conv.h"
 
 namespace {
 
@@ -225,14 +226,51 @@ TEST_F(AtomicOutputTest, ParentThatIsARegularFileIsReported) {
   }
 }
 
-TEST_F(AtomicOutputTest, VirtualFilesystemPathIsAUsageError) {
+TEST_F(AtomicOutputTest, NonPublishableVirtualFilesystemPathIsAUsageError) {
   try {
-    AtomicOutput output("/vsis3/bucket/x.tif", "tok10");
-    FAIL() << "a /vsi path must throw";
+    AtomicOutput output("/vsimem/x.tif", "tok10");
+    FAIL() << "a /vsimem/ path must throw";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::k_usage);
-    EXPECT_NE(std::string(error.what()).find("/vsis3/bucket/x.tif"), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("/vsimem/x.tif"), std::string::npos);
   }
+}
+
+// An object output's temporary copy is local (CPL_TMPDIR); a failed upload publishes nothing
+// and the destructor still removes the local copy. (Uploads themselves are tested against a
+// real S3-compatible server in autotest/test_object_store.py.)
+TEST_F(AtomicOutputTest, ObjectOutputIsWrittenUnderCplTmpdir) {
+  CPLSetConfigOption("CPL_TMPDIR", m_dir.c_str());
+  std::string temp_dir;
+  {
+    AtomicOutput output("/vsis3/bucket/tiles/x.tif", "tok11");
+    CPLSetConfigOption("CPL_TMPDIR", nullptr);
+    EXPECT_TRUE(output.is_object());
+    EXPECT_EQ(output.temp_path(), path(".idem-tmp-tok11/x.tif"));
+    temp_dir = output.temp_dir();
+    write_file(output.temp_path(), "bytes");
+    // No server at the endpoint: the upload fails, naming the object.
+    CPLSetConfigOption("AWS_S3_ENDPOINT", "127.0.0.1:9");
+    CPLSetConfigOption("AWS_HTTPS", "NO");
+    CPLSetConfigOption("AWS_NO_SIGN_REQUEST", "YES");
+    CPLSetConfigOption("GDAL_HTTP_MAX_RETRY", "0");
+    try {
+      output.commit();
+      FAIL() << "an upload to a closed port must throw";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::k_io);
+      EXPECT_NE(std::string(error.what()).find("/vsis3/bucket/tiles/x.tif"), std::string::npos)
+          << error.what();
+    }
+    for (const char* key : {"AWS_S3_ENDPOINT", "AWS_HTTPS", "AWS_NO_SIGN_REQUEST",
+                            "GDAL_HTTP_MAX_RETRY"}) {
+      CPLSetConfigOption(key, nullptr);
+    }
+    struct stat info {};
+    EXPECT_EQ(::stat(temp_dir.c_str(), &info), 0);
+  }
+  struct stat info {};
+  EXPECT_NE(::stat(temp_dir.c_str(), &info), 0) << "the local copy must be removed";
 }
 
 TEST_F(AtomicOutputTest, ExistingTokenIsRefused) {

@@ -345,6 +345,83 @@ TEST_P(LedgerConformance, RowsFilterByNamespaceLayerOutputStateAndExpiry) {
   EXPECT_TRUE(keys(absent).empty());
 }
 
+TEST_P(LedgerConformance, RowsPageByKeyAndSelectInFlightOrRetriedRows) {
+  // Completed first attempts (verify reads them, reap does not), and the rows reap must read: a
+  // live claim, a stale one, a released one and a completed takeover (attempt 2).
+  for (int i = 0; i < 25; ++i) {
+    const std::string key = std::string(i < 10 ? "done0" : "done") + std::to_string(i);
+    const ClaimRequest request = make_request(key, 60s);
+    ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+    ASSERT_TRUE(m_ledger->complete(key, request.claim_token, make_fingerprint(1)));
+  }
+  ASSERT_EQ(m_ledger->claim(make_request("live", 60s)).outcome, ClaimOutcome::k_claimed);
+  ASSERT_EQ(m_ledger->claim(make_request("stale", 1s)).outcome, ClaimOutcome::k_claimed);
+  const ClaimRequest released = make_request("released", 60s);
+  ASSERT_EQ(m_ledger->claim(released).outcome, ClaimOutcome::k_claimed);
+  ASSERT_TRUE(m_ledger->release("released", released.claim_token));
+  ASSERT_EQ(m_ledger->claim(make_request("retried", 1s)).outcome, ClaimOutcome::k_claimed);
+  std::this_thread::sleep_for(1200ms);
+  const ClaimRequest takeover = make_request("retried", 60s);
+  const ClaimResult taken = m_ledger->claim(takeover);
+  ASSERT_EQ(taken.outcome, ClaimOutcome::k_claimed);
+  ASSERT_EQ(taken.attempt, 2);
+  ASSERT_TRUE(m_ledger->complete("retried", takeover.claim_token, make_fingerprint(1)));
+
+  using Keys = std::vector<std::string>;
+  auto keys = [&](const Ledger::RowFilter& filter) {
+    Keys result;
+    for (const LedgerRow& row : m_ledger->rows(filter)) {
+      result.push_back(row.work_key);
+    }
+    return result;
+  };
+  // Every row once, in key order, page by page.
+  auto paged = [&](Ledger::RowFilter filter, int64_t page_rows) {
+    filter.limit = page_rows;
+    Keys result;
+    for (int pages = 0; pages < 100; ++pages) {
+      const std::vector<LedgerRow> page = m_ledger->rows(filter);
+      for (const LedgerRow& row : page) {
+        result.push_back(row.work_key);
+      }
+      if (static_cast<int64_t>(page.size()) < page_rows) {
+        break;
+      }
+      filter.after_work_key = page.back().work_key;
+    }
+    return result;
+  };
+  Ledger::RowFilter reap;
+  reap.in_flight_or_retried = true;
+  EXPECT_EQ(keys(reap), (Keys{"live", "released", "retried", "stale"}));
+  EXPECT_EQ(paged(reap, 3), (Keys{"live", "released", "retried", "stale"}));
+  EXPECT_EQ(paged(reap, 4), (Keys{"live", "released", "retried", "stale"}));
+  Ledger::RowFilter other_namespace = reap;
+  other_namespace.namespace_name = "other";
+  EXPECT_TRUE(keys(other_namespace).empty());
+
+  const Keys all = keys({});
+  ASSERT_EQ(all.size(), 29U);
+  EXPECT_EQ(paged({}, 4), all);
+  EXPECT_EQ(paged({}, 29), all);
+  EXPECT_EQ(paged({}, 1000), all);
+  Ledger::RowFilter completed;  // what verify reads
+  completed.state = RowState::k_completed;
+  const Keys done = paged(completed, 7);
+  EXPECT_EQ(done.size(), 26U);
+  EXPECT_EQ(done, keys(completed));
+  Ledger::RowFilter after;
+  after.after_work_key = "done24";
+  EXPECT_EQ(keys(after), (Keys{"live", "released", "retried", "stale"}));
+
+  // Reap's rows come from a partial index, not a scan of the ledger.
+  EXPECT_EQ(raw_value("SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+                      "AND name = 'ledger_in_flight_or_retried_idx'",
+                      "SELECT count(*) FROM pg_indexes WHERE schemaname = 'idem' "
+                      "AND indexname = 'ledger_in_flight_or_retried_idx'"),
+            "1");
+}
+
 TEST_P(LedgerConformance, ArchiveMovesOldCompletedRowsToHistory) {
   for (const char* key : {"done1", "done2"}) {
     const ClaimRequest request = make_request(key, 60s);
@@ -409,9 +486,19 @@ TEST_P(LedgerConformance, MigrationsAreEmbeddedAndIdempotent) {
   EXPECT_EQ(again.schema_version, version);
   auto reopened = Ledger::open(m_dsn);
   EXPECT_EQ(reopened->schema_version(), version);
+  // Every migration applied, but those for an extension the database lacks (PostGIS).
+  size_t applicable = 0;
+  int highest = 0;
+  for (const Migration& migration : all) {
+    if (!migration.requires_extension || with_postgis()) {
+      ++applicable;
+      highest = migration.version;
+    }
+  }
+  EXPECT_EQ(version, highest);
   EXPECT_EQ(raw_value("SELECT count(*) FROM schema_version",
                       "SELECT count(*) FROM idem.schema_version"),
-            std::to_string(with_postgis() ? 2 : 1));
+            std::to_string(applicable));
 }
 
 TEST_P(LedgerConformance, FootprintStoredOnlyWithPostgis) {
@@ -440,6 +527,21 @@ TEST_P(LedgerConformance, FootprintStoredOnlyWithPostgis) {
                     "SELECT indexdef LIKE '%USING gist%' FROM pg_indexes WHERE schemaname = "
                     "'idem' AND indexname = 'ledger_footprint_gist'"),
             "t");
+  // Footprints as GDAL writes them (MULTIPOLYGON, split at the antimeridian) or in any case,
+  // from a connection whose search_path does not name PostGIS's schema.
+  auto elsewhere = Ledger::open(m_dsn + " options='-c search_path=pg_catalog'");
+  ClaimRequest split = make_request("split", 60s);
+  split.footprint_wkt =
+      "MULTIPOLYGON (((179 0,180 0,180 1,179 1,179 0)),((-180 0,-179 0,-179 1,-180 1,-180 0)))";
+  ASSERT_EQ(elsewhere->claim(split).outcome, ClaimOutcome::k_claimed);
+  ClaimRequest lower = make_request("lower", 60s);
+  lower.footprint_wkt = " polygon ((0 0,2 0,2 2,0 2,0 0))";
+  ASSERT_EQ(elsewhere->claim(lower).outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(pg_exec(m_admin.get(),
+                    "SELECT string_agg(work_key || ':' || ST_NumGeometries(footprint) || ':' || "
+                    "ST_SRID(footprint) || ':' || ST_Area(footprint), ' ' ORDER BY work_key) "
+                    "FROM idem.ledger WHERE work_key IN ('split', 'lower')"),
+            "lower:1:4326:4 split:2:4326:2");
   // Archived rows keep their footprint.
   EXPECT_EQ(m_ledger->archive_completed(0s), 1);
   EXPECT_EQ(pg_exec(m_admin.get(), "SELECT ST_SRID(footprint) FROM idem.ledger_history"), "4326");
@@ -816,7 +918,61 @@ TEST_F(LedgerPostgres, WorkerRoleCanRunWorkButNotChangeTheSchema) {
   worker->digest_cache().put("/x", FileIdentity{}, "d");
   EXPECT_EQ(worker->rows({}).size(), 1U);
   EXPECT_THROW(worker->archive_completed(0s), Error);  // retention is the owner's job
+
+  // A migration is pending (the owner has not run `init` since an upgrade): the worker cannot
+  // apply it and keeps working on the schema as it is; the owner's next open applies it.
+  const int version = owner->schema_version();
+  pg_exec(admin.get(), "DROP INDEX idem.ledger_in_flight_or_retried_idx");
+  pg_exec(admin.get(), "DELETE FROM idem.schema_version WHERE version = 3");
+  auto behind = Ledger::open(worker_dsn);
+  EXPECT_LT(behind->schema_version(), version);
+  const ClaimRequest more = make_request("role2", 60s);
+  ASSERT_EQ(behind->claim(more).outcome, ClaimOutcome::k_claimed);
+  EXPECT_TRUE(behind->complete("role2", more.claim_token, make_fingerprint(1)));
+  EXPECT_EQ(Ledger::open(dsn)->schema_version(), version);
+  EXPECT_EQ(pg_exec(admin.get(), "SELECT count(*) FROM pg_indexes WHERE schemaname = 'idem' "
+                                 "AND indexname = 'ledger_in_flight_or_retried_idx'"),
+            "1");
   pg_exec(admin.get(), "DROP SCHEMA idem CASCADE");
+}
+
+TEST_F(LedgerPostgres, FootprintsStartWhenPostgisArrivesUnderAnOpenLedger) {
+  ledger_test::PgTestLock lock;
+  ASSERT_TRUE(lock.ok());
+  constexpr const char* k_database = "idem_ledger_test_late_gis";
+  auto base = ledger_test::pg_connect(ledger_test::pg_base_dsn());
+  ASSERT_TRUE(base);
+  pg_exec(base.get(), "SET client_min_messages = warning");
+  pg_exec(base.get(), std::string("DROP DATABASE IF EXISTS ") + k_database);
+  pg_exec(base.get(), std::string("CREATE DATABASE ") + k_database);
+  const std::string dsn = ledger_test::pg_dsn_for(k_database);
+  {
+    auto ledger = Ledger::open(dsn);
+    EXPECT_FALSE(ledger->has_footprints());
+    // Claims enough to have the claim statement prepared on this connection.
+    for (const char* key : {"before1", "before2", "before3"}) {
+      ClaimRequest request = make_request(key, 60s);
+      request.footprint_wkt = "POLYGON((0 0,1 0,1 1,0 1,0 0))";
+      ASSERT_EQ(ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+    }
+    auto admin = ledger_test::pg_connect(dsn);
+    ASSERT_TRUE(admin);
+    pg_exec(admin.get(), "SET client_min_messages = warning");
+    pg_exec(admin.get(), "CREATE EXTENSION postgis");
+    const MigrationReport report = ledger->migrate();
+    EXPECT_EQ(report.applied, std::vector<std::string>{"0002_footprint.sql"});
+    EXPECT_TRUE(ledger->has_footprints());
+    ClaimRequest request = make_request("after", 60s);
+    request.footprint_wkt = "POLYGON((0 0,1 0,1 1,0 1,0 0))";
+    ASSERT_EQ(ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+    ASSERT_TRUE(ledger->complete("after", request.claim_token, make_fingerprint(1)));
+    EXPECT_EQ(pg_exec(admin.get(), "SELECT ST_AsText(footprint) FROM idem.ledger "
+                                   "WHERE work_key = 'after'"),
+              "MULTIPOLYGON(((0 0,1 0,1 1,0 1,0 0)))");
+    // A claim without a footprint still works on the footprint schema.
+    ASSERT_EQ(ledger->claim(make_request("bare", 60s)).outcome, ClaimOutcome::k_claimed);
+  }
+  pg_exec(base.get(), std::string("DROP DATABASE ") + k_database);
 }
 
 }  // namespace

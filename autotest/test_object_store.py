@@ -1,0 +1,322 @@
+"""Outputs and sources on object storage (/vsis3/) through /vsiidem/, against a real
+S3-compatible server on loopback (s3rver): first run, skip without PUT or DELETE, kill -9 during
+the upload, a zombie's late upload, workers racing on one key through PostgreSQL, an object
+overwritten out of band, the re-upload edge case of source ETags, verify / forget / reap."""
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+from osgeo import gdal
+
+from idem_testlib import (GDAL_IDEM, env_with, make_ledger, make_source, read_pixels, run,
+                          sqlite_ledger, ledger)  # noqa: F401
+from s3server import S3Server
+
+BUCKET = "idem-test"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    server = S3Server(tmp_path_factory.mktemp("s3rver"), buckets=[BUCKET]).start()
+    previous = {k: gdal.GetConfigOption(k) for k in server.config()}
+    for key, value in server.config().items():
+        gdal.SetConfigOption(key, value)
+    yield server
+    for key, value in previous.items():
+        gdal.SetConfigOption(key, value)
+    server.stop()
+
+
+@pytest.fixture
+def prefix():
+    return f"{BUCKET}/{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def source(tmp_path):
+    return make_source(tmp_path / "scene.tif", size=256)
+
+
+@pytest.fixture
+def local_tmp(tmp_path):
+    path = tmp_path / "cpl_tmpdir"
+    path.mkdir()
+    return path
+
+
+def s3_env(s3, ledger, local_tmp, **extra):
+    return env_with(IDEM_LEDGER=ledger.dsn, CPL_TMPDIR=local_tmp, **s3.config(), **extra)
+
+
+def warp_cmd(src, dst, *extra):
+    return ["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-r", "bilinear",
+            *extra, src, dst]
+
+
+def etag_of(uri):
+    gdal.VSICurlClearCache()
+    headers = gdal.GetFileMetadata(uri, "HEADERS") or {}
+    return headers.get("ETag")
+
+
+def object_exists(uri):
+    gdal.VSICurlClearCache()
+    return gdal.VSIStatL(uri) is not None
+
+
+def direct_warp(src, tmp_path, *extra):
+    out = tmp_path / f"direct-{uuid.uuid4().hex[:6]}.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", *extra, src, out],
+        check=True)
+    return out
+
+
+def temp_dirs(local_tmp):
+    return [n for n in os.listdir(local_tmp) if n.startswith(".idem-tmp-")]
+
+
+ENTRY_POINTS = {
+    "gdalwarp": lambda src, dst: warp_cmd(src, dst),
+    "gdal_translate": lambda src, dst: ["gdal_translate", "-of", "IDEM", "-co", "COMPRESS=DEFLATE",
+                                        src, dst],
+    "gdal.Warp": lambda src, dst: [
+        "/usr/bin/python3", "-c",
+        "import sys; from osgeo import gdal; gdal.UseExceptions(); "
+        "ds = gdal.Warp(sys.argv[2], sys.argv[1], format='IDEM', dstSRS='EPSG:3857', "
+        "resampleAlg='bilinear'); assert ds is not None", src, dst],
+    "rasterio": lambda src, dst: [
+        "/usr/bin/python3", "-c",
+        "import sys, rasterio, rasterio.shutil\n"
+        "from rasterio.vrt import WarpedVRT\n"
+        "with rasterio.open(sys.argv[1]) as s, WarpedVRT(s, crs='EPSG:3857') as v:\n"
+        "    rasterio.shutil.copy(v, sys.argv[2], driver='IDEM', FORMAT='GTiff')\n", src, dst],
+}
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_s3_first_run_publishes_then_skip_sends_no_put_or_delete(s3, sqlite_ledger, source,
+                                                                 tmp_path, local_tmp, prefix,
+                                                                 entry):
+    uri = f"/vsis3/{prefix}/tiles/12/2200/1343.tif"
+    dst = "/vsiidem//" + uri.lstrip("/")
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    cmd = ENTRY_POINTS[entry](source, dst)
+    run(cmd, env=env, check=True)
+    rows = sqlite_ledger.completed()
+    assert len(rows) == 1 and rows[0]["output_uri"] == uri
+    assert rows[0]["output_etag"] == etag_of(uri) and rows[0]["output_etag"]
+    assert rows[0]["output_size"] == gdal.VSIStatL(uri).size
+    assert temp_dirs(local_tmp) == []
+    if entry in ("gdalwarp", "gdal.Warp"):
+        assert (read_pixels(uri) == read_pixels(direct_warp(source, tmp_path))).all()
+    etag = etag_of(uri)
+
+    mark = s3.mark()
+    proc = run(cmd, env=env, check=True)
+    assert "IDEM: skipped " + uri in proc.stderr
+    assert s3.writes_since(mark) == []  # no PUT, no DELETE, no multipart POST
+    assert etag_of(uri) == etag
+    assert len(sqlite_ledger.rows()) == 1 and temp_dirs(local_tmp) == []
+
+
+def test_s3_plain_writes_through_vsiidem_sidecars_first(s3, local_tmp, source, prefix):
+    uri = f"/vsis3/{prefix}/plain.tif"
+    mark = s3.mark()
+    # No CPL_VSIL_USE_TEMP_FILE_FOR_RANDOM_WRITE: /vsiidem/ writes a local file and uploads it.
+    run(["gdal_translate", "-of", "GTiff", "-co", "TFW=YES", source, "/vsiidem/" + uri],
+        env=env_with(CPL_TMPDIR=local_tmp, **s3.config()), check=True)
+    puts = [r[1] for r in s3.writes_since(mark) if r[0] == "PUT"]
+    assert puts == [f"/{prefix}/plain.tfw", f"/{prefix}/plain.tif"]
+    assert (read_pixels(uri) == read_pixels(source)).all()
+    assert temp_dirs(local_tmp) == []
+
+
+def test_s3_cog_is_written_from_a_local_gtiff(s3, sqlite_ledger, source, tmp_path, local_tmp,
+                                              prefix):
+    uri = f"/vsis3/{prefix}/cog.tif"
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    run(warp_cmd(source, "/vsiidem/" + uri, "-co", "FORMAT=COG", "-co", "COMPRESS=DEFLATE"),
+        env=env, check=True)
+    gdal.VSICurlClearCache()
+    ds = gdal.Open(uri)
+    assert ds.GetMetadataItem("LAYOUT", "IMAGE_STRUCTURE") == "COG"
+    assert (read_pixels(uri) == read_pixels(direct_warp(source, tmp_path))).all()
+    assert temp_dirs(local_tmp) == []
+
+
+def start_paused(cmd, env, point, seconds=60):
+    env = dict(env, IDEM_TEST_PAUSE_AT=point, IDEM_TEST_PAUSE_SECONDS=str(seconds))
+    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if f"test pause at {point}" in line:
+            return proc
+    raise AssertionError(f"worker never reached {point}: rc={proc.wait()}")
+
+
+@pytest.mark.parametrize("point", ["during_write", "during_upload"])
+def test_s3_kill9_leaves_no_object_and_rerun_completes(s3, sqlite_ledger, source, tmp_path,
+                                                       local_tmp, prefix, point):
+    uri = f"/vsis3/{prefix}/killed.tif"
+    env = s3_env(s3, sqlite_ledger, local_tmp, IDEM_STALE_SECONDS=2)
+    worker = start_paused(warp_cmd(source, "/vsiidem/" + uri, "-co", "TFW=YES"), env, point)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    assert not object_exists(uri)
+    rows = sqlite_ledger.rows()
+    assert len(rows) == 1 and rows[0]["completed_at"] is None
+    assert len(temp_dirs(local_tmp)) == 1  # the dead worker's local temporary copy
+    time.sleep(2.5)
+    # The reaper removes the dead attempt's claim and its local temporary directory.
+    reap = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "reap", "--older-than", "0s"], env=env)
+    assert reap.returncode == 1 and "removed 1 orphan" in reap.stdout, reap.stdout + reap.stderr
+    assert temp_dirs(local_tmp) == []
+    proc = run(warp_cmd(source, "/vsiidem/" + uri, "-co", "TFW=YES"), env=env, check=True)
+    assert "skipped" not in proc.stderr
+    done = sqlite_ledger.completed()
+    assert len(done) == 1 and done[0]["output_etag"] == etag_of(uri)
+    assert (read_pixels(uri) == read_pixels(direct_warp(source, tmp_path))).all()
+
+
+def test_s3_zombie_upload_after_takeover_cannot_make_the_ledger_lie(s3, sqlite_ledger, source,
+                                                                    local_tmp, prefix):
+    uri = f"/vsis3/{prefix}/zombie.tif"
+    env = s3_env(s3, sqlite_ledger, local_tmp, IDEM_STALE_SECONDS=2)
+    # The zombie freezes just before uploading (lease renewal stops too) past its lease...
+    zombie = start_paused(warp_cmd(source, "/vsiidem/" + uri), env, "during_upload", seconds=1)
+    zombie.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(3)
+        # ...another worker takes the work over and completes it...
+        run(warp_cmd(source, "/vsiidem/" + uri), env=env, check=True)
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+    done = sqlite_ledger.completed()
+    assert len(done) == 1 and done[0]["attempt"] == 2
+    # ...then the zombie wakes up, uploads, and its completion is refused.
+    _, err = zombie.communicate(timeout=60)
+    assert zombie.returncode != 0 and "taken over" in err
+    done = sqlite_ledger.completed()
+    assert len(done) == 1 and done[0]["attempt"] == 2
+    # Whatever the zombie uploaded, the ledger's fingerprint is checked against the object.
+    verify = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "verify"], env=env)
+    if done[0]["output_etag"] == etag_of(uri):
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+    else:
+        assert verify.returncode == 1 and sqlite_ledger.completed() == []
+
+
+def test_s3_workers_race_on_one_key_through_postgresql(s3, source, tmp_path, local_tmp, prefix):
+    ledger = make_ledger("postgresql", tmp_path)
+    uri = f"/vsis3/{prefix}/race.tif"
+    env = s3_env(s3, ledger, local_tmp)
+    mark = s3.mark()
+    procs = [subprocess.Popen([str(c) for c in warp_cmd(source, "/vsiidem/" + uri)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert all(rc == 0 for rc, _ in results), results
+    assert sum("skipped" in err for _, err in results) == 5
+    rows = ledger.rows()
+    assert len(rows) == 1 and rows[0]["attempt"] == 1 and rows[0]["completed_at"] is not None
+    puts = [r for r in s3.writes_since(mark) if r[0] == "PUT" and r[1] == f"/{prefix}/race.tif"]
+    assert len(puts) == 1
+    assert rows[0]["output_etag"] == etag_of(uri)
+
+
+def test_s3_object_overwritten_out_of_band_is_rebuilt(s3, sqlite_ledger, source, tmp_path,
+                                                      local_tmp, prefix):
+    uri = f"/vsis3/{prefix}/overwritten.tif"
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    run(warp_cmd(source, "/vsiidem/" + uri), env=env, check=True)
+    first = sqlite_ledger.completed()[0]
+    # Someone replaces the object with other (valid, same-size-or-not) content.
+    other = make_source(tmp_path / "other.tif", size=256, seed=7)
+    run(["gdalwarp", "-overwrite", "-of", "GTiff", "-t_srs", "EPSG:3857", other, uri],
+        env=env_with(CPL_VSIL_USE_TEMP_FILE_FOR_RANDOM_WRITE="YES", **s3.config()), check=True)
+    assert etag_of(uri) != first["output_etag"]
+    proc = run(warp_cmd(source, "/vsiidem/" + uri), env=env, check=True)
+    assert "skipped" not in proc.stderr and "changed since this work was completed" in proc.stderr
+    done = sqlite_ledger.completed()
+    assert len(done) == 1 and done[0]["output_etag"] == etag_of(uri)
+    assert (read_pixels(uri) == read_pixels(direct_warp(source, tmp_path))).all()
+
+
+def dry_run_key(src, env, policy):
+    proc = run(["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", src,
+                "/vsiidem//tmp/never-written.tif"],
+               env=dict(env, IDEM_DRY_RUN="YES", IDEM_SOURCE_DIGEST=policy), check=True)
+    return proc.stdout.split("key=")[1].split()[0]
+
+
+def upload(local, uri, part_size_mb):
+    gdal.SetConfigOption("VSIS3_CHUNK_SIZE", str(part_size_mb))
+    try:
+        with open(local, "rb") as f:
+            data = f.read()
+        handle = gdal.VSIFOpenL(uri, "wb")
+        gdal.VSIFWriteL(data, 1, len(data), handle)
+        assert gdal.VSIFCloseL(handle) == 0
+    finally:
+        gdal.SetConfigOption("VSIS3_CHUNK_SIZE", None)
+
+
+def test_s3_source_reuploaded_with_another_part_size(s3, sqlite_ledger, tmp_path, local_tmp,
+                                                     prefix):
+    # 6.5 MB uncompressed: one part at the default 50 MB part size, two parts at 5 MB.
+    local = make_source(tmp_path / "big.tif", size=1500, bands=3)
+    uri = f"/vsis3/{prefix}/sources/big.tif"
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    upload(local, uri, 50)
+    single_part = etag_of(uri)
+    keys = {policy: dry_run_key(uri, env, policy) for policy in ("ETAG", "CONTENT", "AUTO")}
+    upload(local, uri, 5)
+    multipart = etag_of(uri)
+    assert multipart != single_part and multipart.endswith('-2"')
+    # Same bytes, new ETag: ETAG (and AUTO, which has no checksum header here) re-key and
+    # rebuild; CONTENT hashes the bytes and keeps the key.
+    assert dry_run_key(uri, env, "ETAG") != keys["ETAG"]
+    assert dry_run_key(uri, env, "AUTO") != keys["AUTO"]
+    assert dry_run_key(uri, env, "CONTENT") == keys["CONTENT"]
+    # And a source on S3 warps through IDEM to S3 like any other.
+    out = f"/vsis3/{prefix}/from-s3.tif"
+    run(warp_cmd(uri, "/vsiidem/" + out, "-ts", "128", "128"), env=env, check=True)
+    assert sqlite_ledger.completed()[0]["output_uri"] == out
+
+
+def test_s3_verify_forget_on_objects(s3, sqlite_ledger, source, local_tmp, prefix):
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    uris = [f"/vsis3/{prefix}/v{i}.tif" for i in range(3)]
+    for uri in uris:
+        run(warp_cmd(source, "/vsiidem/" + uri, "-ts", "64", "64"), env=env, check=True)
+    idem = [GDAL_IDEM, "--ledger", sqlite_ledger.dsn]
+    assert run(idem + ["verify"], env=env).returncode == 0
+    gdal.Unlink(uris[0])
+    verify = run(idem + ["verify"], env=env)
+    assert verify.returncode == 1 and uris[0] in verify.stdout + verify.stderr
+    assert {r["output_uri"] for r in sqlite_ledger.completed()} == set(uris[1:])
+    mark = s3.mark()
+    run(idem + ["forget", "--output", uris[1], "--delete-output"], env=env, check=True)
+    assert ("DELETE", f"/{prefix}/v1.tif", "204") in s3.requests_since(mark)
+    assert not object_exists(uris[1]) and object_exists(uris[2])
+    assert {r["output_uri"] for r in sqlite_ledger.completed()} == {uris[2]}
+
+
+def test_s3_bad_bucket_or_credentials_fail_cleanly(s3, sqlite_ledger, source, local_tmp, prefix):
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    proc = run(warp_cmd(source, "/vsiidem//vsis3/no-such-bucket/x.tif"), env=env)
+    assert proc.returncode != 0 and "no-such-bucket" in proc.stderr
+    secret = "wrong-secret-" + uuid.uuid4().hex[:8]
+    bad = dict(env, AWS_ACCESS_KEY_ID="NOT-A-KEY", AWS_SECRET_ACCESS_KEY=secret)
+    uri = f"/vsis3/{prefix}/denied.tif"
+    proc = run(warp_cmd(source, "/vsiidem/" + uri), env=bad)
+    assert proc.returncode != 0 and uri in proc.stderr
+    assert secret not in proc.stderr + proc.stdout
+    assert not object_exists(uri)
+    rows = sqlite_ledger.rows()
+    assert rows and all(r["completed_at"] is None and r["released_at"] is not None for r in rows)
+    assert temp_dirs(local_tmp) == []

@@ -1,0 +1,539 @@
+// gdal-idem pending [--null] [--count] [FILE|-]: the commands of a batch whose work is not done.
+// Reads gdalwarp / gdal_translate command lines as a batch file holds them (shell words), keys
+// each one in this process as `gdal-idem key` does, looks the key up in the ledger the command
+// would use, and prints the lines the IDEM driver would not skip. A resumed batch then pays one
+// process for its done work instead of one gdalwarp start per done command. Anything it cannot
+// parse, key or check is printed (passed through) with a warning: a batch must never lose work.
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "core/error.hpp"
+#include "cpl_conv.h"
+#include "cpl_error.h"
+#include "cpl_string.h"
+#include "gdal.h"
+#include "idem_driver.hpp"
+#include "ledger/ledger.hpp"
+
+namespace idem::cli {
+
+namespace {
+
+constexpr const char* k_pending_usage = "usage: gdal-idem pending [--null] [--count] [FILE|-]";
+
+// ---------------------------------------------------------------------------------------------
+// Shell words: the subset of POSIX sh that batch files of gdalwarp commands use (quotes,
+// backslashes, comments, leading NAME=value assignments, redirections, line continuations).
+// Anything whose words only a shell could tell (expansions, globs, pipelines, several commands)
+// is refused, and the line is passed through for the shell to run.
+
+struct ShellWord {
+  std::string text;
+  bool assignment = false;  // NAME=value with NAME and '=' unquoted
+};
+
+struct ShellLine {
+  enum class Outcome { k_words, k_continued, k_refused };
+  Outcome outcome = Outcome::k_words;
+  std::vector<ShellWord> words;
+  std::string reason;  // k_refused
+};
+
+bool is_name_start(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
+}
+bool is_name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+ShellLine split_shell_words(const std::string& text) {
+  ShellLine line;
+  auto refuse = [&line](const std::string& reason) {
+    line.outcome = ShellLine::Outcome::k_refused;
+    line.reason = reason;
+    line.words.clear();
+    return line;
+  };
+  std::string word;
+  bool in_word = false;
+  bool digits_only = true;        // an unquoted run of digits before '<' or '>' is a file number
+  bool quoted_before_eq = false;  // a quoted or escaped character came before the first '='
+  bool eq_seen = false;
+  bool redirect_target = false;  // the next word is a redirection's target, not an argument
+  bool command_ended = false;    // an unquoted newline ended the command
+  auto append = [&](char c, bool quoted) {
+    if (command_ended) {
+      return false;
+    }
+    if (!eq_seen) {
+      if (c == '=' && !quoted) {
+        eq_seen = true;
+      } else if (quoted) {
+        quoted_before_eq = true;
+      }
+    }
+    if (quoted || !std::isdigit(static_cast<unsigned char>(c))) {
+      digits_only = false;
+    }
+    word += c;
+    in_word = true;
+    return true;
+  };
+  auto end_word = [&]() {
+    if (!in_word) {
+      return;
+    }
+    if (redirect_target) {
+      redirect_target = false;  // `2>>log.txt`: not an argument of the program
+    } else {
+      ShellWord shell_word{word, false};
+      const size_t eq = word.find('=');
+      if (eq_seen && !quoted_before_eq && eq > 0 && is_name_start(word[0])) {
+        shell_word.assignment = true;
+        for (size_t i = 1; i < eq; ++i) {
+          shell_word.assignment = shell_word.assignment && is_name_char(word[i]);
+        }
+      }
+      line.words.push_back(shell_word);
+    }
+    word.clear();
+    in_word = false;
+    digits_only = true;
+    quoted_before_eq = false;
+    eq_seen = false;
+  };
+  const std::string several = "several commands on one line";
+  const size_t n = text.size();
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    if (c == ' ' || c == '\t') {
+      end_word();
+    } else if (c == '\n') {
+      end_word();
+      command_ended = !line.words.empty() || redirect_target;
+    } else if (c == '#' && !in_word) {
+      while (i + 1 < n && text[i + 1] != '\n') {
+        ++i;
+      }
+    } else if (c == '\\') {
+      if (i + 1 >= n) {
+        line.outcome = ShellLine::Outcome::k_continued;
+        return line;
+      }
+      ++i;
+      if (text[i] != '\n' && !append(text[i], true)) {
+        return refuse(several);
+      }
+    } else if (c == '\'') {
+      const size_t close = text.find('\'', i + 1);
+      if (close == std::string::npos) {
+        return refuse("unterminated single quote");
+      }
+      if (command_ended) {
+        return refuse(several);
+      }
+      in_word = true;
+      digits_only = false;
+      quoted_before_eq = quoted_before_eq || !eq_seen;
+      for (size_t j = i + 1; j < close; ++j) {
+        append(text[j], true);
+      }
+      i = close;
+    } else if (c == '"') {
+      if (command_ended) {
+        return refuse(several);
+      }
+      in_word = true;
+      digits_only = false;
+      quoted_before_eq = quoted_before_eq || !eq_seen;
+      bool closed = false;
+      for (++i; i < n; ++i) {
+        if (text[i] == '"') {
+          closed = true;
+          break;
+        }
+        if (text[i] == '$' || text[i] == '`') {
+          return refuse(std::string("shell expansion (") + text[i] + ") inside double quotes");
+        }
+        if (text[i] == '\\' && i + 1 < n && std::strchr("$`\"\\\n", text[i + 1]) != nullptr) {
+          ++i;
+          if (text[i] == '\n') {
+            continue;
+          }
+        }
+        append(text[i], true);
+      }
+      if (!closed) {
+        return refuse("unterminated double quote");
+      }
+    } else if (c == '$' || c == '`') {
+      return refuse(std::string("shell expansion (") + c + ")");
+    } else if (c == '|' || c == '&' || c == ';' || c == '(' || c == ')') {
+      return refuse(std::string("shell operator '") + c + "'");
+    } else if (c == '<' || c == '>') {
+      if (command_ended) {
+        return refuse(several);
+      }
+      if (in_word && digits_only) {
+        word.clear();  // the file descriptor of `2>log`
+        in_word = false;
+      }
+      end_word();
+      if (redirect_target) {
+        return refuse("redirection without a target");
+      }
+      // >, >>, >|, <, <>, and the descriptor forms >&N, <&N (N a number or -)
+      if (i + 1 < n && (text[i + 1] == '>' || text[i + 1] == '|' || text[i + 1] == '&') &&
+          !(c == '<' && text[i + 1] == '|')) {
+        ++i;
+      }
+      redirect_target = true;
+    } else if (c == '*' || c == '?' || c == '[') {
+      return refuse(std::string("unquoted glob character '") + c + "'");
+    } else if (c == '~' && !in_word) {
+      return refuse("tilde expansion (~)");
+    } else if (!append(c, false)) {
+      return refuse(several);
+    }
+  }
+  end_word();
+  if (redirect_target) {
+    return refuse("redirection without a target");
+  }
+  return line;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-command configuration: a command's `--config` options and NAME=value assignments hold for
+// that command only.
+
+class ConfigScope {
+public:
+  ConfigScope() : m_saved(CPLGetConfigOptions(), TRUE) {}
+  ~ConfigScope() { CPLSetConfigOptions(m_saved.List()); }
+  ConfigScope(const ConfigScope&) = delete;
+  ConfigScope& operator=(const ConfigScope&) = delete;
+
+private:
+  CPLStringList m_saved;
+};
+
+class DryRunDigestCacheScope {
+public:
+  explicit DryRunDigestCacheScope(DigestCache* cache) { set_dry_run_digest_cache(cache); }
+  ~DryRunDigestCacheScope() { set_dry_run_digest_cache(nullptr); }
+  DryRunDigestCacheScope(const DryRunDigestCacheScope&) = delete;
+  DryRunDigestCacheScope& operator=(const DryRunDigestCacheScope&) = delete;
+};
+
+// GDAL's general options other than --config and --debug print (--version, --formats...),
+// wait for the terminal (--pause), read files of arguments (--optfile) or change the process
+// (--locale, --mempreload): not evaluated here.
+std::optional<std::string> unsupported_general_option(const Args& command) {
+  for (size_t i = 1; i < command.size(); ++i) {
+    const std::string& token = command[i];
+    if (token == "--config") {
+      i += 2;
+    } else if (token == "--debug") {
+      i += 1;
+    } else if (token.size() > 2 && token.compare(0, 2, "--") == 0) {
+      return token;
+    }
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading records: lines (with backslash continuations), or NUL-terminated records.
+
+class RecordReader {
+public:
+  RecordReader(std::istream& input, bool null_separated)
+      : m_input(input), m_null_separated(null_separated) {}
+
+  // The next record and the number of its first line; false at the end of the input.
+  bool next(std::string& record, size_t& line_number) {
+    record.clear();
+    std::string piece;
+    const char separator = m_null_separated ? '\0' : '\n';
+    if (!std::getline(m_input, piece, separator)) {
+      return false;
+    }
+    line_number = ++m_line;
+    record = piece;
+    // A line ending in a backslash continues on the next one, as in a shell script.
+    while (!m_null_separated && ends_in_continuation(record) &&
+           std::getline(m_input, piece, separator)) {
+      ++m_line;
+      record += '\n';
+      record += piece;
+    }
+    return true;
+  }
+
+private:
+  // Whether the text ends in a backslash that escapes the newline (outside single quotes and
+  // comments), so the command goes on on the next line.
+  static bool ends_in_continuation(const std::string& text) {
+    char quote = 0;
+    for (size_t i = 0; i < text.size(); ++i) {
+      const char c = text[i];
+      if (quote == '\'') {
+        if (c == '\'') {
+          quote = 0;
+        }
+      } else if (c == '\\') {
+        if (i + 1 == text.size()) {
+          return true;
+        }
+        ++i;
+      } else if (quote == '"') {
+        if (c == '"') {
+          quote = 0;
+        }
+      } else if (c == '\'' || c == '"') {
+        quote = c;
+      } else if (c == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(text[i - 1])))) {
+        const size_t newline = text.find('\n', i);
+        if (newline == std::string::npos) {
+          return false;
+        }
+        i = newline;
+      }
+    }
+    return false;
+  }
+
+  std::istream& m_input;
+  bool m_null_separated;
+  size_t m_line = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The check
+
+struct Counts {
+  size_t done = 0;
+  size_t pending = 0;
+  size_t unparsed = 0;
+};
+
+class PendingFilter {
+public:
+  PendingFilter(bool null_separated, bool json_counts)
+      : m_null_separated(null_separated), m_json_counts(json_counts) {}
+
+  void handle(const std::string& record, size_t line_number);
+  void print_counts() const;
+
+private:
+  enum class Verdict { k_done, k_pending };
+  Verdict check(const std::vector<ShellWord>& words);
+  Ledger& ledger_for(const std::string& dsn);
+  void emit(const std::string& record);
+  void pass_through(const std::string& record, size_t line_number, const std::string& reason);
+
+  bool m_null_separated;
+  bool m_json_counts;
+  Counts m_counts;
+  std::map<std::string, std::unique_ptr<Ledger>> m_ledgers;
+  std::map<std::string, std::string> m_unreachable;  // DSN -> why it could not be opened
+};
+
+struct PassThrough {
+  std::string reason;
+};
+
+void PendingFilter::handle(const std::string& record, size_t line_number) {
+  const ShellLine line = split_shell_words(record);
+  if (line.outcome == ShellLine::Outcome::k_continued) {
+    return pass_through(record, line_number, "the last line ends with a backslash");
+  }
+  if (line.outcome == ShellLine::Outcome::k_refused) {
+    return pass_through(record, line_number, line.reason + ", which only a shell evaluates");
+  }
+  if (line.words.empty()) {
+    return;  // blank or a comment: no work
+  }
+  try {
+    if (check(line.words) == Verdict::k_done) {
+      ++m_counts.done;
+      return;
+    }
+  } catch (const PassThrough& why) {
+    return pass_through(record, line_number, why.reason);
+  } catch (const UsageError& error) {
+    return pass_through(record, line_number, error.message);
+  } catch (const std::exception& error) {
+    return pass_through(record, line_number, error.what());
+  }
+  ++m_counts.pending;
+  emit(record);
+}
+
+PendingFilter::Verdict PendingFilter::check(const std::vector<ShellWord>& words) {
+  ConfigScope scope;
+  Args command;
+  for (const auto& word : words) {
+    if (command.empty() && word.assignment) {
+      // NAME=value before the program: that command's environment, where GDAL and IDEM read
+      // their configuration (IDEM_LEDGER, IDEM_NAMESPACE...).
+      const size_t eq = word.text.find('=');
+      CPLSetConfigOption(word.text.substr(0, eq).c_str(), word.text.substr(eq + 1).c_str());
+    } else {
+      command.push_back(word.text);
+    }
+  }
+  if (command.empty()) {
+    throw PassThrough{"no command, only variable assignments"};
+  }
+  if (const auto option = unsupported_general_option(command)) {
+    throw PassThrough{"the general option " + *option + " is not evaluated"};
+  }
+
+  Ledger* ledger = nullptr;
+  CommandKey key;
+  {
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);  // the reasons reach the warning instead
+    std::unique_ptr<DryRunDigestCacheScope> digest_cache;
+    key = key_raster_command(command, [&]() {
+      // The ledger the command would use, its --config options applied; its persistent digest
+      // cache spares hashing sources the real runs (or earlier lines) hashed already.
+      ledger = &ledger_for(CPLGetConfigOption("IDEM_LEDGER", ""));
+      digest_cache = std::make_unique<DryRunDigestCacheScope>(&ledger->digest_cache());
+    });
+  }
+
+  // The driver's own skip decision, then the open its skip does: an output the driver would
+  // skip to but not open fails the command, so it is printed for the batch to report.
+  const LedgerRow row = ledger->lookup(key.key);
+  if (!completed_output_is_current(row, key.destination)) {
+    return Verdict::k_pending;
+  }
+  GDALDatasetH output = nullptr;
+  {
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    output = GDALOpenEx(key.destination.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY, nullptr,
+                        nullptr, nullptr);
+  }
+  CPLErrorReset();
+  if (output == nullptr) {
+    throw PassThrough{"the completed output " + key.destination + " does not open in GDAL"};
+  }
+  GDALClose(output);
+  return Verdict::k_done;
+}
+
+Ledger& PendingFilter::ledger_for(const std::string& dsn) {
+  const auto found = m_ledgers.find(dsn);
+  if (found != m_ledgers.end()) {
+    return *found->second;
+  }
+  const auto failed = m_unreachable.find(dsn);
+  if (failed != m_unreachable.end()) {
+    throw PassThrough{failed->second};
+  }
+  try {
+    return *m_ledgers.emplace(dsn, Ledger::open(dsn)).first->second;
+  } catch (const Error& error) {
+    const std::string label =
+        dsn.empty() ? "sqlite:" + Ledger::default_sqlite_path() : Ledger::redact_dsn(dsn);
+    m_unreachable[dsn] = "the ledger " + label + " cannot be used: " + error.what();
+    throw PassThrough{m_unreachable[dsn]};
+  }
+}
+
+void PendingFilter::emit(const std::string& record) {
+  std::fwrite(record.data(), 1, record.size(), stdout);
+  std::fputc(m_null_separated ? '\0' : '\n', stdout);
+  std::fflush(stdout);  // workers start on the first lines while the rest are checked
+}
+
+void PendingFilter::pass_through(const std::string& record, size_t line_number,
+                                 const std::string& reason) {
+  std::fprintf(stderr, "gdal-idem pending: %s %zu: passed through: %s\n",
+               m_null_separated ? "record" : "line", line_number, reason.c_str());
+  ++m_counts.unparsed;
+  emit(record);
+}
+
+void PendingFilter::print_counts() const {
+  if (m_json_counts) {
+    std::fprintf(stderr, "{\"done\":%zu,\"pending\":%zu,\"unparsed\":%zu}\n", m_counts.done,
+                 m_counts.pending, m_counts.unparsed);
+  } else {
+    std::fprintf(stderr, "gdal-idem pending: %zu done, %zu pending, %zu unparsed\n", m_counts.done,
+                 m_counts.pending, m_counts.unparsed);
+  }
+}
+
+}  // namespace
+
+int run_pending(const Args& args, const GlobalOptions& global) {
+  bool null_separated = false;
+  bool count = false;
+  std::optional<std::string> input_path;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--null" || arg == "-0") {
+      null_separated = true;
+    } else if (arg == "--count") {
+      count = true;
+    } else if (arg == "--") {
+      if (i + 2 < args.size() || input_path) {
+        throw UsageError{std::string("one batch file at most; ") + k_pending_usage};
+      }
+      if (i + 1 < args.size()) {
+        input_path = args[i + 1];
+      }
+      break;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      throw UsageError{"unknown option '" + arg + "'; " + k_pending_usage};
+    } else if (input_path) {
+      throw UsageError{std::string("one batch file at most; ") + k_pending_usage};
+    } else {
+      input_path = arg;
+    }
+  }
+  std::ifstream file;
+  if (input_path && *input_path != "-") {
+    file.open(*input_path, std::ios::binary);
+    if (!file) {
+      throw UsageError{"cannot read " + *input_path + ": " + std::strerror(errno)};
+    }
+  }
+  std::istream& input = file.is_open() ? static_cast<std::istream&>(file) : std::cin;
+
+  // --ledger stands for the IDEM_LEDGER the batch's commands run with; a command's own
+  // --config IDEM_LEDGER still wins, as it does when the command runs.
+  if (!global.ledger_dsn.empty()) {
+    CPLSetConfigOption("IDEM_LEDGER", global.ledger_dsn.c_str());
+  }
+  PendingFilter filter(null_separated, global.json);
+  RecordReader reader(input, null_separated);
+  std::string record;
+  size_t line_number = 0;
+  while (reader.next(record, line_number)) {
+    filter.handle(record, line_number);
+  }
+  if (input.bad()) {
+    throw Error(ErrorKind::k_usage,
+                "reading the batch failed: " + std::string(std::strerror(errno)));
+  }
+  if (count) {
+    filter.print_counts();
+  }
+  return k_exit_ok;
+}
+
+}  // namespace idem::cli

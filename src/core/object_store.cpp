@@ -1,0 +1,140 @@
+// Object stores: headers, streaming copies, local temporary root (see object_store.hpp).
+#include "core/object_store.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/error.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+#include "cpl_vsi_error.h"
+
+namespace idem {
+
+namespace {
+
+struct VsiFileCloser {
+  void operator()(VSILFILE* file) const {
+    if (file != nullptr) {
+      VSIFCloseL(file);
+    }
+  }
+};
+using VsiFile = std::unique_ptr<VSILFILE, VsiFileCloser>;
+
+std::string last_vsi_error() {
+  const char* message = VSIGetLastErrorMsg();
+  if (message != nullptr && message[0] != '\0') {
+    return message;
+  }
+  const char* cpl = CPLGetLastErrorMsg();
+  if (cpl != nullptr && cpl[0] != '\0') {
+    return cpl;
+  }
+  return std::strerror(errno != 0 ? errno : EIO);
+}
+
+}  // namespace
+
+bool is_object_store_path(const std::string& path) {
+  static const char* const k_prefixes[] = {
+      "/vsis3/",           "/vsigs/",           "/vsiaz/",           "/vsiadls/",
+      "/vsioss/",          "/vsiswift/",        "/vsicurl/",         "/vsis3_streaming/",
+      "/vsigs_streaming/", "/vsiaz_streaming/", "/vsioss_streaming/", "/vsiswift_streaming/",
+      "/vsicurl_streaming/", "/vsiwebhdfs/",    "/vsihdfs/"};
+  for (const char* prefix : k_prefixes) {
+    if (path.rfind(prefix, 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh) {
+  if (fresh) {
+    VSICurlPartialClearCache(path.c_str());
+  }
+  // The metadata request fills GDAL's cached properties, so the stat below sends nothing.
+  const CPLStringList metadata(VSIGetFileMetadata(path.c_str(), "HEADERS", nullptr));
+  VSIStatBufL info;
+  if (VSIStatExL(path.c_str(), &info, VSI_STAT_EXISTS_FLAG | VSI_STAT_SIZE_FLAG) != 0 ||
+      VSI_ISDIR(info.st_mode)) {
+    return std::nullopt;
+  }
+  ObjectHeaders headers;
+  headers.size = static_cast<int64_t>(info.st_size);
+  for (int i = 0; i < metadata.size(); ++i) {
+    char* raw_name = nullptr;
+    const char* value = CPLParseNameValue(metadata[i], &raw_name);
+    if (raw_name != nullptr && value != nullptr) {
+      if (EQUAL(raw_name, "ETag")) {
+        headers.etag = value;
+      } else if (EQUAL(raw_name, "x-amz-checksum-sha256")) {
+        headers.checksum_sha256 = value;
+      }
+    }
+    CPLFree(raw_name);
+  }
+  return headers;
+}
+
+std::string local_temp_root() {
+  if (const char* configured = CPLGetConfigOption("CPL_TMPDIR", nullptr)) {
+    if (configured[0] != '\0') {
+      return configured;
+    }
+  }
+  if (const char* tmpdir = std::getenv("TMPDIR")) {
+    if (tmpdir[0] != '\0') {
+      return tmpdir;
+    }
+  }
+  return "/tmp";
+}
+
+void copy_vsi_file(const std::string& from, const std::string& to) {
+  VSIErrorReset();
+  CPLErrorReset();
+  VsiFile in(VSIFOpenExL(from.c_str(), "rb", TRUE));
+  if (!in) {
+    throw Error(ErrorKind::k_io, "cannot read " + from + ": " + last_vsi_error());
+  }
+  VSILFILE* out = VSIFOpenExL(to.c_str(), "wb", TRUE);
+  if (out == nullptr) {
+    throw Error(ErrorKind::k_io, "cannot write " + to + ": " + last_vsi_error() +
+                                     " (check the bucket exists and the credentials allow it)");
+  }
+  std::vector<char> buffer(8 << 20);
+  bool ok = true;
+  for (;;) {
+    const size_t got = VSIFReadL(buffer.data(), 1, buffer.size(), in.get());
+    if (got > 0 && VSIFWriteL(buffer.data(), 1, got, out) != got) {
+      ok = false;
+      break;
+    }
+    if (got < buffer.size()) {
+      if (VSIFEofL(in.get()) == 0) {
+        ok = false;  // a short read before the end
+      }
+      break;
+    }
+  }
+  // For an object the upload completes (or fails) on close.
+  if (VSIFCloseL(out) != 0) {
+    ok = false;
+  }
+  if (!ok) {
+    if (is_object_store_path(to)) {
+      throw Error(ErrorKind::k_io, "uploading " + to + " failed: " + last_vsi_error() +
+                                       "; check that the bucket exists and that GDAL's "
+                                       "credentials (AWS_*, profile, IAM role) may write to it");
+    }
+    throw Error(ErrorKind::k_io, "copying " + from + " to " + to + " failed: " + last_vsi_error());
+  }
+}
+
+}  // namespace idem
