@@ -241,21 +241,19 @@ def test_docs_commands_run(doc, tmp_path, sample_sources):
         pytest.skip(f"{doc} has no runnable blocks")
     env = sandbox(tmp_path, sample_sources)
     skipped_pg = []
+    s3_servers = []  # the document's S3 server, started by its first `needs s3` block
     try:
-        run_blocks(blocks, tmp_path, env, skipped_pg)
+        run_blocks(blocks, tmp_path, env, skipped_pg, s3_servers)
     finally:
-        if S3_SERVERS:
-            S3_SERVERS.pop().stop()
+        for server in s3_servers:
+            server.stop()
     if skipped_pg and len(skipped_pg) == len(blocks):
         pytest.skip("only PostgreSQL blocks, and no PostgreSQL: " + ", ".join(skipped_pg))
 
 
-S3_SERVERS = []  # the document's S3 server, while its blocks run
-
-
-def run_blocks(blocks, tmp_path, env, skipped_pg):
+def run_blocks(blocks, tmp_path, env, skipped_pg, s3_servers):
     """Run a document's blocks in order; PostgreSQL blocks without PostgreSQL are listed in
-    skipped_pg."""
+    skipped_pg, the S3 server started for `needs s3` blocks is appended to s3_servers."""
     for block in blocks:
         if block.directive("skip"):
             assert block.directive("skip")[0], f"{block.where()}: skip needs a reason"
@@ -272,10 +270,10 @@ def run_blocks(blocks, tmp_path, env, skipped_pg):
                 env["PGDSN"] = pg_fresh_database()  # one database per document
             block_env = env
         if block.directive("needs") == ["s3"]:
-            if not S3_SERVERS:
+            if not s3_servers:
                 from s3server import S3Server
-                S3_SERVERS.append(S3Server(tmp_path / ".s3rver", buckets=["tiles-bucket"]).start())
-                env.update(S3_SERVERS[0].config())
+                s3_servers.append(S3Server(tmp_path / ".s3rver", buckets=["tiles-bucket"]).start())
+                env.update(s3_servers[0].config())
             block_env = env
         run_block(block, tmp_path, block_env)
 

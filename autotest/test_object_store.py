@@ -15,6 +15,7 @@ from osgeo import gdal
 from idem_testlib import (GDAL_IDEM, env_with, make_ledger, make_source, read_pixels, run,
                           sqlite_ledger, ledger)  # noqa: F401
 from s3server import S3Server
+from test_idem_failures import kill9, start_paused
 
 BUCKET = "idem-test"
 
@@ -148,24 +149,13 @@ def test_s3_cog_is_written_from_a_local_gtiff(s3, sqlite_ledger, source, tmp_pat
     assert temp_dirs(local_tmp) == []
 
 
-def start_paused(cmd, env, point, seconds=60):
-    env = dict(env, IDEM_TEST_PAUSE_AT=point, IDEM_TEST_PAUSE_SECONDS=str(seconds))
-    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        if f"test pause at {point}" in line:
-            return proc
-    raise AssertionError(f"worker never reached {point}: rc={proc.wait()}")
-
-
 @pytest.mark.parametrize("point", ["during_write", "during_upload"])
 def test_s3_kill9_leaves_no_object_and_rerun_completes(s3, sqlite_ledger, source, tmp_path,
                                                        local_tmp, prefix, point):
     uri = f"/vsis3/{prefix}/killed.tif"
     env = s3_env(s3, sqlite_ledger, local_tmp, IDEM_STALE_SECONDS=2)
     worker = start_paused(warp_cmd(source, "/vsiidem/" + uri, "-co", "TFW=YES"), env, point)
-    worker.send_signal(signal.SIGKILL)
-    worker.wait()
+    kill9(worker)
     assert not object_exists(uri)
     rows = sqlite_ledger.rows()
     assert len(rows) == 1 and rows[0]["completed_at"] is None

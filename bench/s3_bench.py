@@ -25,8 +25,8 @@ BUCKET = "idem-bench"
 
 def main():
     src = B.big_source()
-    tiles = random.Random(11).sample(B.tiles_of(src, B.ZOOM),
-                                     min(B.TILES_PER_BATCH, len(B.tiles_of(src, B.ZOOM))))
+    all_tiles = B.tiles_of(src, B.ZOOM)
+    tiles = random.Random(11).sample(all_tiles, min(B.TILES_PER_BATCH, len(all_tiles)))
     n = len(tiles)
     server_dir = os.path.join(B.WORK, "s3rver")
     shutil.rmtree(server_dir, ignore_errors=True)

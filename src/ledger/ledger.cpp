@@ -287,6 +287,25 @@ std::string dsn_password(const std::string& dsn) {
   return "";
 }
 
+std::optional<Ledger::RowFilter> history_scope(const Ledger::RowFilter& filter) {
+  if (filter.state == RowState::k_absent || filter.state == RowState::k_in_flight ||
+      filter.expired_only) {
+    return std::nullopt;
+  }
+  Ledger::RowFilter scope = filter;
+  scope.state.reset();
+  return scope;
+}
+
+Ledger::RowFilter forget_scope(const Ledger::RowFilter& filter) {
+  if (!filter.namespace_name && !filter.layer && !filter.output_uri && !filter.work_key) {
+    throw Error(ErrorKind::k_usage, "forget_rows needs a namespace, layer, output or key");
+  }
+  Ledger::RowFilter scope = filter;
+  scope.limit.reset();
+  return scope;
+}
+
 std::string scrub_secret(std::string message, const std::string& secret) {
   if (secret.empty()) {
     return message;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ledger/ledger.hpp"
@@ -16,6 +17,13 @@ std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn);
 std::string dsn_password(const std::string& dsn);
 // `message` with every occurrence of `secret` masked (no-op for an empty secret).
 std::string scrub_secret(std::string message, const std::string& secret);
+
+// The filter a history() query runs with (state dropped: history rows are completed ones), or
+// nullopt when the filter cannot match a history row (absent, in flight, expired claims).
+std::optional<Ledger::RowFilter> history_scope(const Ledger::RowFilter& filter);
+// The filter forget_rows() deletes with (no limit); throws k_usage when it names no namespace,
+// layer, output or key, so a bare forget never deletes the whole ledger.
+Ledger::RowFilter forget_scope(const Ledger::RowFilter& filter);
 
 // The columns every row query selects, in this order (each backend spells the times its way).
 enum RowColumn {

@@ -426,15 +426,13 @@ public:
 
   std::vector<LedgerRow> history(const RowFilter& filter) override {
     std::vector<LedgerRow> result;
-    if (filter.state == RowState::k_absent || filter.state == RowState::k_in_flight ||
-        filter.expired_only) {
+    const auto scope = ledger_detail::history_scope(filter);
+    if (!scope) {
       return result;
     }
-    RowFilter scope = filter;
-    scope.state.reset();
     Params params;
     std::string sql = std::string("SELECT ") + k_row_columns +
-                      " FROM idem.ledger_history WHERE " + filter_conditions(scope, params) +
+                      " FROM idem.ledger_history WHERE " + filter_conditions(*scope, params) +
                       " ORDER BY work_key, completed_at";
     if (filter.limit) {
       params.push_back(std::to_string(*filter.limit));
@@ -450,11 +448,7 @@ public:
   }
 
   std::vector<LedgerRow> forget_rows(const RowFilter& filter) override {
-    if (!filter.namespace_name && !filter.layer && !filter.output_uri && !filter.work_key) {
-      throw Error(ErrorKind::k_usage, "forget_rows needs a namespace, layer, output or key");
-    }
-    RowFilter scope = filter;
-    scope.limit.reset();
+    const RowFilter scope = ledger_detail::forget_scope(filter);
     Params params;
     const std::string sql = std::string("DELETE FROM idem.ledger WHERE ") +
                             filter_conditions(scope, params) + " RETURNING " + k_row_columns;

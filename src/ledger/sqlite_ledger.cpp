@@ -440,18 +440,16 @@ public:
 
   std::vector<LedgerRow> history(const RowFilter& filter) override {
     std::vector<LedgerRow> result;
-    if (filter.state == RowState::k_absent || filter.state == RowState::k_in_flight ||
-        filter.expired_only) {
+    const auto scope = ledger_detail::history_scope(filter);
+    if (!scope) {
       return result;
     }
-    RowFilter scope = filter;
-    scope.state.reset();
     const std::string sql = std::string("SELECT ") + k_row_columns +
-                            " FROM ledger_history WHERE " + filter_conditions(scope) +
+                            " FROM ledger_history WHERE " + filter_conditions(*scope) +
                             " ORDER BY work_key, completed_at LIMIT ?7";
     std::lock_guard<std::mutex> lock(m_mutex);
     Query query(m_db.get(), statement(sql), m_context);
-    bind_filter(query, scope);
+    bind_filter(query, *scope);
     query.bind(7, filter.limit.value_or(-1));
     while (query.step()) {
       result.push_back(ledger_detail::make_row(query));
@@ -460,11 +458,7 @@ public:
   }
 
   std::vector<LedgerRow> forget_rows(const RowFilter& filter) override {
-    if (!filter.namespace_name && !filter.layer && !filter.output_uri && !filter.work_key) {
-      throw Error(ErrorKind::k_usage, "forget_rows needs a namespace, layer, output or key");
-    }
-    RowFilter scope = filter;
-    scope.limit.reset();
+    const RowFilter scope = ledger_detail::forget_scope(filter);
     const std::string sql = std::string("DELETE FROM ledger WHERE ") + filter_conditions(scope) +
                             " RETURNING " + k_row_columns;
     std::lock_guard<std::mutex> lock(m_mutex);
