@@ -138,3 +138,37 @@ def test_key_same_through_a_vrt_moved_with_its_sources(tmp_path, key_output):
                                      str(tmp_path / name / "mosaic.vrt"), key_output])
             for name in ("a", "b")}
     assert len(keys) == 1
+
+
+LAEA_NO_EPSG = "+proj=laea +lat_0=45 +lon_0=13 +x_0=0 +y_0=0 +ellps=GRS80 +units=m +no_defs"
+
+
+@pytest.mark.parametrize("target", ["EPSG:3857", LAEA_NO_EPSG, "EPSG:4326"])
+def test_crs_memo_in_the_ledger_gives_the_keys_computed_without_it(tmp_path, key_source, target):
+    """Worker processes remember CRS normalisations in the ledger's digest cache (docs/keys.md):
+    the key of a warp must be the same whether PROJ was asked (first process) or the memo was
+    read (next processes), and the same as a dry run that has no ledger at all."""
+    import sqlite3
+
+    from idem_testlib import env_with, run
+    ledger_path = tmp_path / "ledger.sqlite"
+    env = env_with(IDEM_LEDGER=f"sqlite:{ledger_path}", CPL_DEBUG="IDEM")
+    keys, jsons = [], []
+    for attempt in range(2):
+        out = tmp_path / f"out{attempt}.tif"
+        args = ["-of", "IDEM", "-overwrite", "-t_srs", target, "-r", "bilinear", "-co",
+                "NAMESPACE=memo", key_source, f"/vsiidem/{out}"]
+        proc = run(["gdalwarp"] + args, env=env, check=True)
+        memo_reads = proc.stderr.count("CRS normalisation read from the ledger's memo")
+        # The first process fills the memo; the second reads every answer from it.
+        assert (memo_reads == 0) if attempt == 0 else (memo_reads >= 2), proc.stderr
+        with sqlite3.connect(ledger_path) as conn:
+            row = conn.execute("SELECT work_key, work_json FROM ledger WHERE output_uri = ?",
+                               (str(out),)).fetchone()
+            memo_rows = conn.execute("SELECT count(*) FROM source_digest WHERE path LIKE "
+                                     "'idem-memo:crs-v1:%'").fetchone()[0]
+        assert memo_rows >= 2
+        keys.append(row[0])
+        jsons.append(row[1].replace(str(out), "OUT"))
+        assert dry_run_key("gdalwarp", args) == row[0]
+    assert jsons[0] == jsons[1]

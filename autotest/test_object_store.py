@@ -310,3 +310,31 @@ def test_s3_bad_bucket_or_credentials_fail_cleanly(s3, sqlite_ledger, source, lo
     rows = sqlite_ledger.rows()
     assert rows and all(r["completed_at"] is None and r["released_at"] is not None for r in rows)
     assert temp_dirs(local_tmp) == []
+
+
+def test_s3_returned_dataset_has_its_sidecars_without_listing_the_bucket(s3, sqlite_ledger,
+                                                                         source, local_tmp,
+                                                                         prefix):
+    """The dataset handed back after publishing is opened with the files just uploaded as its
+    siblings: a PNG's georeferencing (in its .aux.xml sidecar) is there, and opening it sends no
+    LIST request to the bucket."""
+    uri = f"/vsis3/{prefix}/tiles/scene.png"
+    code = ("import sys; from osgeo import gdal; gdal.UseExceptions()\n"
+            "ds = gdal.Translate(sys.argv[2], sys.argv[1], format='IDEM', "
+            "creationOptions=['FORMAT=PNG'])\n"
+            "print(list(ds.GetGeoTransform())); print(ds.GetSpatialRef().GetAuthorityCode(None))\n"
+            "print(sorted(f.rsplit('/', 1)[-1] for f in ds.GetFileList()))\n")
+    mark = s3.mark()
+    proc = run(["/usr/bin/python3", "-c", code, source, "/vsiidem/" + uri],
+               env=s3_env(s3, sqlite_ledger, local_tmp), check=True)
+    geotransform, epsg, files = proc.stdout.strip().splitlines()
+    assert geotransform == str(list(gdal.Open(str(source)).GetGeoTransform()))
+    assert epsg == "32633"
+    assert files == str(["scene.png", "scene.png.aux.xml"])
+    requests = s3.requests_since(mark)
+    puts = [i for i, r in enumerate(requests) if r[0] == "PUT"]
+    assert [requests[i][1] for i in puts] == [f"/{prefix}/tiles/scene.png.aux.xml",
+                                             f"/{prefix}/tiles/scene.png"]
+    after = requests[puts[-1] + 1:]
+    assert [r for r in after if "?" in r[1]] == [], after  # no listing once published
+    assert len(sqlite_ledger.completed()) == 1

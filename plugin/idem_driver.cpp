@@ -232,14 +232,48 @@ void keep_dataset_files(GDALDataset* dataset) {
   CSLDestroy(files);
 }
 
-GDALDataset* open_output(const std::string& path) {
-  auto* dataset = GDALDataset::Open(path.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY |
-                                                      GDAL_OF_VERBOSE_ERROR);
+// `published`: every file this attempt published. GDAL then takes the output's sidecars from that
+// list instead of listing the directory (on object storage a LIST request per tile), and never
+// attaches a stale sidecar that the end of the process deletes.
+GDALDataset* open_output(const std::string& path,
+                         const std::vector<std::string>* published = nullptr) {
+  CPLStringList siblings;
+  if (published != nullptr) {
+    const std::string directory = CPLGetPath(path.c_str());
+    for (const std::string& file : *published) {
+      if (CPLGetPath(file.c_str()) == directory) {
+        siblings.AddString(CPLGetFilename(file.c_str()));
+      }
+    }
+  }
+  // With a sibling list GDAL 3.6 still lists an object store "directory" while opening, unless
+  // told the directory holds nothing else (the list given is then all it looks at).
+  std::unique_ptr<CPLConfigOptionSetter> no_listing;
+  if (published != nullptr) {
+    no_listing = std::make_unique<CPLConfigOptionSetter>("GDAL_DISABLE_READDIR_ON_OPEN",
+                                                         "EMPTY_DIR", false);
+  }
+  auto* dataset = GDALDataset::Open(
+      path.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY | GDAL_OF_VERBOSE_ERROR, nullptr,
+      nullptr, published != nullptr ? siblings.List() : nullptr);
+  no_listing.reset();
   if (dataset == nullptr) {
     throw Error(ErrorKind::k_io, "the output " + path + " cannot be opened after writing it: " +
                                      CPLGetLastErrorMsg());
   }
   return dataset;
+}
+
+// Outputs from this many bytes of pixels up get an EarlySync.
+constexpr double k_early_sync_min_bytes = 32.0 * 1024 * 1024;
+
+// Bytes of pixels of a dataset, uncompressed: what a GTiff of it writes, roughly.
+double raw_size_of(GDALDataset& dataset) {
+  double bytes = 0;
+  for (int i = 1; i <= dataset.GetRasterCount(); ++i) {
+    bytes += GDALGetDataTypeSizeBytes(dataset.GetRasterBand(i)->GetRasterDataType());
+  }
+  return bytes * dataset.GetRasterXSize() * dataset.GetRasterYSize();
 }
 
 // Lap timer for the "timing:" debug lines (--debug on; bench/ reads them): ms since the last lap.
@@ -378,6 +412,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   request.worker_pid = getpid();
 
   bool announced_wait = false;
+  bool claim_details_ready = false;
   double wait_backoff = 0.05;  // seconds
   for (;;) {
     const LedgerRow row = m_ledger->lookup(m_work.key);
@@ -404,9 +439,13 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       m_ledger->invalidate(m_work.key, row.claim_token);
       continue;
     }
-    if (!request.footprint_wkt) {
-      // Only work that is claimed needs these; a skip must stay cheap.
-      request.footprint_wkt = footprint_wkt(m_work.grid);
+    if (!claim_details_ready) {
+      // Only work that is claimed needs these; a skip must stay cheap. The footprint (a
+      // coordinate transformation, ~0.5 ms) only for a ledger that stores it.
+      claim_details_ready = true;
+      if (m_ledger->has_footprints()) {
+        request.footprint_wkt = footprint_wkt(m_work.grid);
+      }
       if (!request.tile) {
         request.tile = web_mercator_tile(m_work.grid);
       }
@@ -491,6 +530,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
                                       GDALDriver* format_driver, GDALProgressFunc progress,
                                       void* progress_data) {
   const std::string& token = claim.claim_token;
+  std::vector<std::string> published;
   CPLDebug("IDEM", "claimed %s (attempt %lld)", m_work.key.c_str(),
            static_cast<long long>(claim.attempt));
   try {
@@ -508,6 +548,13 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
     request.scratch_dir = output.temp_dir();
     request.progress = relay_progress;
     request.progress_data = &relay;
+    // A large local output is synced while GDAL writes it, so the fsync of the commit does
+    // not wait for all of it (see EarlySync). Tiles need no thread.
+    std::unique_ptr<EarlySync> early_sync;
+    if (m_options.durable && !output.is_object() &&
+        raw_size_of(*source) >= k_early_sync_min_bytes) {
+      early_sync = std::make_unique<EarlySync>(output.temp_path());
+    }
     CPLDebug("IDEM", "timing: prepare %.2f ms", lap_ms(m_lap));
     GDALDatasetUniquePtr written = materialise(request);
     // GDAL 3.6 has no GDALDataset::Close(): flush, close, and look for errors raised doing so
@@ -515,6 +562,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
     CPLErrorReset();
     written->FlushCache(true);
     written.reset();
+    early_sync.reset();
     if (CPLGetLastErrorType() == CE_Failure) {
       throw Error(ErrorKind::k_io, std::string("writing the output failed: ") +
                                        CPLGetLastErrorMsg());
@@ -528,8 +576,9 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
     test_pause("before_commit");
     // The new files replace what GDAL's pre-delete recorded; a stale sidecar of the old output
     // that the new one does not have stays recorded and is deleted at the end of the process.
-    for (const auto& published : output.commit(m_options.durable)) {
-      vsiidem_cancel_unlink(published);
+    published = output.commit(m_options.durable);
+    for (const auto& file : published) {
+      vsiidem_cancel_unlink(file);
     }
     CPLDebug("IDEM", "timing: heartbeat+commit %.2f ms", lap_ms(m_lap));
     const auto fingerprint = fingerprint_of(m_destination);
@@ -552,7 +601,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
   }
   CPLDebug("IDEM", "timing: complete %.2f ms", lap_ms(m_lap));
   test_pause("after_complete");
-  GDALDataset* opened = open_output(m_destination);
+  GDALDataset* opened = open_output(m_destination, &published);
   CPLDebug("IDEM", "timing: open output %.2f ms", lap_ms(m_lap));
   return opened;
 }

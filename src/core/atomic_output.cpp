@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -142,6 +143,40 @@ void fsync_path(const std::string& path) {
                                      "; the output may not be durable, retry the work");
   }
   ::close(fd);
+}
+
+EarlySync::EarlySync(std::string path, std::chrono::milliseconds period,
+                     std::function<int(int)> sync_file)
+    : m_path(std::move(path)),
+      m_period(period),
+      m_sync_file(std::move(sync_file)),
+      m_thread([this] { run(); }) {}
+
+EarlySync::~EarlySync() {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_stop = true;
+  }
+  m_wake.notify_all();
+  m_thread.join();
+}
+
+void EarlySync::run() {
+  int fd = -1;
+  std::unique_lock<std::mutex> lock(m_mutex);
+  while (!m_wake.wait_for(lock, m_period, [this] { return m_stop; })) {
+    if (fd < 0) {
+      fd = ::open(m_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    }
+    if (fd >= 0) {
+      lock.unlock();  // the destructor must not wait for the lock while this syncs
+      m_sync_file(fd);
+      lock.lock();
+    }
+  }
+  if (fd >= 0) {
+    ::close(fd);
+  }
 }
 
 AtomicOutput::AtomicOutput(const std::string& final_path, const std::string& token)

@@ -4,8 +4,15 @@
 // published without an explicit commit(); the destructor cleans up and never publishes.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 namespace idem {
 
@@ -53,5 +60,35 @@ private:
 
 // fsync a file or directory by path; throws idem::Error(k_io).
 void fsync_path(const std::string& path);
+
+// Makes a file durable while it is still being written, so that the fsync before the rename
+// waits for the last pages only: every `period` a background thread fdatasyncs what has been
+// written so far. GDAL keeps a warp's output in its block cache and writes all of it when the
+// dataset is closed; the device flush of an fsync costs in proportion to the data (~0.4 ms per
+// MB here, 85 ms for 200 MB even once the pages are written), so without this the whole flush
+// follows the writing instead of overlapping it. The commit's own fsync still makes the
+// guarantee; this only does most of its work early. A file that does not exist yet is looked
+// for again at the next period.
+class EarlySync {
+public:
+  // `sync_file` is what is done to the file each period (tests observe it through it).
+  explicit EarlySync(std::string path,
+                     std::chrono::milliseconds period = std::chrono::milliseconds(50),
+                     std::function<int(int)> sync_file = ::fdatasync);
+  ~EarlySync();  // stops the thread
+  EarlySync(const EarlySync&) = delete;
+  EarlySync& operator=(const EarlySync&) = delete;
+
+private:
+  void run();
+
+  std::string m_path;
+  std::chrono::milliseconds m_period;
+  std::function<int(int)> m_sync_file;
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  bool m_stop = false;
+  std::thread m_thread;
+};
 
 }  // namespace idem

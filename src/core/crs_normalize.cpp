@@ -3,6 +3,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include <proj.h>
@@ -14,6 +15,10 @@
 #include "cpl_string.h"
 #include "ogr_spatialref.h"
 #include "core/error.hpp"
+#include "core/sha256.hpp"
+#include "cpl_conv.h"
+#include "cpl_vsi.h"
+#include "gdal.h"
 
 namespace idem {
 
@@ -167,12 +172,105 @@ namespace {
 JsonValue normalize_crs_with_axes_uncached(const std::string& definition,
                                            const std::string& data_axis_mapping);
 
+// What the answers depend on besides the question: GDAL parses the definition, PROJ and its
+// database identify it. proj.db is found the way a new PROJ context finds it, by its search
+// path, and stands for itself by size and mtime (opening it is what the memo saves).
+std::string memo_environment() {
+  static const std::string environment = [] {
+    std::string text = std::string("gdal ") + GDALVersionInfo("RELEASE_NAME") + "; proj " +
+                       proj_info().version;
+    const std::string search_path = proj_info().searchpath != nullptr ? proj_info().searchpath : "";
+    text += "; path " + search_path;
+    // ':'-separated on Unix, ';' on Windows.
+    const CPLStringList directories(CSLTokenizeString2(search_path.c_str(), ":;", 0));
+    for (int i = 0; i < directories.size(); ++i) {
+      VSIStatBufL info;
+      const std::string database = std::string(directories[i]) + "/proj.db";
+      if (VSIStatL(database.c_str(), &info) == 0) {
+        text += "; db " + database + " " + std::to_string(info.st_size) + " " +
+                std::to_string(static_cast<long long>(info.st_mtime));
+        break;
+      }
+    }
+    return text;
+  }();
+  return environment;
+}
+
+// The memo's entry for a question: a pseudo-path in the digest cache (no file has it, and the
+// zero identity never matches a real file's), the answer in a small line format.
+constexpr const char* k_memo_prefix = "idem-memo:crs-v1:";
+const FileIdentity k_memo_identity{};
+
+std::string memo_path(const std::string& definition, const std::string& data_axis_mapping) {
+  return k_memo_prefix + sha256_hex(memo_environment() + "\n" + data_axis_mapping + "\n" +
+                                    definition);
+}
+
+// "id\tEPSG:4326" or "projjson\t{...}", then "\n" and the data axes joined by commas (empty
+// when there is no mapping).
+std::string encode_answer(const JsonValue& answer) {
+  const JsonValue* crs = answer.find("crs");
+  if (crs == nullptr) {
+    return std::string();
+  }
+  std::string text;
+  if (crs->is_string()) {
+    text = "id\t" + crs->text();
+  } else if (const JsonValue* projjson = crs->find("projjson")) {
+    text = "projjson\t" + projjson->text();
+  } else {
+    return std::string();
+  }
+  text += "\n";
+  if (const JsonValue* axes = answer.find("data_axes")) {
+    for (std::size_t i = 0; i < axes->items().size(); ++i) {
+      text += (i > 0 ? "," : "") + axes->items()[i].text();
+    }
+  }
+  return text;
+}
+
+std::optional<JsonValue> decode_answer(const std::string& text, bool has_mapping) {
+  const auto tab = text.find('\t');
+  const auto newline = text.rfind('\n');
+  if (tab == std::string::npos || newline == std::string::npos || newline < tab) {
+    return std::nullopt;
+  }
+  const std::string kind = text.substr(0, tab);
+  const std::string value = text.substr(tab + 1, newline - tab - 1);
+  const std::string axes = text.substr(newline + 1);
+  if (value.empty() || value.find('\n') != std::string::npos || axes.empty() == has_mapping) {
+    return std::nullopt;
+  }
+  JsonValue answer = JsonValue::object();
+  if (kind == "id") {
+    answer.set("crs", JsonValue::string(value));
+  } else if (kind == "projjson") {
+    JsonValue crs = JsonValue::object();
+    crs.set("projjson", JsonValue::string(value));
+    answer.set("crs", std::move(crs));
+  } else {
+    return std::nullopt;
+  }
+  if (has_mapping) {
+    JsonValue list = JsonValue::array();
+    const CPLStringList names(CSLTokenizeString2(axes.c_str(), ",", 0));
+    for (int i = 0; i < names.size(); ++i) {
+      list.push_back(JsonValue::string(names[i]));
+    }
+    answer.set("data_axes", std::move(list));
+  }
+  return answer;
+}
+
 }  // namespace
 
 // Normalising asks PROJ's database; a batch of tiles asks the same few questions thousands of
-// times in one process, so answers are remembered (errors are not).
+// times in one process, so answers are remembered (errors are not), and across processes by
+// `memo` when there is one.
 JsonValue normalize_crs_with_axes(const std::string& definition,
-                                  const std::string& data_axis_mapping) {
+                                  const std::string& data_axis_mapping, DigestCache* memo) {
   constexpr size_t k_max_remembered = 256;
   static std::mutex mutex;
   static std::map<std::pair<std::string, std::string>, JsonValue> remembered;
@@ -184,13 +282,28 @@ JsonValue normalize_crs_with_axes(const std::string& definition,
       return found->second;
     }
   }
-  JsonValue answer = normalize_crs_with_axes_uncached(definition, data_axis_mapping);
+  std::optional<JsonValue> answer;
+  const std::string path = memo != nullptr ? memo_path(definition, data_axis_mapping) : "";
+  if (memo != nullptr) {
+    if (const auto text = memo->get(path, k_memo_identity)) {
+      answer = decode_answer(*text, !data_axis_mapping.empty());
+      CPLDebug("IDEM", "CRS normalisation %s from the ledger's memo",
+               answer ? "read" : "unreadable, recomputed");
+    }
+  }
+  if (!answer) {
+    answer = normalize_crs_with_axes_uncached(definition, data_axis_mapping);
+    const std::string text = memo != nullptr ? encode_answer(*answer) : "";
+    if (!text.empty()) {
+      memo->put(path, k_memo_identity, text);
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex);
   if (remembered.size() >= k_max_remembered) {
     remembered.clear();
   }
-  remembered.emplace(question, answer);
-  return answer;
+  remembered.emplace(question, *answer);
+  return *answer;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/canonical_json.hpp"
+#include "core/source_digest.hpp"
 
 namespace idem {
 
@@ -18,8 +19,13 @@ JsonValue normalize_crs(const std::string& definition);
 // As normalize_crs, plus the data axis mapping (GDAL's dataAxisToSRSAxisMapping, e.g. "2,1"):
 // {"crs": <normalize_crs>, "data_axes": ["East","North"]}: the direction of the CRS axis each
 // data axis carries, so EPSG:4326 read in traditional GIS order and +proj=longlat give the same.
+// `memo`, when given (the ledger's digest cache), remembers answers across processes: a worker
+// process otherwise spends ~3 ms opening PROJ's database to answer the same two questions as
+// the previous one. Entries are keyed by the question and the GDAL, PROJ and proj.db they were
+// computed with, so an upgrade asks PROJ again.
 JsonValue normalize_crs_with_axes(const std::string& definition,
-                                  const std::string& data_axis_mapping);
+                                  const std::string& data_axis_mapping,
+                                  DigestCache* memo = nullptr);
 
 // normalize_crs as a string: the authority code, or the canonical JSON of the fallback.
 std::string normalized_crs_text(const std::string& definition);

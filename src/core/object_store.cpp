@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <vector>
 
 #include "core/error.hpp"
 #include "cpl_conv.h"
@@ -108,15 +107,18 @@ void copy_vsi_file(const std::string& from, const std::string& to) {
     throw Error(ErrorKind::k_io, "cannot write " + to + ": " + last_vsi_error() +
                                      " (check the bucket exists and the credentials allow it)");
   }
-  std::vector<char> buffer(8 << 20);
+  // Not zero-filled: only the pages a read touches are faulted in (a zeroed multi-megabyte
+  // buffer cost more than uploading a 256x256 tile).
+  constexpr size_t k_chunk = 1 << 20;
+  const std::unique_ptr<char[]> buffer(new char[k_chunk]);
   bool ok = true;
   for (;;) {
-    const size_t got = VSIFReadL(buffer.data(), 1, buffer.size(), in.get());
-    if (got > 0 && VSIFWriteL(buffer.data(), 1, got, out) != got) {
+    const size_t got = VSIFReadL(buffer.get(), 1, k_chunk, in.get());
+    if (got > 0 && VSIFWriteL(buffer.get(), 1, got, out) != got) {
       ok = false;
       break;
     }
-    if (got < buffer.size()) {
+    if (got < k_chunk) {
       if (VSIFEofL(in.get()) == 0) {
         ok = false;  // a short read before the end
       }

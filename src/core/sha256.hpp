@@ -1,4 +1,4 @@
-// SHA-256 through OpenSSL's EVP interface: an incremental hasher and one-shot helpers.
+// SHA-256 through OpenSSL: an incremental hasher and one-shot helpers.
 #pragma once
 
 #include <cstddef>

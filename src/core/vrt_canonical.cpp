@@ -109,7 +109,8 @@ public:
       const std::string definition = CPLString(text_of(node)).Trim();
       if (!definition.empty()) {
         result.set("crs", normalize_crs_with_axes(definition,
-                                                  attribute(node, "dataAxisToSRSAxisMapping")));
+                                                  attribute(node, "dataAxisToSRSAxisMapping"),
+                                                  m_options.sources.cache));
       }
     }
 
@@ -131,7 +132,8 @@ public:
         if (is_gcp_list && EQUAL(name.c_str(), "Projection")) {
           if (!CPLString(value).Trim().empty()) {
             attributes.set(name, normalize_crs_with_axes(
-                                     value, attribute(node, "dataAxisToSRSAxisMapping")));
+                                     value, attribute(node, "dataAxisToSRSAxisMapping"),
+                                     m_options.sources.cache));
           }
           continue;
         }

@@ -12,6 +12,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -311,6 +315,55 @@ TEST_F(AtomicOutputTest, ReadOnlyFilesystemIsReported) {
     GTEST_SKIP() << "cannot mount a read-only tmpfs here";
   }
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: no error, 2: wrong error kind or message";
+}
+
+// EarlySync syncs the file while it is being written (a file that does not exist yet is waited
+// for), through a descriptor of that very file, and stops when destroyed.
+TEST_F(AtomicOutputTest, EarlySyncSyncsTheFileWhileItIsWritten) {
+  const std::string path = m_dir + "/growing.tif";
+  std::mutex mutex;
+  std::vector<std::pair<ino_t, off_t>> calls;  // inode and size seen at each sync
+  {
+    idem::EarlySync early(path, std::chrono::milliseconds(10), [&](int fd) {
+      struct stat info {};
+      if (::fstat(fd, &info) != 0) {
+        return -1;
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      calls.emplace_back(info.st_ino, info.st_size);
+      return ::fdatasync(fd);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));  // not there yet
+    std::ofstream out(path, std::ios::binary);
+    const std::string chunk(1 << 20, 'x');
+    for (int i = 0; i < 6; ++i) {
+      out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      out.flush();
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    }
+  }
+  struct stat info {};
+  ASSERT_EQ(::stat(path.c_str(), &info), 0);
+  std::lock_guard<std::mutex> lock(mutex);
+  ASSERT_GE(calls.size(), 3u);
+  for (const auto& call : calls) {
+    EXPECT_EQ(call.first, info.st_ino);
+  }
+  EXPECT_LT(calls.front().second, info.st_size);  // synced before the writing ended
+  EXPECT_GT(calls.back().second, calls.front().second);
+}
+
+TEST_F(AtomicOutputTest, EarlySyncStopsPromptlyAndNeverNeedsTheFile) {
+  int calls = 0;
+  const auto started = std::chrono::steady_clock::now();
+  {
+    idem::EarlySync early(m_dir + "/never-written.tif", std::chrono::seconds(30), [&](int) {
+      ++calls;
+      return 0;
+    });
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_EQ(calls, 0);
 }
 
 TEST(FsyncPath, MissingPathThrowsNamingIt) {
