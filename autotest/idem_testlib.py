@@ -139,16 +139,35 @@ def pg_fresh_database():
     return dsn
 
 
+_bouncer = None
+
+
+def shared_pgbouncer():
+    """One PgBouncer (session pooling, docs/operations.md) in front of the test cluster, started
+    on first use and stopped when the tests end."""
+    global _bouncer
+    if _bouncer is None:
+        import atexit
+        from pgbouncer import PgBouncer
+        _bouncer = PgBouncer(_pg_dsn(), pool_size=4).start()
+        atexit.register(_bouncer.stop)
+    return _bouncer
+
+
 def make_ledger(backend, tmp_path):
+    """"sqlite", "postgresql", or "pgbouncer": a PostgreSQL ledger whose DSN goes through
+    PgBouncer in session mode, so worker processes share (and reuse) four server backends."""
     if backend == "sqlite":
         path = os.path.join(str(tmp_path), "ledger.sqlite")
         return Ledger("sqlite", "sqlite:" + path, lambda: sqlite3.connect(path))
     import psycopg
     dsn = pg_fresh_database()
+    if backend == "pgbouncer":
+        return Ledger("postgresql", shared_pgbouncer().dsn_for(dsn), lambda: psycopg.connect(dsn))
     return Ledger("postgresql", dsn, lambda: psycopg.connect(dsn))
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "pgbouncer"])
 def ledger(request, tmp_path):
     return make_ledger(request.param, tmp_path)
 

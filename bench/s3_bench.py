@@ -37,6 +37,8 @@ def main():
     pg_dsn = B.pg_new_database("idem_bench_s3") if os.environ.get("IDEM_TEST_PG_DSN") else None
     for dsn in filter(None, (sqlite_dsn, pg_dsn)):
         B.init_ledger(dsn)
+    bouncer = B.start_pgbouncer() if pg_dsn else None
+    pooled_dsn = bouncer.dsn_for(pg_dsn) if bouncer else None
     base_env = B.env_with(CPL_TMPDIR=local_tmp, **server.config())
     try:
         def uri(prefix, tile):
@@ -72,6 +74,7 @@ def main():
         variants = [("SQLite ledger", idem(sqlite_dsn))]
         if pg_dsn:
             variants.append(("PostgreSQL ledger", idem(pg_dsn)))
+            variants.append(("PostgreSQL through PgBouncer", idem(pooled_dsn)))
         B.log("s3: warm-up")
         plain()
         for _, run in variants:
@@ -80,7 +83,8 @@ def main():
 
         # Skips: the same batch again, after it completed.
         skip_rows = []
-        for name, dsn in (("SQLite ledger", sqlite_dsn), ("PostgreSQL ledger", pg_dsn)):
+        for name, dsn in (("SQLite ledger", sqlite_dsn), ("PostgreSQL ledger", pg_dsn),
+                          ("PostgreSQL through PgBouncer", pooled_dsn)):
             if not dsn:
                 continue
             tag = uuid.uuid4().hex[:8]
@@ -105,6 +109,8 @@ def main():
             plain_rerun.append(time.perf_counter() - start)
     finally:
         server.stop()
+        if bouncer:
+            bouncer.stop()
         if pg_dsn:
             B.pg_drop_database(pg_dsn)
 
