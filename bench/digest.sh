@@ -60,7 +60,7 @@ SECTION=/tmp/idem-digest-section.$$
   echo "| what | result |"
   echo "|---|---|"
   echo "| openssl dgst -sha256 | $OPENSSL |"
-  echo "| gdal-idem sha256_of_file (4 MiB reads) | $IDEM |"
+  echo "| gdal-idem sha256_of_file (1 MiB reads in a second thread) | $IDEM |"
   echo "| gdal-idem / openssl (medians) | $RATIO (target >= 90%) |"
   echo "| digest cache hit on the same file (stat + lookup) | $HIT (target < 1 ms) |"
   echo "<!-- digest:end -->"

@@ -61,8 +61,8 @@ SourceDigestPolicy source_digest_policy_from_config();
 // The identity of a local file (stat); throws idem::Error(k_source) naming the file.
 FileIdentity local_file_identity(const std::string& path);
 
-// Lowercase hex SHA-256 of a file's bytes, streamed in 4 MiB blocks. Local paths are read with
-// read(2); /vsi paths through VSIFReadL. Throws idem::Error(k_source) naming the file.
+// Lowercase hex SHA-256 of a file's bytes, streamed. Local paths are read with read(2) in 1 MiB
+// blocks by a second thread while this one hashes; /vsi paths through VSIFReadL, 4 MiB at a time. Throws idem::Error(k_source) naming the file.
 std::string sha256_of_file(const std::string& path);
 
 // sha256_of_file for a local file, through `cache` (may be null) keyed by its FileIdentity.

@@ -141,6 +141,21 @@ TEST(KeyDigest, UnreadableSourceIsASourceErrorNamingTheFile) {
   EXPECT_THROW(sha256_of_file("/vsimem/does-not-exist"), Error);
 }
 
+// A read that fails part way (here: a directory opens, its read fails with EISDIR) stops the
+// reading thread and is a source error naming the path, not a digest of what was read.
+TEST(KeyDigest, ReadErrorIsASourceErrorNamingTheFile) {
+  char pattern[] = "/tmp/idem-digest-dir-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  try {
+    sha256_of_file(pattern);
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::k_source);
+    EXPECT_NE(std::string(error.what()).find(pattern), std::string::npos) << error.what();
+  }
+  ::rmdir(pattern);
+}
+
 TEST(KeyDigest, PolicyParsing) {
   EXPECT_EQ(parse_source_digest_policy("auto"), SourceDigestPolicy::k_auto);
   EXPECT_EQ(parse_source_digest_policy("Content"), SourceDigestPolicy::k_content);
