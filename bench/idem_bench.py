@@ -15,7 +15,7 @@ bench/RESULTS.md between `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers:
 
 Environment: IDEM_BENCH_BUILD (build dir), IDEM_BENCH_WORK (scratch dir, shared between the
 subcommands: the sources are generated once), IDEM_TEST_PG_DSN (from scripts/with-postgres).
-Sizes: IDEM_BENCH_SIZE (big source side, default 8192), IDEM_BENCH_WARP_ROUNDS (2),
+Sizes: IDEM_BENCH_SIZE (big source side, default 8192), IDEM_BENCH_WARP_ROUNDS (4),
 IDEM_BENCH_TILE_ROUNDS (2), IDEM_BENCH_TILES (tiles per overhead batch, 24), IDEM_BENCH_BATCH
 (tiles of the resume batch, 1000), IDEM_BENCH_CLI_TIMEOUT (seconds for reap/verify at scale, 150),
 IDEM_BENCH_VERIFY_SECONDS (verify at 10M rows is timed from its progress bar over this long, 60).
@@ -50,7 +50,7 @@ PLUGIN_DIR = os.path.join(BUILD, "gdalplugins")
 GDAL_IDEM = os.path.join(BUILD, "src", "gdal-idem")
 WORK = os.path.abspath(os.environ.get("IDEM_BENCH_WORK", "/tmp/idem-bench"))
 SIZE = int(os.environ.get("IDEM_BENCH_SIZE", "8192"))
-WARP_ROUNDS = int(os.environ.get("IDEM_BENCH_WARP_ROUNDS", "2"))
+WARP_ROUNDS = int(os.environ.get("IDEM_BENCH_WARP_ROUNDS", "4"))
 TILE_ROUNDS = int(os.environ.get("IDEM_BENCH_TILE_ROUNDS", "2"))
 TILES_PER_BATCH = int(os.environ.get("IDEM_BENCH_TILES", "24"))
 BATCH = int(os.environ.get("IDEM_BENCH_BATCH", "1000"))
