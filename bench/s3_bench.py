@@ -71,10 +71,11 @@ def main():
                 return idem_batch(dsn, "idem-" + tag, "s3" + tag)
             return run
 
-        variants = [("SQLite ledger", idem(sqlite_dsn))]
-        if pg_dsn:
-            variants.append(("PostgreSQL ledger", idem(pg_dsn)))
-            variants.append(("PostgreSQL through PgBouncer", idem(pooled_dsn)))
+        ledgers = [(name, dsn) for name, dsn in (("SQLite ledger", sqlite_dsn),
+                                                 ("PostgreSQL ledger", pg_dsn),
+                                                 ("PostgreSQL through PgBouncer", pooled_dsn))
+                   if dsn]
+        variants = [(name, idem(dsn)) for name, dsn in ledgers]
         B.log("s3: warm-up")
         plain()
         for _, run in variants:
@@ -83,10 +84,7 @@ def main():
 
         # Skips: the same batch again, after it completed.
         skip_rows = []
-        for name, dsn in (("SQLite ledger", sqlite_dsn), ("PostgreSQL ledger", pg_dsn),
-                          ("PostgreSQL through PgBouncer", pooled_dsn)):
-            if not dsn:
-                continue
+        for name, dsn in ledgers:
             tag = uuid.uuid4().hex[:8]
             first, _ = idem_batch(dsn, "skip-" + tag, "skip" + tag)
             mark = server.mark()
