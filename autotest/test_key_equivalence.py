@@ -1,5 +1,6 @@
 """The same work gets the same key, whoever runs it and however it is spelled (docs/keys.md)."""
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -172,3 +173,24 @@ def test_crs_memo_in_the_ledger_gives_the_keys_computed_without_it(tmp_path, key
         jsons.append(row[1].replace(str(out), "OUT"))
         assert dry_run_key("gdalwarp", args) == row[0]
     assert jsons[0] == jsons[1]
+
+
+def content_digest(path):
+    """docs/keys.md, "Content digest": SHA-256 over the SHA-256 of each 1 MiB piece."""
+    data = open(path, "rb").read()
+    n = len(data)
+    leaves = b"".join(hashlib.sha256(b"\x00" + data[i:i + 2**20]).digest()
+                      for i in range(0, n, 2**20))
+    return hashlib.sha256(b"\x01" + n.to_bytes(8, "big") + leaves).hexdigest()
+
+
+def test_source_digest_is_the_documented_content_digest(tmp_path):
+    # 3 bands of 1100x1000 bytes, uncompressed: three whole pieces and a part.
+    src = tmp_path / "big.tif"
+    write_raster(src, width=1100, height=1000, bands=3)
+    assert os.path.getsize(src) > 3 * 2**20
+    report = cli_key(["gdal_translate", "-of", "IDEM", str(src), str(tmp_path / "out.tif")],
+                     as_json=True)
+    assert report["work"]["source"] == {"files": [{"sha256_tree": content_digest(src)}]}
+    # Not the plain SHA-256 of the file.
+    assert content_digest(src) != hashlib.sha256(open(src, "rb").read()).hexdigest()

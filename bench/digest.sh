@@ -1,5 +1,5 @@
 #!/bin/sh
-# Digest throughput of gdal-idem (bench/digest_bench.cpp) next to `openssl dgst -sha256` on the
+# Content-digest throughput of gdal-idem (bench/digest_bench.cpp) next to `openssl dgst -sha256` on the
 # same 1 GiB file, and a digest-cache hit; writes a section into bench/RESULTS.md.
 # Usage: bench/digest.sh [BUILD_DIR] (default build-release; build it with
 #        cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release && cmake --build build-release)
@@ -60,8 +60,8 @@ SECTION=/tmp/idem-digest-section.$$
   echo "| what | result |"
   echo "|---|---|"
   echo "| openssl dgst -sha256 | $OPENSSL |"
-  echo "| gdal-idem sha256_of_file (1 MiB reads in a second thread) | $IDEM |"
-  echo "| gdal-idem / openssl (medians) | $RATIO (target >= 90%) |"
+  echo "| gdal-idem content_digest_of_file (SHA-256 of 1 MiB pieces, one thread per core, then of their digests) | $IDEM |"
+  echo "| gdal-idem / openssl (medians; one SHA-256 stream is one core's work) | $RATIO (target >= 90%) |"
   echo "| digest cache hit on the same file (stat + lookup) | $HIT (target < 1 ms) |"
   echo "<!-- digest:end -->"
 } > "$SECTION"

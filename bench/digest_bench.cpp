@@ -1,4 +1,4 @@
-// Source digest benchmarks: streamed SHA-256 of a large file (compare with `openssl dgst
+// Source digest benchmarks: the content digest of a large file (compare with `openssl dgst
 // -sha256`, bench/digest.sh) and a digest-cache hit on the same file.
 // IDEM_BENCH_FILE names the file (default /tmp/idem-digest-bench.bin, 1 GiB, created if absent).
 #include <benchmark/benchmark.h>
@@ -40,7 +40,7 @@ void bm_sha256_file(benchmark::State& state) {
   struct stat info;
   ::stat(path.c_str(), &info);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(idem::sha256_of_file(path));
+    benchmark::DoNotOptimize(idem::content_digest_of_file(path));
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * info.st_size);
 }

@@ -15,6 +15,7 @@
 #include "core/crs_normalize.hpp"
 #include "core/error.hpp"
 #include "core/paths.hpp"
+#include "core/source_identity.hpp"
 #include "core/work_key.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
@@ -382,16 +383,12 @@ JsonValue identity_of_files(GDALDataset* dataset, const std::string& name,
     }
     JsonValue entry = JsonValue::object();
     if (const auto archive = local_archive_of(path)) {
-      entry.set("archive_sha256",
+      entry.set("archive_sha256_tree",
                 JsonValue::string(digest_local_file(archive->first, settings.digest_cache)));
       entry.set("member", JsonValue::string(archive->second));
     } else {
-      const SourceDigest digest =
-          digest_source_file(path, settings.digest_policy, settings.digest_cache);
-      entry.set(digest.method, JsonValue::string(digest.value));
-      if (digest.method != "sha256" && digest.size >= 0) {
-        entry.set("size", JsonValue::integer(digest.size));
-      }
+      entry = source_digest_json(
+          digest_source_file(path, settings.digest_policy, settings.digest_cache));
     }
     list.push_back(std::move(entry));
   }

@@ -27,29 +27,37 @@ Sha256::~Sha256() = default;
 
 void Sha256::update(const void* data, std::size_t size) {
   if (m_finished) {
-    throw Error(ErrorKind::k_internal, "Sha256::update after finish_hex");
+    throw Error(ErrorKind::k_internal, "Sha256::update after finish");
   }
   if (size != 0 && SHA256_Update(&m_context->sha, data, size) != 1) {
     throw Error(ErrorKind::k_internal, "OpenSSL: SHA-256 update failed");
   }
 }
 
-std::string Sha256::finish_hex() {
+void Sha256::finish(unsigned char (&digest)[32]) {
+  static_assert(sizeof(digest) == SHA256_DIGEST_LENGTH, "SHA-256 digests are 32 bytes");
   if (m_finished) {
-    throw Error(ErrorKind::k_internal, "Sha256::finish_hex called twice");
+    throw Error(ErrorKind::k_internal, "Sha256 finished twice");
   }
   m_finished = true;
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  constexpr unsigned int length = SHA256_DIGEST_LENGTH;
   if (SHA256_Final(digest, &m_context->sha) != 1) {
     throw Error(ErrorKind::k_internal, "OpenSSL: SHA-256 final failed");
   }
+}
+
+std::string Sha256::finish_hex() {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  finish(digest);
+  return hex_of(digest, sizeof(digest));
+}
+
+std::string hex_of(const unsigned char* data, std::size_t size) {
   static const char k_hex_digits[] = "0123456789abcdef";
   std::string hex;
-  hex.reserve(2 * length);
-  for (unsigned int i = 0; i < length; ++i) {
-    hex += k_hex_digits[digest[i] >> 4];
-    hex += k_hex_digits[digest[i] & 0x0f];
+  hex.reserve(2 * size);
+  for (std::size_t i = 0; i < size; ++i) {
+    hex += k_hex_digits[data[i] >> 4];
+    hex += k_hex_digits[data[i] & 0x0f];
   }
   return hex;
 }

@@ -17,6 +17,8 @@ public:
 
   void update(const void* data, std::size_t size);
   void update(std::string_view text) { update(text.data(), text.size()); }
+  // The 32 bytes of the digest. The hasher cannot be used afterwards.
+  void finish(unsigned char (&digest)[32]);
   // Lowercase hex of the digest. The hasher cannot be used afterwards.
   std::string finish_hex();
 
@@ -27,5 +29,8 @@ private:
 };
 
 std::string sha256_hex(std::string_view data);
+
+// Lowercase hex of `size` bytes.
+std::string hex_of(const unsigned char* data, std::size_t size);
 
 }  // namespace idem

@@ -54,15 +54,6 @@ std::string element_text(const CPLXMLNode* node) {
   return std::string();
 }
 
-JsonValue digest_json(const SourceDigest& digest) {
-  JsonValue entry = JsonValue::object();
-  entry.set(digest.method, JsonValue::string(digest.value));
-  if (digest.method != "sha256" && digest.size >= 0) {
-    entry.set("size", JsonValue::integer(digest.size));
-  }
-  return entry;
-}
-
 std::string pixels_sha256(GDALDataset* dataset) {
   Sha256 hasher;
   const int x_size = dataset->GetRasterXSize();
@@ -160,7 +151,7 @@ public:
     if (!m_seen_files.insert(dedup_key(path)).second) {
       return;
     }
-    m_files.push_back(digest_json(digest_source_file(path, m_options.policy, m_options.cache)));
+    m_files.push_back(source_digest_json(digest_source_file(path, m_options.policy, m_options.cache)));
   }
 
   JsonValue::Array take_files() { return std::move(m_files); }
@@ -215,6 +206,15 @@ JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions&
 JsonValue identity_of_source(const std::string& name, const SourceIdentityOptions& options) {
   GDALDatasetUniquePtr dataset = open_source(name);
   return identity_of_dataset(dataset.get(), options);
+}
+
+JsonValue source_digest_json(const SourceDigest& digest) {
+  JsonValue entry = JsonValue::object();
+  entry.set(digest.method, JsonValue::string(digest.value));
+  if (digest.method != k_content_digest_method && digest.size >= 0) {
+    entry.set("size", JsonValue::integer(digest.size));
+  }
+  return entry;
 }
 
 }  // namespace idem

@@ -18,10 +18,14 @@ struct SourceIdentityOptions {
 };
 
 // Identity of an already open dataset:
-//   {"files":[{"sha256":"..."},...], "name":"NETCDF:\"{file}\":var"}
+//   {"files":[{"sha256_tree":"..."},...], "name":"NETCDF:\"{file}\":var"}
 // "name" appears only when the dataset name is more than its first file (subdatasets, prefixes).
 // Datasets without files (MEM) are identified by a digest of their pixels ("pixels_sha256").
 JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions& options);
+
+// One file's entry: {"<method>": digest}, with "size" for header-based methods (an ETag or a
+// store's checksum says nothing about the size by itself).
+JsonValue source_digest_json(const SourceDigest& digest);
 
 // Identity of the dataset named `name` (a path or GDAL connection string), opened read-only.
 // Throws idem::Error(k_source) naming the source when it cannot be opened or read.

@@ -13,7 +13,7 @@ class GDALDataset;
 namespace idem {
 
 // Bump when anything that goes into the canonical work description changes; docs/keys.md says how.
-constexpr int k_algo_version = 1;
+constexpr int k_algo_version = 2;
 
 struct KeyOptions {
   std::string namespace_name = "default";

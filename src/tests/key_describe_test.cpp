@@ -96,7 +96,7 @@ TEST(KeyDescribe, PlainDatasetIsACopyOfItsFiles) {
   const WorkDescription work = describe_work(dataset.get(), key_options());
   EXPECT_FALSE(work.is_warp);
   EXPECT_NE(work.canonical_json.find("\"kind\":\"copy\""), std::string::npos);
-  EXPECT_NE(work.canonical_json.find("\"sha256\""), std::string::npos);
+  EXPECT_NE(work.canonical_json.find("\"sha256_tree\""), std::string::npos);
 }
 
 TEST(KeyDescribe, MaterialisedTemporaryGtiffIsFlagged) {

@@ -1,5 +1,7 @@
-// Source digests: streamed SHA-256 agrees with `openssl dgst -sha256`; the cache hits on an
-// unchanged file and misses once the file's identity (including ctime) changes.
+// Source digests: the content digest (SHA-256 over the SHA-256 of each 1 MiB piece) agrees with
+// a reference computed here in one piece of code from the definition in docs/keys.md, whichever
+// way the file is read; the cache hits on an unchanged file and misses once the file's identity
+// (including ctime) changes.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,8 +14,11 @@
 #include <random>
 #include <string>
 
+#include <openssl/evp.h>
+
 #include "core/error.hpp"
 #include "core/source_digest.hpp"
+#include "cpl_conv.h"
 #include "cpl_vsi.h"
 
 namespace idem {
@@ -41,13 +46,32 @@ void write_random(const std::string& path, std::size_t size, unsigned seed) {
   std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(size));
 }
 
-std::string openssl_sha256(const std::string& path) {
-  const std::string command = "openssl dgst -sha256 -r '" + path + "'";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  char buffer[256] = {};
-  const std::size_t got = std::fread(buffer, 1, sizeof(buffer) - 1, pipe);
-  ::pclose(pipe);
-  return std::string(buffer, got).substr(0, 64);
+std::string raw_sha256(const std::string& data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr);
+  return std::string(reinterpret_cast<const char*>(digest), length);
+}
+
+// docs/keys.md: leaves are SHA-256(0x00 || piece) over 1 MiB pieces (the last one shorter, none
+// for an empty file); the digest is hex SHA-256(0x01 || size as 8 bytes big-endian || leaves).
+std::string reference_content_digest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string root(1, '\x01');
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    root += static_cast<char>((static_cast<uint64_t>(bytes.size()) >> shift) & 0xff);
+  }
+  for (std::size_t offset = 0; offset < bytes.size(); offset += 1u << 20) {
+    root += raw_sha256(std::string(1, '\0') + bytes.substr(offset, 1u << 20));
+  }
+  static const char k_hex[] = "0123456789abcdef";
+  std::string hex;
+  for (const unsigned char c : raw_sha256(root)) {
+    hex += k_hex[c >> 4];
+    hex += k_hex[c & 0x0f];
+  }
+  return hex;
 }
 
 // Overwrite one byte and put size and mtime back (as `touch -r` would): only ctime tells.
@@ -66,17 +90,28 @@ void flip_byte_keep_mtime(const std::string& path, long offset) {
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
 }
 
-TEST(KeyDigest, MatchesOpensslOnSeveralSizes) {
+TEST(KeyDigest, MatchesTheDefinitionOnSeveralSizes) {
   TempDir dir;
-  // Empty, small, exactly one block, one block and a byte, several blocks.
-  const std::size_t sizes[] = {0, 1, 1000, 4u << 20, (4u << 20) + 1, (9u << 20) + 12345};
+  // Empty, small, one piece less a byte, exactly one piece, one piece and a byte, exactly four
+  // (the /vsi read size), several and a part.
+  const std::size_t sizes[] = {0,       1,          1000,     (1u << 20) - 1, 1u << 20, (1u << 20) + 1,
+                               4u << 20, (4u << 20) + 1, (9u << 20) + 12345};
   unsigned seed = 1;
   for (const std::size_t size : sizes) {
     const std::string path = dir.file("f" + std::to_string(size));
     write_random(path, size, seed++);
-    EXPECT_EQ(sha256_of_file(path), openssl_sha256(path)) << size;
-    EXPECT_EQ(digest_local_file(path, nullptr), openssl_sha256(path)) << size;
+    const std::string expected = reference_content_digest(path);
+    EXPECT_EQ(content_digest_of_file(path), expected) << size;
+    EXPECT_EQ(digest_local_file(path, nullptr), expected) << size;
+    // Through GDAL's /vsi layer (streamed in 4 MiB reads, one thread): the same value.
+    const std::string memory = "/vsimem/idem-key-digest-" + std::to_string(size);
+    ASSERT_EQ(CPLCopyFile(memory.c_str(), path.c_str()), 0);
+    EXPECT_EQ(content_digest_of_file(memory), expected) << size;
+    VSIUnlink(memory.c_str());
   }
+  // Known answer: SHA-256 of the 9 bytes 0x01 and eight zeros (the empty file's size).
+  EXPECT_EQ(content_digest_of_file(dir.file("f0")),
+            "a536aa3cede6ea3c1f3e0357c3c60e0f216a8c89b853df13b29daa8f85065dfb");
 }
 
 TEST(KeyDigest, VsiPathsAreHashedThroughGdal) {
@@ -93,8 +128,8 @@ TEST(KeyDigest, VsiPathsAreHashedThroughGdal) {
     VSIFCloseL(out);
   }
   const SourceDigest digest = digest_source_file(memory, SourceDigestPolicy::k_auto, nullptr);
-  EXPECT_EQ(digest.method, "sha256");
-  EXPECT_EQ(digest.value, openssl_sha256(path));
+  EXPECT_EQ(digest.method, "sha256_tree");
+  EXPECT_EQ(digest.value, reference_content_digest(path));
   VSIUnlink(memory.c_str());
 }
 
@@ -107,9 +142,14 @@ TEST(KeyDigest, CacheHitsWhenUnchangedAndMissesOnCtimeChange) {
   EXPECT_EQ(cache.size(), 1u);
   EXPECT_TRUE(cache.get(path, local_file_identity(path)).has_value());
 
+  EXPECT_EQ(*cache.get(path, local_file_identity(path)), "sha256_tree:" + first);
+
   // A planted wrong digest proves the second call is served by the cache.
-  cache.put(path, local_file_identity(path), "cached-value");
+  cache.put(path, local_file_identity(path), "sha256_tree:cached-value");
   EXPECT_EQ(digest_local_file(path, &cache), "cached-value");
+  // A value without the method (a plain SHA-256 cached by an older version) is a miss.
+  cache.put(path, local_file_identity(path), "cached-value");
+  EXPECT_EQ(digest_local_file(path, &cache), first);
 
   ::usleep(20000);  // let the clock move so ctime differs
   flip_byte_keep_mtime(path, 500);
@@ -117,7 +157,7 @@ TEST(KeyDigest, CacheHitsWhenUnchangedAndMissesOnCtimeChange) {
   EXPECT_FALSE(cache.get(path, after).has_value());
   const std::string second = digest_local_file(path, &cache);
   EXPECT_NE(second, first);
-  EXPECT_EQ(second, openssl_sha256(path));
+  EXPECT_EQ(second, reference_content_digest(path));
 }
 
 TEST(KeyDigest, CacheIsKeyedByIdentityNotPathSpelling) {
@@ -138,16 +178,16 @@ TEST(KeyDigest, UnreadableSourceIsASourceErrorNamingTheFile) {
     EXPECT_EQ(error.kind(), ErrorKind::k_source);
     EXPECT_NE(std::string(error.what()).find("/nonexistent/idem/source.tif"), std::string::npos);
   }
-  EXPECT_THROW(sha256_of_file("/vsimem/does-not-exist"), Error);
+  EXPECT_THROW(content_digest_of_file("/vsimem/does-not-exist"), Error);
 }
 
-// A read that fails part way (here: a directory opens, its read fails with EISDIR) stops the
-// reading thread and is a source error naming the path, not a digest of what was read.
+// Something that opens but is not a regular file (here a directory, whose reads fail with
+// EISDIR) is a source error naming the path, not a digest of what could be read.
 TEST(KeyDigest, ReadErrorIsASourceErrorNamingTheFile) {
   char pattern[] = "/tmp/idem-digest-dir-XXXXXX";
   ASSERT_NE(::mkdtemp(pattern), nullptr);
   try {
-    sha256_of_file(pattern);
+    content_digest_of_file(pattern);
     FAIL() << "no error";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::k_source);
