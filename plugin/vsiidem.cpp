@@ -135,9 +135,11 @@ void copy_file_contents(const std::string& from, const std::string& to) {
 #ifdef FICLONE
   copied = ::ioctl(out, FICLONE, in) == 0;
 #endif
-  std::vector<char> buffer(copied ? 0 : 1 << 20);
+  // Not zero-filled (as copy_vsi_file): only the pages a read touches are faulted in.
+  constexpr size_t k_chunk = 1 << 20;
+  const std::unique_ptr<char[]> buffer(copied ? nullptr : new char[k_chunk]);
   while (!copied) {
-    const ssize_t got = ::read(in, buffer.data(), buffer.size());
+    const ssize_t got = ::read(in, buffer.get(), k_chunk);
     if (got == 0) {
       copied = true;
       break;
@@ -150,7 +152,7 @@ void copy_file_contents(const std::string& from, const std::string& to) {
     }
     ssize_t done = 0;
     while (done < got) {
-      const ssize_t put = ::write(out, buffer.data() + done, static_cast<size_t>(got - done));
+      const ssize_t put = ::write(out, buffer.get() + done, static_cast<size_t>(got - done));
       if (put < 0) {
         if (errno == EINTR) {
           continue;
