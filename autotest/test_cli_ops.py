@@ -324,3 +324,23 @@ def test_cli_bad_arguments_give_clear_errors(sqlite_ledger, tmp_path):
         proc = run([GDAL_IDEM, "--ledger", dsn, "status"])
         assert proc.returncode == 2 and proc.stderr.startswith("gdal-idem status: ")
         assert "hunter2" not in proc.stderr
+
+
+def test_cli_help_lists_every_option_of_every_command(sqlite_ledger):
+    """`gdal-idem --help` names, for each command, every option that command's own usage line
+    (printed on a bad argument) accepts."""
+    help_text = run([GDAL_IDEM, "--help"]).stdout
+    global_options = set(re.findall(r"--[a-z][a-z-]*", help_text[help_text.index("Global"):]))
+    commands = ["init", "status", "inflight", "reap", "verify", "explain", "forget", "prune",
+                "export", "pending", "load", "key"]
+    for command in commands:
+        proc = idem(sqlite_ledger, command, "--no-such-option")
+        assert proc.returncode == 2, (command, proc.stderr)
+        usage = proc.stderr[proc.stderr.index("usage: gdal-idem " + command):]
+        usage = usage.split("\n\n")[0]
+        # The command's entry in --help: its line and the indented lines that follow it.
+        entry = re.search(r"^  " + command + r"\b.*(?:\n {4,}.*)*", help_text, re.M)
+        assert entry, f"--help has no entry for {command}"
+        options = set(re.findall(r"--[a-z][a-z-]*", usage)) - {"--no-such-option"}
+        for option in options - global_options:
+            assert option in entry.group(0), f"--help omits {option} of {command}: {usage}"
