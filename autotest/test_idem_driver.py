@@ -241,6 +241,42 @@ def test_idem_pixels_identical_to_direct_gdalwarp(sqlite_ledger, tmp_path, et):
     assert_same_pixels(out, direct)
 
 
+def test_idem_warp_reuses_the_source_the_key_opened(sqlite_ledger, source, tmp_path):
+    """The key opens the source once (for its file list); the warp uses that dataset instead of
+    opening it a third time (gdalwarp itself opened it first)."""
+    out = tmp_path / "idem.tif"
+    proc = run(warp_cmd(source, vsi(out)), env=env_with(IDEM_LEDGER=sqlite_ledger.dsn,
+                                                          CPL_DEBUG="ON"), check=True)
+    opens = [line for line in proc.stderr.splitlines() if f"GDALOpen({source}," in line]
+    assert len(opens) == 2, "\n".join(opens)
+    assert "the dataset opened for the key" in proc.stderr
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", source, direct],
+        check=True)
+    assert_same_pixels(out, direct)
+
+
+def test_idem_warp_with_source_open_options_opens_the_source_with_them(sqlite_ledger, tmp_path):
+    """-oo reaches the warp: the dataset the key opened (without open options) is not used.
+    With -oo OVERVIEW_LEVEL=0 GDAL reads the source's first overview, as a direct gdalwarp does;
+    the full-resolution dataset would give other pixels."""
+    src = make_source(tmp_path / "scene.tif", size=512)
+    run(["gdaladdo", "-q", "-r", "average", src, "2"], check=True)
+    extra = ["-oo", "OVERVIEW_LEVEL=0", "-ts", "256", "256"]
+    out = tmp_path / "idem.tif"
+    proc = run(warp_cmd(src, vsi(out), *extra),
+               env=env_with(IDEM_LEDGER=sqlite_ledger.dsn, CPL_DEBUG="ON"), check=True)
+    assert "the dataset opened for the key" not in proc.stderr
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", *extra, src,
+         direct], check=True)
+    assert_same_pixels(out, direct)
+    full = tmp_path / "full.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", "-ts", "256",
+         "256", src, full], check=True)
+    assert np.count_nonzero(read_pixels(full) != read_pixels(direct)) > 0
+
+
 def test_idem_tile_columns_from_option_and_from_grid(sqlite_ledger, source, tmp_path):
     env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
     explicit = tmp_path / "explicit.tif"

@@ -325,6 +325,7 @@ private:
   bool m_via_vsiidem = false;
   Ledger* m_ledger = nullptr;  // shared_ledger(): lives for the process
   WorkDescription m_work;
+  KeptSources m_kept_sources;  // opened for the key, reused by the warp
   std::chrono::steady_clock::time_point m_lap = std::chrono::steady_clock::now();
 };
 
@@ -380,6 +381,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   m_ledger = &shared_ledger(m_options.ledger_dsn);
   CPLDebug("IDEM", "timing: ledger open %.2f ms", lap_ms(m_lap));
   key_options.digest_cache = &m_ledger->digest_cache();
+  key_options.kept_sources = &m_kept_sources;
   m_work = describe_work(source, key_options);
   CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", lap_ms(m_lap));
   if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG")) {
@@ -546,6 +548,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
       request.creation_options.SetNameValue(key.c_str(), value.c_str());
     }
     request.scratch_dir = output.temp_dir();
+    request.kept_sources = &m_kept_sources;
     request.progress = relay_progress;
     request.progress_data = &relay;
     // A large local output is synced while GDAL writes it, so the fsync of the commit does

@@ -96,7 +96,8 @@ class WarpOptionsOwner {
       m_options->pTransformerArg = nullptr;
     }
     if (m_options->hSrcDS != nullptr) {
-      // Opened with GDAL_OF_SHARED: release the reference, close only if it was the last one.
+      // Opened shared by GDALDeserializeWarpOptions, or a kept source given a reference of its
+      // own (warp_direct): release the reference, close only if it was the last one.
       GDALReleaseDataset(m_options->hSrcDS);
       m_options->hSrcDS = nullptr;
     }
@@ -212,6 +213,16 @@ void resolve_source_path(CPLXMLNode* warp_options, GDALDataset* vrt) {
   CPLSetXMLValue(warp_options, "SourceDataset.#relativeToVRT", "0");
 }
 
+// The source the key computation opened under the name the warp options give, when the warp
+// would open it the same way: no open options for it in the VRT (the key's open used none).
+GDALDataset* kept_source_for(const CPLXMLNode* warp_options, const KeptSources* kept_sources) {
+  if (kept_sources == nullptr || CPLGetXMLNode(warp_options, "OpenOptions") != nullptr) {
+    return nullptr;
+  }
+  const char* name = CPLGetXMLValue(warp_options, "SourceDataset", nullptr);
+  return name == nullptr ? nullptr : kept_sources->find(name);
+}
+
 // What gdalwarp sets on the output it creates (and, in VRT mode, on the VRT): georeferencing,
 // metadata, and per band nodata, colour interpretation, colour table, description, metadata,
 // offset/scale, unit and attribute table.
@@ -285,16 +296,30 @@ void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
 // `path`. Returns the output, flushed. Progress goes to `progress`/`progress_data`.
 GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, CPLXMLNode* tree, GDALDriver* driver,
                                  const std::string& path, CSLConstList creation_options,
-                                 const ProgressRelay& relay, GDALProgressFunc progress,
-                                 void* progress_data) {
+                                 const KeptSources* kept_sources, const ProgressRelay& relay,
+                                 GDALProgressFunc progress, void* progress_data) {
   CPLXMLNode* warp_node = CPLGetXMLNode(tree, "=VRTDataset.GDALWarpOptions");
   resolve_source_path(warp_node, vrt);
+  GDALDataset* kept = kept_source_for(warp_node, kept_sources);
+  if (kept != nullptr) {
+    // GDALDeserializeWarpOptions would open it again: it gets no name, and the options get
+    // the open dataset (with a reference of their own, released by WarpOptionsOwner).
+    CPLXMLNode* source = CPLGetXMLNode(warp_node, "SourceDataset");
+    CPLRemoveXMLChild(warp_node, source);
+    CPLDestroyXMLNode(source);
+  }
 
   CPLErrorReset();
   WarpOptionsOwner options(GDALDeserializeWarpOptions(warp_node));
   if (options.get() == nullptr) {
     throw Error(ErrorKind::k_source,
                 "cannot read the warp options of the warped VRT: " + last_gdal_error());
+  }
+  if (kept != nullptr && options->hSrcDS == nullptr) {
+    kept->Reference();
+    options->hSrcDS = GDALDataset::ToHandle(kept);
+    CPLDebug(k_debug_category, "warp source %s: the dataset opened for the key",
+             kept->GetDescription());
   }
   if (options->hSrcDS == nullptr) {
     throw Error(ErrorKind::k_source, std::string("cannot open the warp source ") +
@@ -405,7 +430,8 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   if (can_create) {
     ScaledProgress stage(0.0, 1.0, relay);
     return warp_direct(request.source, tree.get(), driver, request.output_path,
-                       request.creation_options.List(), relay, stage.function(), stage.data());
+                       request.creation_options.List(), request.kept_sources, relay,
+                       stage.function(), stage.data());
   }
   if (!can_create_copy) {
     throw Error(ErrorKind::k_usage, std::string("driver ") + driver->GetDescription() +
@@ -419,8 +445,9 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   ScratchDataset scratch(scratch_path_for(request));
   {
     ScaledProgress stage(0.0, k_warp_share_before_copy, relay);
-    scratch.dataset() = warp_direct(request.source, tree.get(), gtiff, scratch.path(),
-                                    k_scratch_gtiff_options, relay, stage.function(), stage.data());
+    scratch.dataset() =
+        warp_direct(request.source, tree.get(), gtiff, scratch.path(), k_scratch_gtiff_options,
+                    request.kept_sources, relay, stage.function(), stage.data());
   }
   ScaledProgress stage(k_warp_share_before_copy, 1.0, relay);
   return create_copy(driver, request.output_path, scratch.dataset().get(),

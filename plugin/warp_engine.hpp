@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/source_identity.hpp"
 #include "gdal_priv.h"
 
 namespace idem {
@@ -16,6 +17,9 @@ struct MaterialiseRequest {
   CPLStringList creation_options;       // pass-through options for the format driver
   // Where intermediate files (the GTiff feeding COG) may be written; inside the temporary dir.
   std::string scratch_dir;
+  // Sources the key computation opened: the warp uses the one its VRT names instead of opening
+  // it again, unless the VRT gives open options for it.
+  const KeptSources* kept_sources = nullptr;
   GDALProgressFunc progress = GDALDummyProgress;
   void* progress_data = nullptr;
 };

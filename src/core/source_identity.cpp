@@ -205,7 +205,28 @@ JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions&
 
 JsonValue identity_of_source(const std::string& name, const SourceIdentityOptions& options) {
   GDALDatasetUniquePtr dataset = open_source(name);
-  return identity_of_dataset(dataset.get(), options);
+  JsonValue identity = identity_of_dataset(dataset.get(), options);
+  if (options.kept_sources != nullptr) {
+    options.kept_sources->keep(name, dataset.release());
+  }
+  return identity;
+}
+
+KeptSources::~KeptSources() {
+  for (const auto& [name, dataset] : m_datasets) {
+    dataset->ReleaseRef();
+  }
+}
+
+void KeptSources::keep(const std::string& name, GDALDataset* dataset) {
+  if (!m_datasets.emplace(name, dataset).second) {
+    dataset->ReleaseRef();
+  }
+}
+
+GDALDataset* KeptSources::find(const std::string& name) const {
+  const auto it = m_datasets.find(name);
+  return it == m_datasets.end() ? nullptr : it->second;
 }
 
 JsonValue source_digest_json(const SourceDigest& digest) {

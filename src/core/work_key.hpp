@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/source_digest.hpp"
+#include "core/source_identity.hpp"
 
 class GDALDataset;
 
@@ -23,6 +24,7 @@ struct KeyOptions {
   SourceDigestPolicy digest_policy = SourceDigestPolicy::k_auto;
   bool include_gdal_version = false;                 // IDEM_KEY_GDAL_VERSION
   DigestCache* digest_cache = nullptr;               // may be null: no caching
+  KeptSources* kept_sources = nullptr;               // may be null: sources closed once identified
 };
 
 // The target grid of the work, for the ledger's footprint and tile columns.
