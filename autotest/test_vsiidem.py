@@ -220,6 +220,48 @@ def test_vsiidem_unlink_is_deferred_to_process_exit(tmp_path, source):
     assert not target.exists(), "the deferred unlink was not carried out at exit"
 
 
+def test_vsiidem_publishing_does_not_block_other_threads(tmp_path, source):
+    """A close publishes (renames, or uploads to object storage: seconds) without holding
+    /vsiidem/'s process-wide lock: while one thread's close is held at its publish, another
+    thread writes, closes and publishes its own file, and a deferred unlink made meanwhile of the
+    path being published still happens at exit."""
+    proc = run_python(f"""
+        import os, threading, time
+        from osgeo import gdal
+        gdal.UseExceptions()
+        a, b, c = ({vsiidem(str(tmp_path / "a.tif"))!r}, {vsiidem(str(tmp_path / "b.tif"))!r},
+                   {vsiidem(str(tmp_path / "c.tif"))!r})
+        src = {str(source)!r}
+        events = []
+        def held_writer(name):
+            gdal.SetThreadLocalConfigOption("IDEM_TEST_PAUSE_AT", "vsiidem_publish")
+            gdal.SetThreadLocalConfigOption("IDEM_TEST_PAUSE_SECONDS", "4")
+            gdal.Translate(name, src, format="GTiff")  # closes: held 4 s before publishing
+            events.append(("held done", os.path.exists(name[len("/vsiidem/"):])))
+        held = [threading.Thread(target=held_writer, args=(n,)) for n in (a, c)]
+        for t in held:
+            t.start()
+        time.sleep(1.5)
+        start = time.monotonic()
+        gdal.Translate(b, src, format="GTiff")
+        events.append(("free done", os.path.exists(b[len("/vsiidem/"):]),
+                       os.path.exists(a[len("/vsiidem/"):]), time.monotonic() - start))
+        assert gdal.Unlink(c) == 0  # while c is being published: deleted at exit
+        for t in held:
+            t.join()
+        print(events)
+        assert events[0][0] == "free done", events
+        assert events[0][1] and not events[0][2], events
+        assert all(e[1] for e in events[1:]), events
+        assert gdal.VSIStatL(c) is None, "c must stay hidden: its unlink is pending"
+        print("ok")
+    """)
+    assert "ok" in proc.stdout, proc.stdout + proc.stderr
+    assert (tmp_path / "a.tif").exists() and (tmp_path / "b.tif").exists()
+    assert not (tmp_path / "c.tif").exists(), "the unlink made during publishing was lost"
+    assert temp_dirs(str(tmp_path)) == []
+
+
 def test_vsiidem_cancelled_unlink_keeps_file(tmp_path, source):
     target = tmp_path / "kept.tif"
     target.write_bytes(source.read_bytes())

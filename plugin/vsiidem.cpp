@@ -33,6 +33,7 @@
 
 #include "core/atomic_output.hpp"
 #include "core/error.hpp"
+#include "core/lease.hpp"
 #include "core/object_store.hpp"
 #include "core/paths.hpp"
 #include "cpl_conv.h"
@@ -200,7 +201,15 @@ class VsiIdemState {
  public:
   std::mutex m_mutex;
   std::map<std::string, std::shared_ptr<InFlight>> m_in_flight;  // by absolute final path
-  std::set<std::string> m_pending_unlinks;                       // absolute real paths
+  // Deferred unlinks by absolute real path, each with the number of its latest Unlink (from
+  // m_unlink_count), so a publisher can tell an unlink made while it published (which stays)
+  // from one made before its close (which the published file replaces).
+  std::map<std::string, uint64_t> m_pending_unlinks;
+  uint64_t m_unlink_count = 0;
+  // Paths whose last writer closed and whose file is being renamed or uploaded into place, with
+  // how many closes publish there at once. Publishing runs outside m_mutex: an upload can take
+  // seconds, and other threads' /vsiidem/ calls must not wait for it.
+  std::map<std::string, int> m_publishing;
   CUnlinkHook m_hook = nullptr;
   void* m_hook_data = nullptr;
 
@@ -216,7 +225,7 @@ class VsiIdemState {
   // Carry out every pending unlink: hook first (ledger rows), then the file. Each path is
   // taken out of the set before it is handled, so every unlink runs at most once.
   void flush(bool from_gdal_cleanup) {
-    std::set<std::string> paths;
+    std::map<std::string, uint64_t> paths;
     CUnlinkHook hook = nullptr;
     void* hook_data = nullptr;
     {
@@ -225,7 +234,7 @@ class VsiIdemState {
       hook = m_hook;
       hook_data = m_hook_data;
     }
-    for (const auto& path : paths) {
+    for (const auto& [path, unlink_number] : paths) {
       if (!local_path(path) && from_gdal_cleanup) {
         // GDAL's file manager is being torn down: no VSI call is safe any more.
         std::fprintf(stderr, "gdal-idem: deferred delete of %s skipped at GDAL cleanup\n",
@@ -326,6 +335,7 @@ class VsiIdemWriteHandle final : public VSIVirtualHandle {
 
  private:
   bool start_copy();
+  void end_publishing(VsiIdemState& shared, bool published, uint64_t unlink_before);
 
   VSIVirtualHandle* m_inner;
   std::string m_real;
@@ -362,7 +372,7 @@ int VsiIdemWriteHandle::Close() {
       // The slow part, outside the lock; commit() re-syncs, which is then cheap.
       fsync_path(m_entry->output->temp_path());
     }
-    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    std::unique_lock<std::mutex> lock(shared.m_mutex);
     if (m_entry->writers > 0) {
       return result;  // reopened meanwhile: the new last writer publishes
     }
@@ -382,16 +392,46 @@ int VsiIdemWriteHandle::Close() {
       m_entry->output.reset();
       return result;
     }
-    m_entry->output->commit(durable);
+    // Publish without the lock. Meanwhile the path shows what it showed before this close
+    // (the previous file, or nothing while an unlink is pending), and a rename of it is refused.
+    const auto pending = shared.m_pending_unlinks.find(m_real);
+    const uint64_t unlink_before = pending == shared.m_pending_unlinks.end() ? 0 : pending->second;
+    ++shared.m_publishing[m_real];
+    lock.unlock();
+    bool published = false;
+    try {
+      test_pause("vsiidem_publish");
+      m_entry->output->commit(durable);
+      published = true;
+    } catch (...) {
+      lock.lock();
+      end_publishing(shared, published, unlink_before);
+      throw;
+    }
     m_entry->output.reset();
-    // A file renamed into place replaces what a deferred unlink was going to remove.
-    shared.m_pending_unlinks.erase(m_real);
+    lock.lock();
+    end_publishing(shared, published, unlink_before);
     CPLDebug(k_debug_category, "published %s", m_real.c_str());
   } catch (const std::exception& error) {
     CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
     return -1;
   }
   return result;
+}
+
+// After publishing (caller holds m_mutex): a file renamed into place replaces what an unlink made
+// before the close was going to remove; an unlink made while publishing still happens.
+void VsiIdemWriteHandle::end_publishing(VsiIdemState& shared, bool published,
+                                        uint64_t unlink_before) {
+  auto publishing = shared.m_publishing.find(m_real);
+  if (publishing != shared.m_publishing.end() && --publishing->second == 0) {
+    shared.m_publishing.erase(publishing);
+  }
+  const auto pending = shared.m_pending_unlinks.find(m_real);
+  if (published && pending != shared.m_pending_unlinks.end() &&
+      pending->second == unlink_before) {
+    shared.m_pending_unlinks.erase(pending);
+  }
 }
 
 // First write of an update open: continue on a temporary copy (shared with any handle already
@@ -643,14 +683,19 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
       entry->discard = true;  // never published; an older file there is still deleted below
       existed = true;
     }
-    if (shared.m_pending_unlinks.count(real) == 0) {
+    if (shared.m_publishing.count(real) != 0) {
+      // A close is putting a new file there: this unlink comes after it and removes it.
+      shared.m_pending_unlinks[real] = ++shared.m_unlink_count;
+      CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process", real.c_str());
+      existed = true;
+    } else if (shared.m_pending_unlinks.count(real) == 0) {
       VSIStatBufL info;
       if (handler_for(real)->Stat(real.c_str(), &info, VSI_STAT_EXISTS_FLAG) == 0) {
         if (VSI_ISDIR(info.st_mode)) {
           errno = EISDIR;
           return -1;
         }
-        shared.m_pending_unlinks.insert(real);
+        shared.m_pending_unlinks[real] = ++shared.m_unlink_count;
         CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process", real.c_str());
         existed = true;
       }
@@ -740,8 +785,8 @@ int VsiIdemFilesystemHandler::Rename(const char* old_path, const char* new_path)
     const std::string real_new = real_absolute(new_path);
     auto& shared = state();
     std::lock_guard<std::mutex> lock(shared.m_mutex);
-    if (shared.m_in_flight.count(real_old) != 0) {
-      errno = EBUSY;  // still being written: rename it once it is closed
+    if (shared.m_in_flight.count(real_old) != 0 || shared.m_publishing.count(real_old) != 0) {
+      errno = EBUSY;  // still being written or published: rename it once that is done
       return -1;
     }
     if (shared.m_pending_unlinks.count(real_old) != 0) {
