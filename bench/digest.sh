@@ -10,7 +10,7 @@ case $BUILD_DIR in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac
 BENCH=$BUILD_DIR/bench/digest_bench
 FILE=${IDEM_BENCH_FILE:-/tmp/idem-digest-bench.bin}
 RUNS=${RUNS:-5}
-RESULTS=$ROOT/bench/RESULTS.md
+RESULTS=${IDEM_BENCH_RESULTS:-$ROOT/bench/RESULTS.md}
 export IDEM_BENCH_FILE=$FILE
 
 [ -x "$BENCH" ] || { echo "digest.sh: $BENCH not built" >&2; exit 1; }

@@ -97,7 +97,7 @@ section="$scratch/section.md"
   echo "<!-- ledger:end -->"
 } >"$section"
 
-results="$here/RESULTS.md"
+results="${IDEM_BENCH_RESULTS:-$here/RESULTS.md}"
 touch "$results"
 if grep -q '<!-- ledger:begin -->' "$results"; then
   awk -v file="$section" '

@@ -11,7 +11,7 @@ case $BUILD_DIR in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac
 FEATURES=${2:-1000000}
 RUNS=${RUNS:-3}
 IDEM=$BUILD_DIR/src/gdal-idem
-RESULTS=$ROOT/bench/RESULTS.md
+RESULTS=${IDEM_BENCH_RESULTS:-$ROOT/bench/RESULTS.md}
 DSN=${IDEM_TEST_PG_DSN:?run under scripts/with-postgres}
 WORK=$(mktemp -d /tmp/idem-load-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT

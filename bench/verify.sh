@@ -64,7 +64,7 @@ and band count checked. Target: under 10 s for 10,000 rows.
 <!-- verify:end -->
 MD
 )
-/usr/bin/python3 - "$root/bench/RESULTS.md" "$section" <<'PY'
+/usr/bin/python3 - "${IDEM_BENCH_RESULTS:-$root/bench/RESULTS.md}" "$section" <<'PY'
 import re, sys
 path, section = sys.argv[1], sys.argv[2]
 text = open(path).read()

@@ -180,9 +180,7 @@ std::string format_double(double value) {
   return std::string(buffer, result.ptr);
 }
 
-namespace {
-
-std::string trim(const std::string& text) {
+std::string trim_space(const std::string& text) {
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) {
     return std::string();
@@ -190,6 +188,8 @@ std::string trim(const std::string& text) {
   const auto last = text.find_last_not_of(" \t\r\n");
   return text.substr(first, last - first + 1);
 }
+
+namespace {
 
 bool is_integer_literal(const std::string& text) {
   std::size_t i = 0;
@@ -210,7 +210,7 @@ bool is_integer_literal(const std::string& text) {
 }  // namespace
 
 bool canonical_number_text(const std::string& raw, std::string& out) {
-  const std::string text = trim(raw);
+  const std::string text = trim_space(raw);
   if (text.empty()) {
     return false;
   }
@@ -245,7 +245,7 @@ bool canonical_number_text(const std::string& raw, std::string& out) {
 }
 
 std::string canonical_scalar_text(const std::string& raw) {
-  const std::string text = trim(raw);
+  const std::string text = trim_space(raw);
   if (text.empty()) {
     return text;
   }

@@ -60,6 +60,9 @@ std::string format_double(double value);
 // Returns false (and leaves `out` alone) when `text` is not entirely one number.
 bool canonical_number_text(const std::string& text, std::string& out);
 
+// `text` without leading and trailing spaces, tabs, CRs and LFs.
+std::string trim_space(const std::string& text);
+
 // Canonicalise a comma-separated list of numbers as one string ("1, 2.50" -> "1,2.5"); text that is
 // not such a list comes back trimmed but otherwise unchanged.
 std::string canonical_scalar_text(const std::string& text);

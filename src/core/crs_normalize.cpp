@@ -14,6 +14,7 @@
 
 #include "cpl_string.h"
 #include "ogr_spatialref.h"
+#include "core/canonical_json.hpp"
 #include "core/error.hpp"
 #include "core/sha256.hpp"
 #include "cpl_conv.h"
@@ -35,15 +36,6 @@ struct PjListFree {
 };
 using PjPtr = std::unique_ptr<PJ, PjFree>;
 
-std::string trim(const std::string& text) {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) {
-    return std::string();
-  }
-  const auto last = text.find_last_not_of(" \t\r\n");
-  return text.substr(first, last - first + 1);
-}
-
 // One PROJ context per thread: contexts are not thread-safe and opening proj.db is not free.
 PJ_CONTEXT* thread_context() {
   thread_local std::unique_ptr<PJ_CONTEXT, ContextFree> context(proj_context_create());
@@ -55,7 +47,7 @@ PJ_CONTEXT* thread_context() {
 
 // Parse through GDAL (which knows every spelling GDAL tools accept), refusing URLs and files.
 void parse_definition(const std::string& raw_definition, OGRSpatialReference& srs) {
-  const std::string definition = trim(raw_definition);
+  const std::string definition = trim_space(raw_definition);
   CPLStringList options;
   options.AddString("ALLOW_NETWORK_ACCESS=NO");
   options.AddString("ALLOW_FILE_ACCESS=NO");
