@@ -277,6 +277,33 @@ def test_idem_warp_with_source_open_options_opens_the_source_with_them(sqlite_le
     assert np.count_nonzero(read_pixels(full) != read_pixels(direct)) > 0
 
 
+def test_idem_translate_of_a_mosaic_does_not_keep_its_sources_open(sqlite_ledger, tmp_path):
+    """Identifying a VRT mosaic opens each of its files; only a warp's single source stays open
+    for the work, so a mosaic of more files than the process may open at once still works."""
+    (tmp_path / "parts").mkdir()
+    names = []
+    for i in range(300):
+        name = tmp_path / "parts" / f"p{i:03d}.tif"
+        ds = gdal.GetDriverByName("GTiff").Create(str(name), 8, 8, 1, gdal.GDT_Byte)
+        ds.SetGeoTransform([500000 + 80 * (i % 20), 10, 0, 4650000 - 80 * (i // 20), 0, -10])
+        ds.GetRasterBand(1).Fill(i % 251)
+        ds = None
+        names.append(str(name))
+    mosaic = tmp_path / "mosaic.vrt"
+    gdal.BuildVRT(str(mosaic), names)
+    out = tmp_path / "out.tif"
+    command = ["gdal_translate", "-q", "-of", "IDEM", str(mosaic), vsi(out)]
+    # GDAL itself keeps the mosaic's 300 files open while it reads them (about 310 descriptors);
+    # keeping the key's 300 open datasets as well would need over 600.
+    proc = subprocess.run(["sh", "-c", 'ulimit -n 450 && exec "$@"', "sh", *command],
+                          env=env_with(IDEM_LEDGER=sqlite_ledger.dsn), capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    direct = tmp_path / "direct.tif"
+    run(["gdal_translate", "-q", str(mosaic), direct], check=True)
+    assert_same_pixels(out, direct)
+
+
 def test_idem_tile_columns_from_option_and_from_grid(sqlite_ledger, source, tmp_path):
     env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
     explicit = tmp_path / "explicit.tif"

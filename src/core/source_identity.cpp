@@ -151,7 +151,8 @@ public:
     if (!m_seen_files.insert(dedup_key(path)).second) {
       return;
     }
-    m_files.push_back(source_digest_json(digest_source_file(path, m_options.policy, m_options.cache)));
+    m_files.push_back(
+        source_digest_json(digest_source_file(path, m_options.policy, m_options.cache)));
   }
 
   JsonValue::Array take_files() { return std::move(m_files); }

@@ -190,7 +190,13 @@ private:
             : name;
     auto cached = m_identities.find(resolved);
     if (cached == m_identities.end()) {
-      cached = m_identities.emplace(resolved, identity_of_source(resolved, m_options.sources)).first;
+      SourceIdentityOptions options = m_options.sources;
+      if (!EQUAL(node->pszValue, "SourceDataset")) {
+        // Only a warp's source (GDALWarpOptions has one) stays open for the warp to reuse; a
+        // mosaic VRT can name thousands of files, which must not all stay open at once.
+        options.kept_sources = nullptr;
+      }
+      cached = m_identities.emplace(resolved, identity_of_source(resolved, options)).first;
     }
     result.set("source", cached->second);
     // Attributes other than where the path is anchored (e.g. shared="0") go in as written.
