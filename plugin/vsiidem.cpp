@@ -213,6 +213,12 @@ class VsiIdemState {
   CUnlinkHook m_hook = nullptr;
   void* m_hook_data = nullptr;
 
+  // Record a deferred unlink of `real`, numbered after every earlier one. Caller holds m_mutex.
+  void defer_unlink(const std::string& real) {
+    m_pending_unlinks[real] = ++m_unlink_count;
+    CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process", real.c_str());
+  }
+
   // The live (not discarded) in-flight entry for `real`, or nullptr. Caller holds m_mutex.
   std::shared_ptr<InFlight> live_entry(const std::string& real) {
     auto it = m_in_flight.find(real);
@@ -398,19 +404,17 @@ int VsiIdemWriteHandle::Close() {
     const uint64_t unlink_before = pending == shared.m_pending_unlinks.end() ? 0 : pending->second;
     ++shared.m_publishing[m_real];
     lock.unlock();
-    bool published = false;
     try {
       test_pause("vsiidem_publish");
       m_entry->output->commit(durable);
-      published = true;
     } catch (...) {
       lock.lock();
-      end_publishing(shared, published, unlink_before);
+      end_publishing(shared, false, unlink_before);
       throw;
     }
     m_entry->output.reset();
     lock.lock();
-    end_publishing(shared, published, unlink_before);
+    end_publishing(shared, true, unlink_before);
     CPLDebug(k_debug_category, "published %s", m_real.c_str());
   } catch (const std::exception& error) {
     CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
@@ -685,8 +689,7 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
     }
     if (shared.m_publishing.count(real) != 0) {
       // A close is putting a new file there: this unlink comes after it and removes it.
-      shared.m_pending_unlinks[real] = ++shared.m_unlink_count;
-      CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process", real.c_str());
+      shared.defer_unlink(real);
       existed = true;
     } else if (shared.m_pending_unlinks.count(real) == 0) {
       VSIStatBufL info;
@@ -695,8 +698,7 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
           errno = EISDIR;
           return -1;
         }
-        shared.m_pending_unlinks[real] = ++shared.m_unlink_count;
-        CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process", real.c_str());
+        shared.defer_unlink(real);
         existed = true;
       }
     }

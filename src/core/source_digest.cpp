@@ -13,6 +13,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cpl_conv.h"
@@ -50,6 +51,7 @@ public:
       ::close(m_fd);
     }
   }
+  FileDescriptor(FileDescriptor&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
   int get() const { return m_fd; }
@@ -63,6 +65,24 @@ struct VsiFileCloser {
 };
 
 std::string errno_text(int error_number) { return std::strerror(error_number); }
+
+// A local source file opened for reading, with its stat in `info`; throws idem::Error(k_source)
+// naming the file when it cannot be opened or is not a regular file.
+FileDescriptor open_regular_file(const std::string& path, struct stat& info) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    throw Error(ErrorKind::k_source,
+                "cannot open source file '" + path + "': " + errno_text(errno));
+  }
+  if (::fstat(fd.get(), &info) != 0) {
+    throw Error(ErrorKind::k_source,
+                "cannot stat source file '" + path + "': " + errno_text(errno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    throw Error(ErrorKind::k_source, "source '" + path + "' is not a regular file");
+  }
+  return fd;
+}
 
 bool is_vsi_path(const std::string& path) { return path.rfind("/vsi", 0) == 0; }
 
@@ -147,18 +167,11 @@ private:
 // file that ends early (truncated meanwhile) or cannot be read is a source error naming it.
 class ParallelContentDigest {
 public:
-  ParallelContentDigest(int fd, const std::string& path) : m_fd(fd), m_path(path) {}
+  // `size`: the file's size when it was opened (open_regular_file).
+  ParallelContentDigest(int fd, const std::string& path, int64_t size)
+      : m_fd(fd), m_path(path), m_size(static_cast<uint64_t>(size)) {}
 
   std::string run() {
-    struct stat info;
-    if (::fstat(m_fd, &info) != 0) {
-      throw Error(ErrorKind::k_source,
-                  "cannot stat source file '" + m_path + "': " + errno_text(errno));
-    }
-    if (!S_ISREG(info.st_mode)) {
-      throw Error(ErrorKind::k_source, "source '" + m_path + "' is not a regular file");
-    }
-    m_size = static_cast<uint64_t>(info.st_size);
     m_leaf_count = (m_size + k_leaf_size - 1) / k_leaf_size;
     m_leaf_digests.assign(m_leaf_count * k_leaf_digest_size, 0);
     ::posix_fadvise(m_fd, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -233,7 +246,7 @@ private:
 
   const int m_fd;
   const std::string m_path;
-  uint64_t m_size = 0;
+  const uint64_t m_size;
   uint64_t m_leaf_count = 0;
   std::vector<unsigned char> m_leaf_digests;  // leaf i at i * k_leaf_digest_size
   std::atomic<uint64_t> m_next_leaf{0};
@@ -360,33 +373,19 @@ std::string content_digest_of_file(const std::string& path) {
   if (is_vsi_path(path)) {
     return content_digest_of_vsi_file(path);
   }
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    throw Error(ErrorKind::k_source,
-                "cannot open source file '" + path + "': " + errno_text(errno));
-  }
-  return ParallelContentDigest(fd.get(), path).run();
+  struct stat info;
+  const FileDescriptor fd = open_regular_file(path, info);
+  return ParallelContentDigest(fd.get(), path, info.st_size).run();
 }
 
 std::string digest_local_file(const std::string& path, DigestCache* cache) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    throw Error(ErrorKind::k_source,
-                "cannot open source file '" + path + "': " + errno_text(errno));
-  }
   struct stat info;
-  if (::fstat(fd.get(), &info) != 0) {
-    throw Error(ErrorKind::k_source,
-                "cannot stat source file '" + path + "': " + errno_text(errno));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    throw Error(ErrorKind::k_source, "source '" + path + "' is not a regular file");
-  }
+  const FileDescriptor fd = open_regular_file(path, info);
   const FileIdentity before = identity_from_stat(info);
   if (auto cached = cached_digest(cache, path, before)) {
     return *cached;
   }
-  std::string digest = ParallelContentDigest(fd.get(), path).run();
+  std::string digest = ParallelContentDigest(fd.get(), path, before.size).run();
   if (::fstat(fd.get(), &info) == 0 && identity_from_stat(info) == before) {
     cache_digest(cache, path, before, digest);
   }
