@@ -3,8 +3,10 @@ S3-compatible server on loopback (s3rver): first run, skip without PUT or DELETE
 the upload, a zombie's late upload, workers racing on one key through PostgreSQL, an object
 overwritten out of band, the re-upload edge case of source ETags, verify / forget / reap."""
 
+import hashlib
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -64,6 +66,21 @@ def etag_of(uri):
     return headers.get("ETag")
 
 
+def recorded_etag_of(uri):
+    """What the driver records for an object it uploaded in one PUT: the MD5 of its bytes, which
+    is the ETag S3 (and s3rver) gives it, marked as predicted."""
+    gdal.VSICurlClearCache()
+    handle = gdal.VSIFOpenL(uri, "rb")
+    try:
+        gdal.VSIFSeekL(handle, 0, 2)
+        size = gdal.VSIFTellL(handle)
+        gdal.VSIFSeekL(handle, 0, 0)
+        data = gdal.VSIFReadL(1, size, handle)
+    finally:
+        gdal.VSIFCloseL(handle)
+    return "md5:" + hashlib.md5(data).hexdigest()
+
+
 def object_exists(uri):
     gdal.VSICurlClearCache()
     return gdal.VSIStatL(uri) is not None
@@ -106,10 +123,16 @@ def test_s3_first_run_publishes_then_skip_sends_no_put_or_delete(s3, sqlite_ledg
     dst = "/vsiidem//" + uri.lstrip("/")
     env = s3_env(s3, sqlite_ledger, local_tmp)
     cmd = ENTRY_POINTS[entry](source, dst)
+    mark = s3.mark()
     run(cmd, env=env, check=True)
+    requests = s3.requests_since(mark)
     rows = sqlite_ledger.completed()
     assert len(rows) == 1 and rows[0]["output_uri"] == uri
-    assert rows[0]["output_etag"] == etag_of(uri) and rows[0]["output_etag"]
+    # The ETag is predicted from the bytes sent, not asked of the store after the upload: the
+    # PUT is the run's last request (the dataset handed back opens the object only when read).
+    assert rows[0]["output_etag"] == recorded_etag_of(uri)
+    assert etag_of(uri) == '"' + rows[0]["output_etag"][len("md5:"):] + '"'
+    assert requests[-1][0] == "PUT" and requests[-1][1] == uri[len("/vsis3"):], requests
     assert rows[0]["output_size"] == gdal.VSIStatL(uri).size
     assert temp_dirs(local_tmp) == []
     if entry in ("gdalwarp", "gdal.Warp"):
@@ -168,7 +191,7 @@ def test_s3_kill9_leaves_no_object_and_rerun_completes(s3, sqlite_ledger, source
     proc = run(warp_cmd(source, "/vsiidem/" + uri, "-co", "TFW=YES"), env=env, check=True)
     assert "skipped" not in proc.stderr
     done = sqlite_ledger.completed()
-    assert len(done) == 1 and done[0]["output_etag"] == etag_of(uri)
+    assert len(done) == 1 and done[0]["output_etag"] == recorded_etag_of(uri)
     assert (read_pixels(uri) == read_pixels(direct_warp(source, tmp_path))).all()
 
 
@@ -194,7 +217,7 @@ def test_s3_zombie_upload_after_takeover_cannot_make_the_ledger_lie(s3, sqlite_l
     assert len(done) == 1 and done[0]["attempt"] == 2
     # Whatever the zombie uploaded, the ledger's fingerprint is checked against the object.
     verify = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "verify"], env=env)
-    if done[0]["output_etag"] == etag_of(uri):
+    if done[0]["output_etag"] == recorded_etag_of(uri):
         assert verify.returncode == 0, verify.stdout + verify.stderr
     else:
         assert verify.returncode == 1 and sqlite_ledger.completed() == []
@@ -215,7 +238,7 @@ def test_s3_workers_race_on_one_key_through_postgresql(s3, source, tmp_path, loc
     assert len(rows) == 1 and rows[0]["attempt"] == 1 and rows[0]["completed_at"] is not None
     puts = [r for r in s3.writes_since(mark) if r[0] == "PUT" and r[1] == f"/{prefix}/race.tif"]
     assert len(puts) == 1
-    assert rows[0]["output_etag"] == etag_of(uri)
+    assert rows[0]["output_etag"] == recorded_etag_of(uri)
 
 
 def test_s3_object_overwritten_out_of_band_is_rebuilt(s3, sqlite_ledger, source, tmp_path,
@@ -228,12 +251,52 @@ def test_s3_object_overwritten_out_of_band_is_rebuilt(s3, sqlite_ledger, source,
     other = make_source(tmp_path / "other.tif", size=256, seed=7)
     run(["gdalwarp", "-overwrite", "-of", "GTiff", "-t_srs", "EPSG:3857", other, uri],
         env=env_with(CPL_VSIL_USE_TEMP_FILE_FOR_RANDOM_WRITE="YES", **s3.config()), check=True)
-    assert etag_of(uri) != first["output_etag"]
+    assert recorded_etag_of(uri) != first["output_etag"]
     proc = run(warp_cmd(source, "/vsiidem/" + uri), env=env, check=True)
     assert "skipped" not in proc.stderr and "changed since this work was completed" in proc.stderr
     done = sqlite_ledger.completed()
-    assert len(done) == 1 and done[0]["output_etag"] == etag_of(uri)
+    assert len(done) == 1 and done[0]["output_etag"] == recorded_etag_of(uri)
     assert (read_pixels(uri) == read_pixels(direct_warp(source, tmp_path))).all()
+
+
+def test_s3_predicted_etag_the_store_does_not_use(s3, sqlite_ledger, tmp_path, local_tmp,
+                                                  prefix):
+    """Where the store's ETag is not the MD5 of the bytes (here a two-part upload; on S3 also
+    SSE-KMS), the predicted ETag never makes a skip wrong: the first rerun reads the object back,
+    finds the bytes recorded, skips and records the store's ETag; an overwrite is rebuilt."""
+    # 6.75 MB uncompressed: two parts at a 5 MB part size, under the 8 MiB prediction bound.
+    source = make_source(tmp_path / "big.tif", size=1500, bands=3)
+    uri = f"/vsis3/{prefix}/two-parts.tif"
+    env = s3_env(s3, sqlite_ledger, local_tmp, VSIS3_CHUNK_SIZE="5")
+    cmd = ["gdal_translate", "-of", "IDEM", source, "/vsiidem/" + uri]
+    run(cmd, env=env, check=True)
+    predicted = sqlite_ledger.completed()[0]["output_etag"]
+    assert predicted == recorded_etag_of(uri) and etag_of(uri).endswith('-2"')
+    idem = [GDAL_IDEM, "--ledger", sqlite_ledger.dsn]
+    assert run(idem + ["verify"], env=env).returncode == 0  # the bytes match the prediction
+
+    mark = s3.mark()
+    proc = run(cmd, env=env, check=True)
+    assert "IDEM: skipped " + uri in proc.stderr
+    assert s3.writes_since(mark) == []
+    assert sqlite_ledger.completed()[0]["output_etag"] == etag_of(uri)  # the store's, from now on
+    store_etag = etag_of(uri)
+    mark = s3.mark()
+    proc = run(cmd, env=env, check=True)
+    assert "IDEM: skipped " + uri in proc.stderr
+    assert s3.writes_since(mark) == []
+    assert sqlite_ledger.completed()[0]["output_etag"] == store_etag
+
+    # An overwrite with other bytes (any ETag) is rebuilt, whatever was recorded.
+    with sqlite3.connect(sqlite_ledger.dsn[len("sqlite:"):]) as db:
+        db.execute("UPDATE ledger SET output_etag = ?", (predicted,))
+    other = make_source(tmp_path / "other.tif", size=1500, bands=3, seed=7)
+    upload(other, uri, 5)
+    assert etag_of(uri).endswith('-2"')
+    proc = run(cmd, env=env, check=True)
+    assert "skipped" not in proc.stderr and "changed since this work was completed" in proc.stderr
+    gdal.VSICurlClearCache()
+    assert (read_pixels(uri) == read_pixels(source)).all()
 
 
 def dry_run_key(src, env, policy):
@@ -315,19 +378,24 @@ def test_s3_bad_bucket_or_credentials_fail_cleanly(s3, sqlite_ledger, source, lo
 def test_s3_returned_dataset_has_its_sidecars_without_listing_the_bucket(s3, sqlite_ledger,
                                                                          source, local_tmp,
                                                                          prefix):
-    """The dataset handed back after publishing is opened with the files just uploaded as its
-    siblings: a PNG's georeferencing (in its .aux.xml sidecar) is there, and opening it sends no
-    LIST request to the bucket."""
+    """The dataset handed back after publishing opens the object on first use, with the files
+    just uploaded as its siblings: its pixels are the source's, a PNG's georeferencing (in its
+    .aux.xml sidecar) is there, and opening it sends no LIST request to the bucket."""
     uri = f"/vsis3/{prefix}/tiles/scene.png"
     code = ("import sys; from osgeo import gdal; gdal.UseExceptions()\n"
             "ds = gdal.Translate(sys.argv[2], sys.argv[1], format='IDEM', "
             "creationOptions=['FORMAT=PNG'])\n"
             "print(list(ds.GetGeoTransform())); print(ds.GetSpatialRef().GetAuthorityCode(None))\n"
-            "print(sorted(f.rsplit('/', 1)[-1] for f in ds.GetFileList()))\n")
+            "print(sorted(f.rsplit('/', 1)[-1] for f in ds.GetFileList()))\n"
+            "print([ds.GetRasterBand(i + 1).Checksum() for i in range(ds.RasterCount)])\n")
     mark = s3.mark()
     proc = run(["/usr/bin/python3", "-c", code, source, "/vsiidem/" + uri],
                env=s3_env(s3, sqlite_ledger, local_tmp), check=True)
-    geotransform, epsg, files = proc.stdout.strip().splitlines()
+    geotransform, epsg, files, checksums = proc.stdout.strip().splitlines()
+    # Read through the dataset handed back (it opens the object on first use).
+    local = gdal.Open(str(source))
+    assert checksums == str([local.GetRasterBand(i + 1).Checksum()
+                             for i in range(local.RasterCount)])
     assert geotransform == str(list(gdal.Open(str(source)).GetGeoTransform()))
     assert epsg == "32633"
     assert files == str(["scene.png", "scene.png.aux.xml"])

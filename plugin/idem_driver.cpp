@@ -28,6 +28,8 @@
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "gdal_priv.h"
+#include "gdal_proxy.h"
+#include "ogr_spatialref.h"
 #include "ledger/ledger.hpp"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
@@ -193,14 +195,24 @@ std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
   return fingerprint;
 }
 
-// Does the output on disk still match what the ledger recorded at completion?
-bool output_matches(const std::string& path, const OutputFingerprint& recorded) {
-  const auto now = fingerprint_of(path);
-  if (!now || now->size != recorded.size) {
-    return false;
+// Does the output still match what the ledger recorded at completion? An object matched by the
+// bytes behind a predicted ETag sets `store_etag` to the store's own (object_store.hpp).
+bool output_matches(const std::string& path, const OutputFingerprint& recorded,
+                    std::string* store_etag) {
+  if (is_object_store_path(path)) {
+    const auto headers = object_headers(path, true);
+    if (!headers || headers->etag.empty() || headers->size != recorded.size || !recorded.etag) {
+      return false;
+    }
+    const EtagMatch match = match_object_etag(path, *headers, *recorded.etag);
+    if (match == EtagMatch::k_same_content && store_etag != nullptr) {
+      *store_etag = headers->etag;
+    }
+    return match != EtagMatch::k_different;
   }
-  if (now->etag || recorded.etag) {
-    return now->etag && recorded.etag && *now->etag == *recorded.etag;
+  const auto now = fingerprint_of(path);
+  if (!now || now->size != recorded.size || recorded.etag) {
+    return false;
   }
   return now->mtime_ns == recorded.mtime_ns;
 }
@@ -262,6 +274,143 @@ GDALDataset* open_output(const std::string& path,
                                      CPLGetLastErrorMsg());
   }
   return dataset;
+}
+
+// What a written output looks like: enough to hand out an object output without asking the
+// store (DeferredOutput).
+struct OutputShape {
+  struct Band {
+    GDALDataType type = GDT_Unknown;
+    int block_x = 0;
+    int block_y = 0;
+  };
+  int width = 0;
+  int height = 0;
+  OGRSpatialReference srs;
+  bool has_srs = false;
+  bool has_geotransform = false;
+  double geotransform[6] = {0, 1, 0, 0, 0, 1};
+  std::vector<Band> bands;
+};
+
+OutputShape shape_of(GDALDataset& dataset) {
+  OutputShape shape;
+  shape.width = dataset.GetRasterXSize();
+  shape.height = dataset.GetRasterYSize();
+  if (const OGRSpatialReference* srs = dataset.GetSpatialRef()) {
+    shape.srs = *srs;
+    shape.has_srs = true;
+  }
+  shape.has_geotransform = dataset.GetGeoTransform(shape.geotransform) == CE_None;
+  for (int i = 1; i <= dataset.GetRasterCount(); ++i) {
+    GDALRasterBand* band = dataset.GetRasterBand(i);
+    OutputShape::Band described;
+    described.type = band->GetRasterDataType();
+    band->GetBlockSize(&described.block_x, &described.block_y);
+    shape.bands.push_back(described);
+  }
+  return shape;
+}
+
+// The object output just uploaded, as the dataset CreateCopy returns: its size, bands and
+// georeferencing come from what was written, and the object itself is opened (a request to the
+// store) only when something else is asked of it, with the uploaded files as its siblings.
+// gdalwarp and gdal_translate close it unread, so the upload is the run's last request.
+class DeferredOutput final : public GDALProxyDataset {
+public:
+  DeferredOutput(const std::string& path, std::vector<std::string> published, OutputShape shape);
+  ~DeferredOutput() override;
+  GDALDataset* underlying() const { return RefUnderlyingDataset(); }
+  bool is_open() const { return m_opened != nullptr; }
+
+  void FlushCache(bool at_closing) override {  // read-only: nothing to write, nothing to open
+    if (is_open()) {
+      GDALProxyDataset::FlushCache(at_closing);
+    }
+  }
+
+  CPLErr GetGeoTransform(double* geotransform) override {
+    if (!m_shape.has_geotransform) {
+      return GDALProxyDataset::GetGeoTransform(geotransform);
+    }
+    std::copy(m_shape.geotransform, m_shape.geotransform + 6, geotransform);
+    return CE_None;
+  }
+  const OGRSpatialReference* GetSpatialRef() const override {
+    return m_shape.has_srs ? &m_shape.srs : GDALProxyDataset::GetSpatialRef();
+  }
+
+protected:
+  GDALDataset* RefUnderlyingDataset() const override;
+  void UnrefUnderlyingDataset(GDALDataset* /*dataset*/) const override {}
+
+private:
+  std::string m_path;
+  std::vector<std::string> m_published;
+  OutputShape m_shape;
+  mutable GDALDataset* m_opened = nullptr;
+  mutable bool m_open_failed = false;
+};
+
+class DeferredOutputBand final : public GDALProxyRasterBand {
+public:
+  DeferredOutputBand(DeferredOutput* owner, int number, const OutputShape::Band& shape) {
+    poDS = owner;
+    nBand = number;
+    eDataType = shape.type;
+    nBlockXSize = shape.block_x;
+    nBlockYSize = shape.block_y;
+    nRasterXSize = owner->GetRasterXSize();
+    nRasterYSize = owner->GetRasterYSize();
+  }
+
+  CPLErr FlushCache(bool at_closing) override {
+    return static_cast<DeferredOutput*>(poDS)->is_open()
+               ? GDALProxyRasterBand::FlushCache(at_closing)
+               : CE_None;
+  }
+
+protected:
+  GDALRasterBand* RefUnderlyingRasterBand() const override {
+    GDALDataset* underlying = static_cast<DeferredOutput*>(poDS)->underlying();
+    return underlying != nullptr && nBand <= underlying->GetRasterCount()
+               ? underlying->GetRasterBand(nBand)
+               : nullptr;
+  }
+  void UnrefUnderlyingRasterBand(GDALRasterBand* /*band*/) const override {}
+};
+
+DeferredOutput::DeferredOutput(const std::string& path, std::vector<std::string> published,
+                               OutputShape shape)
+    : m_path(path), m_published(std::move(published)), m_shape(std::move(shape)) {
+  SetDescription(path.c_str());
+  nRasterXSize = m_shape.width;
+  nRasterYSize = m_shape.height;
+  eAccess = GA_ReadOnly;
+  for (size_t i = 0; i < m_shape.bands.size(); ++i) {
+    SetBand(static_cast<int>(i) + 1,
+            new DeferredOutputBand(this, static_cast<int>(i) + 1, m_shape.bands[i]));
+  }
+}
+
+DeferredOutput::~DeferredOutput() {
+  if (m_opened != nullptr) {
+    GDALClose(m_opened);
+  }
+  m_opened = nullptr;  // the bands, deleted after this, must not reach for it
+  m_open_failed = true;
+}
+
+GDALDataset* DeferredOutput::RefUnderlyingDataset() const {
+  if (m_opened == nullptr && !m_open_failed) {
+    try {
+      m_opened = open_output(m_path, &m_published);
+    } catch (const Error& error) {
+      m_open_failed = true;
+      CPLError(CE_Failure, CPLE_OpenFailed, "IDEM: %s", error.what());
+    }
+  }
+  return m_opened;
 }
 
 // Outputs from this many bytes of pixels up get an EarlySync.
@@ -424,7 +573,13 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
                row.output_uri.c_str(),
                static_cast<long long>(row.fingerprint ? row.fingerprint->size : -1),
                static_cast<long long>(row.fingerprint ? row.fingerprint->mtime_ns : -1));
-      if (completed_output_is_current(row, m_destination)) {
+      std::string store_etag;
+      if (completed_output_is_current(row, m_destination, &store_etag)) {
+        if (!store_etag.empty() &&
+            !m_ledger->replace_etag(m_work.key, row.claim_token, *row.fingerprint->etag,
+                                    store_etag)) {
+          CPLDebug("IDEM", "the row changed before the store's ETag could be recorded");
+        }
         return skip(row, announced_wait ? "completed by another worker while this one waited"
                                         : "already completed");
       }
@@ -533,6 +688,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
                                       void* progress_data) {
   const std::string& token = claim.claim_token;
   std::vector<std::string> published;
+  std::optional<OutputShape> shape;  // of an object output
   CPLDebug("IDEM", "claimed %s (attempt %lld)", m_work.key.c_str(),
            static_cast<long long>(claim.attempt));
   try {
@@ -564,6 +720,9 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
     // (a full disk shows up here).
     CPLErrorReset();
     written->FlushCache(true);
+    if (output.is_object()) {
+      shape = shape_of(*written);
+    }
     written.reset();
     early_sync.reset();
     if (CPLGetLastErrorType() == CE_Failure) {
@@ -584,7 +743,19 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
       vsiidem_cancel_unlink(file);
     }
     CPLDebug("IDEM", "timing: heartbeat+commit %.2f ms", lap_ms(m_lap));
-    const auto fingerprint = fingerprint_of(m_destination);
+    // An object's ETag is predicted from the bytes uploaded where the store allows it, which
+    // saves asking the store for it (object_store.hpp); else it is asked.
+    std::optional<OutputFingerprint> fingerprint;
+    const std::optional<std::string> predicted =
+        output.uploaded_primary() ? predicted_etag(m_destination, *output.uploaded_primary())
+                                  : std::nullopt;
+    if (predicted) {
+      fingerprint.emplace();
+      fingerprint->size = output.uploaded_primary()->size;
+      fingerprint->etag = predicted;
+    } else {
+      fingerprint = fingerprint_of(m_destination);
+    }
     if (!fingerprint) {
       throw Error(ErrorKind::k_io, "the output " + m_destination + " vanished after publishing");
     }
@@ -604,7 +775,8 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
   }
   CPLDebug("IDEM", "timing: complete %.2f ms", lap_ms(m_lap));
   test_pause("after_complete");
-  GDALDataset* opened = open_output(m_destination, &published);
+  GDALDataset* opened = shape ? new DeferredOutput(m_destination, published, std::move(*shape))
+                              : open_output(m_destination, &published);
   CPLDebug("IDEM", "timing: open output %.2f ms", lap_ms(m_lap));
   return opened;
 }
@@ -669,9 +841,11 @@ void set_dry_run_digest_cache(DigestCache* cache) {
   g_dry_run_digest_cache = cache;
 }
 
-bool completed_output_is_current(const LedgerRow& row, const std::string& destination) {
+bool completed_output_is_current(const LedgerRow& row, const std::string& destination,
+                                 std::string* store_etag) {
   return row.state == RowState::k_completed && !row.superseded_at && row.fingerprint &&
-         row.output_uri == destination && output_matches(destination, *row.fingerprint);
+         row.output_uri == destination &&
+         output_matches(destination, *row.fingerprint, store_etag);
 }
 
 void register_idem_driver() {

@@ -32,6 +32,9 @@ void set_dry_run_digest_cache(DigestCache* cache);
 // Whether the driver would skip this work instead of redoing it: `row` is a completed, not
 // superseded completion that wrote `destination` (absolute, as the driver names it), and the
 // output there still matches the fingerprint recorded at completion. `gdal-idem pending` asks it.
-bool completed_output_is_current(const LedgerRow& row, const std::string& destination);
+// When an object matched by its bytes rather than a predicted ETag, `store_etag` (if given) gets
+// the store's ETag, for the caller to record with Ledger::replace_etag.
+bool completed_output_is_current(const LedgerRow& row, const std::string& destination,
+                                 std::string* store_etag = nullptr);
 
 }  // namespace idem

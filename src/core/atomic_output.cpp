@@ -305,7 +305,10 @@ std::vector<std::string> AtomicOutput::upload(const std::vector<std::string>& or
       test_pause("during_upload");  // sidecars are up, the primary is not
     }
     const std::string to = join_path(final_dir, name);
-    copy_vsi_file(join_path(m_temp_dir, name), to);
+    const CopiedBytes sent = copy_vsi_file(join_path(m_temp_dir, name), to);
+    if (name == ordered.back()) {
+      m_uploaded_primary = sent;
+    }
     published.push_back(to);
   }
   m_committed = true;

@@ -8,11 +8,14 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <unistd.h>
+
+#include "core/object_store.hpp"
 
 namespace idem {
 
@@ -47,6 +50,8 @@ public:
   std::vector<std::string> commit(bool durable = true);
 
   bool is_object() const { return m_object; }
+  // After commit() of an object output: what was uploaded as the primary object.
+  const std::optional<CopiedBytes>& uploaded_primary() const { return m_uploaded_primary; }
 
 private:
   std::vector<std::string> upload(const std::vector<std::string>& ordered);
@@ -56,6 +61,7 @@ private:
   std::string m_temp_dir;
   std::string m_temp_path;
   bool m_committed = false;
+  std::optional<CopiedBytes> m_uploaded_primary;
 };
 
 // fsync a file or directory by path; throws idem::Error(k_io).

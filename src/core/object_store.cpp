@@ -1,12 +1,20 @@
-// Object stores: headers, streaming copies, local temporary root (see object_store.hpp).
+// Object stores: headers, streaming copies, predicted ETags, local temporary root (see
+// object_store.hpp).
+//
+// MD5 through OpenSSL's MD5_* functions rather than EVP, for the reason given in sha256.cpp.
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include "core/object_store.hpp"
 
+#include <openssl/md5.h>
+
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/sha256.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
@@ -35,6 +43,56 @@ std::string last_vsi_error() {
     return cpl;
   }
   return std::strerror(errno != 0 ? errno : EIO);
+}
+
+class Md5 {
+public:
+  Md5() { MD5_Init(&m_context); }
+  void update(const void* data, size_t size) { MD5_Update(&m_context, data, size); }
+  std::string finish_hex() {
+    unsigned char digest[MD5_DIGEST_LENGTH];
+    MD5_Final(digest, &m_context);
+    return hex_of(digest, sizeof(digest));
+  }
+
+private:
+  MD5_CTX m_context;
+};
+
+constexpr size_t k_copy_chunk = 1 << 20;
+
+// The MD5 of the object's bytes as the store serves them now, or nullopt when it cannot be read.
+std::optional<std::string> object_md5(const std::string& path) {
+  VSICurlPartialClearCache(path.c_str());
+  VsiFile in(VSIFOpenExL(path.c_str(), "rb", FALSE));
+  if (!in) {
+    return std::nullopt;
+  }
+  const std::unique_ptr<char[]> buffer(new char[k_copy_chunk]);
+  Md5 md5;
+  for (;;) {
+    const size_t got = VSIFReadL(buffer.get(), 1, k_copy_chunk, in.get());
+    md5.update(buffer.get(), got);
+    if (got < k_copy_chunk) {
+      if (VSIFEofL(in.get()) == 0) {
+        return std::nullopt;
+      }
+      break;
+    }
+  }
+  return md5.finish_hex();
+}
+
+// The ETag without its quotes, lowercase.
+std::string bare_etag(const std::string& etag) {
+  std::string bare = etag;
+  if (bare.size() >= 2 && bare.front() == '"' && bare.back() == '"') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  for (char& c : bare) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return bare;
 }
 
 }  // namespace
@@ -95,7 +153,37 @@ std::string local_temp_root() {
   return "/tmp";
 }
 
-void copy_vsi_file(const std::string& from, const std::string& to) {
+std::optional<std::string> predicted_etag(const std::string& path, const CopiedBytes& sent) {
+  if (sent.size > k_predicted_etag_max_size ||
+      (path.rfind("/vsis3/", 0) != 0 && path.rfind("/vsigs/", 0) != 0)) {
+    return std::nullopt;
+  }
+  return k_predicted_etag_prefix + sent.md5;
+}
+
+EtagMatch match_object_etag(const std::string& path, const ObjectHeaders& headers,
+                            const std::string& recorded) {
+  if (headers.etag == recorded) {
+    return EtagMatch::k_same;
+  }
+  const std::string prefix = k_predicted_etag_prefix;
+  if (recorded.rfind(prefix, 0) != 0) {
+    return EtagMatch::k_different;
+  }
+  const std::string md5 = recorded.substr(prefix.size());
+  if (bare_etag(headers.etag) == md5) {
+    return EtagMatch::k_same;
+  }
+  // Not the MD5 (a multipart upload, SSE-KMS...): the bytes decide. A size over the bound means
+  // they are not what was uploaded, since predictions are only made below it.
+  if (headers.size > k_predicted_etag_max_size) {
+    return EtagMatch::k_different;
+  }
+  const auto actual = object_md5(path);
+  return actual && *actual == md5 ? EtagMatch::k_same_content : EtagMatch::k_different;
+}
+
+CopiedBytes copy_vsi_file(const std::string& from, const std::string& to) {
   VSIErrorReset();
   CPLErrorReset();
   VsiFile in(VSIFOpenExL(from.c_str(), "rb", TRUE));
@@ -109,16 +197,19 @@ void copy_vsi_file(const std::string& from, const std::string& to) {
   }
   // Not zero-filled: only the pages a read touches are faulted in (a zeroed multi-megabyte
   // buffer cost more than uploading a 256x256 tile).
-  constexpr size_t k_chunk = 1 << 20;
-  const std::unique_ptr<char[]> buffer(new char[k_chunk]);
+  const std::unique_ptr<char[]> buffer(new char[k_copy_chunk]);
+  CopiedBytes sent;
+  Md5 md5;
   bool ok = true;
   for (;;) {
-    const size_t got = VSIFReadL(buffer.get(), 1, k_chunk, in.get());
+    const size_t got = VSIFReadL(buffer.get(), 1, k_copy_chunk, in.get());
     if (got > 0 && VSIFWriteL(buffer.get(), 1, got, out) != got) {
       ok = false;
       break;
     }
-    if (got < k_chunk) {
+    md5.update(buffer.get(), got);
+    sent.size += static_cast<int64_t>(got);
+    if (got < k_copy_chunk) {
       if (VSIFEofL(in.get()) == 0) {
         ok = false;  // a short read before the end
       }
@@ -137,6 +228,8 @@ void copy_vsi_file(const std::string& from, const std::string& to) {
     }
     throw Error(ErrorKind::k_io, "copying " + from + " to " + to + " failed: " + last_vsi_error());
   }
+  sent.md5 = md5.finish_hex();
+  return sent;
 }
 
 }  // namespace idem

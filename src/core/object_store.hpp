@@ -26,8 +26,40 @@ std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh)
 // Where local temporary files of object outputs go: CPL_TMPDIR, else TMPDIR, else /tmp.
 std::string local_temp_root();
 
+// What copy_vsi_file sent: the number of bytes and their MD5 (lowercase hex).
+struct CopiedBytes {
+  int64_t size = 0;
+  std::string md5;
+};
+
 // Stream `from` into `to` through GDAL's virtual file API (either side may be an object); the
 // write is complete only when this returns. Throws idem::Error(k_io) naming what failed.
-void copy_vsi_file(const std::string& from, const std::string& to);
+CopiedBytes copy_vsi_file(const std::string& from, const std::string& to);
+
+// Predicted ETags. GDAL 3.6 drops the ETag of its uploads' responses, and asking the store for
+// it costs a request per output. S3 and GCS (XML API) give an object uploaded in one PUT, without
+// SSE-KMS or SSE-C, the MD5 of its bytes as its ETag, so the driver records "md5:<hex>" instead
+// of asking. Whatever the store did, the prediction never makes a skip wrong: a recorded
+// "md5:<hex>" matches an object whose ETag is that MD5, or (where the store's ETags are not MD5s)
+// whose bytes have it, read once; the caller then records the store's own ETag.
+constexpr const char* k_predicted_etag_prefix = "md5:";
+// Outputs above this size are multipart uploads for some GDAL configurations, and their bytes
+// are worth reading back only for small objects: their ETag is asked of the store.
+constexpr int64_t k_predicted_etag_max_size = 8 << 20;
+
+// "md5:<hex>" for what `sent` put at `path` when a prediction applies (/vsis3/ or /vsigs/, at
+// most k_predicted_etag_max_size bytes), else nullopt (ask the store).
+std::optional<std::string> predicted_etag(const std::string& path, const CopiedBytes& sent);
+
+enum class EtagMatch {
+  k_different,
+  k_same,          // the store's ETag is the recorded one (or the predicted MD5)
+  k_same_content,  // a predicted ETag the store does not use, but the bytes have that MD5
+};
+
+// Compare the ETag recorded for `path` with the object's `headers` (fetched fresh); the sizes
+// are the caller's to compare first.
+EtagMatch match_object_etag(const std::string& path, const ObjectHeaders& headers,
+                            const std::string& recorded);
 
 }  // namespace idem

@@ -173,6 +173,11 @@ public:
   // A completed row whose output no longer matches: drop its completion so the work is redone.
   // Fenced on the token of the completion the caller observed; false if the row changed since.
   virtual bool invalidate(const std::string& work_key, const std::string& observed_token) = 0;
+  // A completed row recorded a predicted ETag (object_store.hpp) that the store does not use,
+  // and the object's bytes were found to match it: record the store's ETag instead. Fenced on
+  // the observed token and on the ETag still being `predicted`; false changes nothing.
+  virtual bool replace_etag(const std::string& work_key, const std::string& observed_token,
+                            const std::string& predicted, const std::string& store_etag) = 0;
   // Remove the rows (any state) recording `output_uri`; returns how many. Used before deleting an
   // output (ledger row first, then the file).
   virtual int64_t forget_output(const std::string& output_uri) = 0;

@@ -89,6 +89,10 @@ constexpr const char* k_invalidate_sql =
     "output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, feature_count = NULL "
     "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NOT NULL";
 
+constexpr const char* k_replace_etag_sql =
+    "UPDATE ledger SET output_etag = ?4 WHERE work_key = ?1 AND claim_token = ?2 "
+    "AND completed_at IS NOT NULL AND output_etag = ?3";
+
 constexpr const char* k_digest_get_sql =
     "SELECT digest FROM source_digest WHERE path = ?1 AND device = ?2 AND inode = ?3 "
     "AND size = ?4 AND mtime_ns = ?5 AND ctime_ns = ?6";
@@ -366,6 +370,14 @@ public:
 
   bool invalidate(const std::string& work_key, const std::string& observed_token) override {
     return fenced_update(k_invalidate_sql, work_key, observed_token);
+  }
+
+  bool replace_etag(const std::string& work_key, const std::string& observed_token,
+                    const std::string& predicted, const std::string& store_etag) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Query query(m_db.get(), statement(k_replace_etag_sql), m_context);
+    query.bind(1, work_key).bind(2, observed_token).bind(3, predicted).bind(4, store_etag).run();
+    return sqlite3_changes(m_db.get()) == 1;
   }
 
   LedgerRow lookup(const std::string& work_key) override {

@@ -218,6 +218,26 @@ TEST_P(LedgerConformance, InvalidateDropsCompletionFencedOnObservedToken) {
   EXPECT_EQ(result.attempt, 2);
 }
 
+TEST_P(LedgerConformance, ReplaceEtagIsFencedOnTokenAndPredictedValue) {
+  const ClaimRequest request = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  EXPECT_FALSE(m_ledger->replace_etag("k1", request.claim_token, "md5:ab", "\"x-2\""));
+  OutputFingerprint fingerprint = make_fingerprint(9);
+  fingerprint.etag = "md5:ab";
+  ASSERT_TRUE(m_ledger->complete("k1", request.claim_token, fingerprint));
+  EXPECT_FALSE(m_ledger->replace_etag("k1", random_token(), "md5:ab", "\"x-2\""));
+  EXPECT_FALSE(m_ledger->replace_etag("k1", request.claim_token, "md5:cd", "\"x-2\""));
+  EXPECT_EQ(m_ledger->lookup("k1").fingerprint->etag, "md5:ab");
+  EXPECT_TRUE(m_ledger->replace_etag("k1", request.claim_token, "md5:ab", "\"x-2\""));
+  const LedgerRow row = m_ledger->lookup("k1");
+  EXPECT_EQ(row.state, RowState::k_completed);
+  EXPECT_EQ(row.fingerprint->etag, "\"x-2\"");
+  EXPECT_EQ(row.fingerprint->size, fingerprint.size);
+  // Once replaced, the prediction no longer matches: a second replacement changes nothing.
+  EXPECT_FALSE(m_ledger->replace_etag("k1", request.claim_token, "md5:ab", "\"y-2\""));
+  EXPECT_EQ(m_ledger->lookup("k1").fingerprint->etag, "\"x-2\"");
+}
+
 TEST_P(LedgerConformance, CompletionSupersedesOlderRowsOfTheSameOutput) {
   const ClaimRequest old_work = make_request("old", 60s, "/data/out/tile.tif");
   ASSERT_EQ(m_ledger->claim(old_work).outcome, ClaimOutcome::k_claimed);
@@ -447,6 +467,36 @@ TEST_P(LedgerConformance, ArchiveMovesOldCompletedRowsToHistory) {
   EXPECT_EQ(m_ledger->archive_completed(0s), 0);
   // The primary key stays on work_key in the live table: the work can be done again.
   EXPECT_EQ(m_ledger->claim(make_request("done1", 60s)).outcome, ClaimOutcome::k_claimed);
+}
+
+TEST_P(LedgerConformance, DigestMissStartsThePostgisLoadAndTheClaimFollows) {
+  FileIdentity identity;
+  identity.inode = 42;
+  identity.size = 7;
+  EXPECT_FALSE(m_ledger->digest_cache().get("/data/miss.tif", identity));
+  if (!is_sqlite() && with_postgis()) {
+    // Sent without waiting: the backend loads PostGIS while the caller hashes the source.
+    std::string last;
+    for (int i = 0; i < 100 && last.find("WHERE false") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(10ms);
+      last = pg_exec(m_admin.get(),
+                     "SELECT coalesce(string_agg(query, ' '), '') FROM pg_stat_activity WHERE "
+                     "application_name = 'gdal-idem' AND datname = current_database()");
+    }
+    EXPECT_EQ(last, "UPDATE idem.ledger SET footprint = $1 WHERE false");
+  }
+  m_ledger->digest_cache().put("/data/miss.tif", identity, "sha256_tree:ab");
+  ClaimRequest request = make_request("after-miss", 60s);
+  request.footprint_wkt = "POLYGON((0 0,1 0,1 1,0 1,0 0))";
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  ASSERT_TRUE(m_ledger->complete("after-miss", request.claim_token, make_fingerprint(1)));
+  EXPECT_EQ(m_ledger->lookup("after-miss").state, RowState::k_completed);
+  EXPECT_EQ(m_ledger->digest_cache().get("/data/miss.tif", identity), "sha256_tree:ab");
+  if (!is_sqlite() && with_postgis()) {
+    EXPECT_EQ(pg_exec(m_admin.get(),
+                      "SELECT ST_AsText(footprint) FROM idem.ledger WHERE work_key = 'after-miss'"),
+              "MULTIPOLYGON(((0 0,1 0,1 1,0 1,0 0)))");
+  }
 }
 
 TEST_P(LedgerConformance, DigestCacheHitsOnlyOnTheSameIdentity) {
