@@ -64,12 +64,16 @@ pidfile =
             os.chown(self.dir, user.pw_uid, user.pw_gid)
             os.chown(ini, user.pw_uid, user.pw_gid)
             command = ["runuser", "-u", "postgres", "--"] + command
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+        # PgBouncer logs every connection to stderr as well: a pipe nobody reads would fill
+        # after some 200 connections and block it (new clients then time out).
+        stderr_path = os.path.join(self.dir, "stderr.log")
+        with open(stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("pgbouncer exited: " + self.proc.stderr.read() + self._log())
+                with open(stderr_path) as stderr:
+                    raise RuntimeError("pgbouncer exited: " + stderr.read() + self._log())
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return self
