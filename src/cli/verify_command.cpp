@@ -66,12 +66,14 @@ std::optional<std::string> file_sha256(const std::string& uri) {
     return std::nullopt;
   }
   Sha256 hasher;
-  std::vector<char> buffer(4 << 20);
-  size_t got = 0;
-  while ((got = VSIFReadL(buffer.data(), 1, buffer.size(), file)) > 0) {
-    hasher.update(buffer.data(), got);
-  }
+  const bool read = read_vsi_chunks(file, 4 << 20, [&](const unsigned char* data, size_t size) {
+    hasher.update(data, size);
+    return true;
+  });
   VSIFCloseL(file);
+  if (!read) {
+    return std::nullopt;  // unreadable
+  }
   return hasher.finish_hex();
 }
 

@@ -65,20 +65,12 @@ constexpr size_t k_copy_chunk = 1 << 20;
 std::optional<std::string> object_md5(const std::string& path) {
   VSICurlPartialClearCache(path.c_str());
   VsiFile in(VSIFOpenExL(path.c_str(), "rb", FALSE));
-  if (!in) {
-    return std::nullopt;
-  }
-  const std::unique_ptr<char[]> buffer(new char[k_copy_chunk]);
   Md5 md5;
-  for (;;) {
-    const size_t got = VSIFReadL(buffer.get(), 1, k_copy_chunk, in.get());
-    md5.update(buffer.get(), got);
-    if (got < k_copy_chunk) {
-      if (VSIFEofL(in.get()) == 0) {
-        return std::nullopt;
-      }
-      break;
-    }
+  if (!in || !read_vsi_chunks(in.get(), k_copy_chunk, [&](const unsigned char* data, size_t size) {
+        md5.update(data, size);
+        return true;
+      })) {
+    return std::nullopt;
   }
   return md5.finish_hex();
 }
@@ -153,6 +145,20 @@ std::string local_temp_root() {
   return "/tmp";
 }
 
+bool read_vsi_chunks(VSILFILE* file, size_t chunk,
+                     const std::function<bool(const unsigned char*, size_t)>& sink) {
+  const std::unique_ptr<unsigned char[]> buffer(new unsigned char[chunk]);
+  for (;;) {
+    const size_t got = VSIFReadL(buffer.get(), 1, chunk, file);
+    if (!sink(buffer.get(), got)) {
+      return false;
+    }
+    if (got < chunk) {
+      return VSIFEofL(file) != 0;  // a short read before the end is an error
+    }
+  }
+}
+
 std::optional<std::string> predicted_etag(const std::string& path, const CopiedBytes& sent) {
   if (sent.size > k_predicted_etag_max_size ||
       (path.rfind("/vsis3/", 0) != 0 && path.rfind("/vsigs/", 0) != 0)) {
@@ -195,27 +201,16 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to) {
     throw Error(ErrorKind::k_io, "cannot write " + to + ": " + last_vsi_error() +
                                      " (check the bucket exists and the credentials allow it)");
   }
-  // Not zero-filled: only the pages a read touches are faulted in (a zeroed multi-megabyte
-  // buffer cost more than uploading a 256x256 tile).
-  const std::unique_ptr<char[]> buffer(new char[k_copy_chunk]);
   CopiedBytes sent;
   Md5 md5;
-  bool ok = true;
-  for (;;) {
-    const size_t got = VSIFReadL(buffer.get(), 1, k_copy_chunk, in.get());
-    if (got > 0 && VSIFWriteL(buffer.get(), 1, got, out) != got) {
-      ok = false;
-      break;
+  bool ok = read_vsi_chunks(in.get(), k_copy_chunk, [&](const unsigned char* data, size_t size) {
+    if (size > 0 && VSIFWriteL(data, 1, size, out) != size) {
+      return false;
     }
-    md5.update(buffer.get(), got);
-    sent.size += static_cast<int64_t>(got);
-    if (got < k_copy_chunk) {
-      if (VSIFEofL(in.get()) == 0) {
-        ok = false;  // a short read before the end
-      }
-      break;
-    }
-  }
+    md5.update(data, size);
+    sent.size += static_cast<int64_t>(size);
+    return true;
+  });
   // For an object the upload completes (or fails) on close.
   if (VSIFCloseL(out) != 0) {
     ok = false;

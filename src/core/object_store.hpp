@@ -3,9 +3,13 @@
 // an object, and where a local temporary file for an object output lives.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+
+#include "cpl_vsi.h"
 
 namespace idem {
 
@@ -25,6 +29,13 @@ std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh)
 
 // Where local temporary files of object outputs go: CPL_TMPDIR, else TMPDIR, else /tmp.
 std::string local_temp_root();
+
+// Read `file` to its end, `chunk` bytes at a time, handing each piece to `sink` (the last one
+// may be short or empty). False when a read fails before the end or `sink` returns false. The
+// buffer is not zero-filled: only the pages a read touches are faulted in (a zeroed
+// multi-megabyte buffer cost more than uploading a 256x256 tile).
+bool read_vsi_chunks(VSILFILE* file, size_t chunk,
+                     const std::function<bool(const unsigned char*, size_t)>& sink);
 
 // What copy_vsi_file sent: the number of bytes and their MD5 (lowercase hex).
 struct CopiedBytes {

@@ -260,17 +260,13 @@ std::string content_digest_of_vsi_file(const std::string& path) {
   if (!file) {
     throw Error(ErrorKind::k_source, "cannot open source file '" + path + "'");
   }
-  std::unique_ptr<unsigned char[]> buffer(new unsigned char[k_read_block_size]);
   StreamingContentDigest digest;
-  while (true) {
-    const std::size_t got = VSIFReadL(buffer.get(), 1, k_read_block_size, file.get());
-    digest.update(buffer.get(), got);
-    if (got < k_read_block_size) {
-      if (VSIFEofL(file.get()) == 0) {  // a short read before the end: an error
-        throw Error(ErrorKind::k_source, "cannot read source file '" + path + "'");
-      }
-      break;
-    }
+  if (!read_vsi_chunks(file.get(), k_read_block_size,
+                       [&](const unsigned char* data, std::size_t size) {
+                         digest.update(data, size);
+                         return true;
+                       })) {
+    throw Error(ErrorKind::k_source, "cannot read source file '" + path + "'");
   }
   return digest.finish_hex();
 }
