@@ -113,6 +113,20 @@ class Ledger:
         finally:
             conn.close()
 
+    def count(self, table, where="TRUE", params=()):
+        """Rows of one of the ledger's tables (named without the schema) matching `where`."""
+        if self.backend == "sqlite":
+            where = where.replace("%s", "?")
+        else:
+            table = "idem." + table
+        conn = self._connect()
+        try:
+            cur = conn.cursor()
+            cur.execute(f"SELECT count(*) FROM {table} WHERE {where}", params)
+            return cur.fetchone()[0]
+        finally:
+            conn.close()
+
     def completed(self):
         return [r for r in self.rows() if r["completed_at"] is not None]
 

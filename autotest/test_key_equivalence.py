@@ -9,6 +9,7 @@ import pytest
 
 from conftest import (cli_key, dry_run_key, gdal_translate_key, gdal_warp_key, rasterio_warp_key,
                       write_raster)
+from idem_testlib import ledger  # noqa: F401  (fixture)
 
 WEB_MERCATOR_PROJ = ("+proj=merc +a=6378137 +b=6378137 +lat_ts=0 +lon_0=0 +x_0=0 +y_0=0 +k=1 "
                      "+units=m +nadgrids=@null +wktext +no_defs")
@@ -145,15 +146,16 @@ LAEA_NO_EPSG = "+proj=laea +lat_0=45 +lon_0=13 +x_0=0 +y_0=0 +ellps=GRS80 +units
 
 
 @pytest.mark.parametrize("target", ["EPSG:3857", LAEA_NO_EPSG, "EPSG:4326"])
-def test_crs_memo_in_the_ledger_gives_the_keys_computed_without_it(tmp_path, key_source, target):
+def test_crs_memo_in_the_ledger_gives_the_keys_computed_without_it(tmp_path, key_source, target,
+                                                                   ledger):
     """Worker processes remember CRS normalisations in the ledger's digest cache (docs/keys.md):
     the key of a warp must be the same whether PROJ was asked (first process) or the memo was
-    read (next processes), and the same as a dry run that has no ledger at all."""
-    import sqlite3
+    read (next processes), and the same as a dry run that has no ledger at all. The next
+    processes read every answer in one lookup (one round trip to a PostgreSQL ledger)."""
+    import re
 
     from idem_testlib import env_with, run
-    ledger_path = tmp_path / "ledger.sqlite"
-    env = env_with(IDEM_LEDGER=f"sqlite:{ledger_path}", CPL_DEBUG="IDEM")
+    env = env_with(IDEM_LEDGER=ledger.dsn, CPL_DEBUG="IDEM")
     keys, jsons = [], []
     for attempt in range(2):
         out = tmp_path / f"out{attempt}.tif"
@@ -163,15 +165,15 @@ def test_crs_memo_in_the_ledger_gives_the_keys_computed_without_it(tmp_path, key
         memo_reads = proc.stderr.count("CRS normalisation read from the ledger's memo")
         # The first process fills the memo; the second reads every answer from it.
         assert (memo_reads == 0) if attempt == 0 else (memo_reads >= 2), proc.stderr
-        with sqlite3.connect(ledger_path) as conn:
-            row = conn.execute("SELECT work_key, work_json FROM ledger WHERE output_uri = ?",
-                               (str(out),)).fetchone()
-            memo_rows = conn.execute("SELECT count(*) FROM source_digest WHERE path LIKE "
-                                     "'idem-memo:crs-v1:%'").fetchone()[0]
-        assert memo_rows >= 2
-        keys.append(row[0])
-        jsons.append(row[1].replace(str(out), "OUT"))
-        assert dry_run_key("gdalwarp", args) == row[0]
+        if attempt == 1:
+            lookup = re.search(r"CRS memo: (\d+) of (\d+) answers read in one lookup",
+                               proc.stderr)
+            assert lookup and lookup.group(1) == lookup.group(2) == str(memo_reads), proc.stderr
+        row, = ledger.rows("output_uri = %s", (str(out),))
+        assert ledger.count("source_digest", "path LIKE %s", ("idem-memo:crs-v1:%",)) >= 2
+        keys.append(row["work_key"])
+        jsons.append(row["work_json"].replace(str(out), "OUT"))
+        assert dry_run_key("gdalwarp", args) == row["work_key"]
     assert jsons[0] == jsons[1]
 
 

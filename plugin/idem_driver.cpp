@@ -466,7 +466,8 @@ public:
 private:
   GDALDataset* dry_run(const WorkDescription& work);
   GDALDataset* skip(const LedgerRow& row, const char* why);
-  GDALDataset* run_claimed(const ClaimResult& claim, GDALDataset* source, GDALDriver* format_driver,
+  GDALDataset* run_claimed(const ClaimResult& claim, LeaseKeeper::Clock::time_point claim_sent,
+                           GDALDataset* source, GDALDriver* format_driver,
                            GDALProgressFunc progress, void* progress_data);
 
   IdemOptions m_options;
@@ -608,10 +609,11 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       }
     }
     request.claim_token = new_claim_token();
+    const auto claim_sent = LeaseKeeper::Clock::now();
     const ClaimResult claim = m_ledger->claim(request);
     CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
     if (claim.outcome == ClaimOutcome::k_claimed) {
-      return run_claimed(claim, source, format_driver, progress, progress_data);
+      return run_claimed(claim, claim_sent, source, format_driver, progress, progress_data);
     }
     if (claim.outcome == ClaimOutcome::k_completed) {
       continue;  // completed between our lookup and claim: check it like any completed row
@@ -683,7 +685,8 @@ GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why) {
   return output;
 }
 
-GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* source,
+GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
+                                      LeaseKeeper::Clock::time_point claim_sent, GDALDataset* source,
                                       GDALDriver* format_driver, GDALProgressFunc progress,
                                       void* progress_data) {
   const std::string& token = claim.claim_token;
@@ -693,7 +696,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
            static_cast<long long>(claim.attempt));
   try {
     AtomicOutput output(m_destination, token);
-    LeaseKeeper keeper(*m_ledger, m_work.key, token, m_options.lease);
+    LeaseKeeper keeper(*m_ledger, m_work.key, token, m_options.lease, claim_sent);
     ProgressRelay relay{progress, progress_data, &keeper, false};
 
     MaterialiseRequest request;
@@ -705,6 +708,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
     }
     request.scratch_dir = output.temp_dir();
     request.kept_sources = &m_kept_sources;
+    request.vrt_xml = &m_work.vrt_xml;
     request.progress = relay_progress;
     request.progress_data = &relay;
     // A large local output is synced while GDAL writes it, so the fsync of the commit does
@@ -731,7 +735,8 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim, GDALDataset* sou
     }
 
     CPLDebug("IDEM", "timing: materialise %.2f ms", lap_ms(m_lap));
-    if (!keeper.renew_now()) {
+    // Renewed unless the claim or the last renewal is recent (a tile: no ledger write).
+    if (!keeper.ensure_held()) {
       throw Error(ErrorKind::k_ledger, "the claim on this work was lost before publishing "
                                        "(lease expired and another worker took it over)");
     }

@@ -175,17 +175,24 @@ bool driver_has(GDALDriver* driver, const char* capability) {
   return driver->GetMetadataItem(capability) != nullptr;
 }
 
-// The xml:VRT serialisation of a VRTWarpedDataset, or nullptr for any other dataset.
-CPLXMLTreeCloser warped_vrt_tree(GDALDataset* source) {
+// The xml:VRT serialisation of a VRTWarpedDataset (`known_xml` when the caller has it), or
+// nullptr for any other dataset.
+CPLXMLTreeCloser warped_vrt_tree(GDALDataset* source, const std::string* known_xml) {
   GDALDriver* driver = source->GetDriver();
   if (driver == nullptr || !EQUAL(driver->GetDescription(), "VRT")) {
     return CPLXMLTreeCloser(nullptr);
   }
-  char** xml = source->GetMetadata("xml:VRT");
-  if (xml == nullptr || xml[0] == nullptr) {
+  const char* text = nullptr;
+  if (known_xml != nullptr && !known_xml->empty()) {
+    text = known_xml->c_str();
+  } else {
+    char** xml = source->GetMetadata("xml:VRT");
+    text = xml != nullptr ? xml[0] : nullptr;
+  }
+  if (text == nullptr) {
     return CPLXMLTreeCloser(nullptr);
   }
-  CPLXMLTreeCloser tree(CPLParseXMLString(xml[0]));
+  CPLXMLTreeCloser tree(CPLParseXMLString(text));
   CPLXMLNode* root = tree.get() != nullptr ? CPLGetXMLNode(tree.get(), "=VRTDataset") : nullptr;
   if (root == nullptr || !EQUAL(CPLGetXMLValue(root, "subClass", ""), "VRTWarpedDataset") ||
       CPLGetXMLNode(root, "GDALWarpOptions") == nullptr) {
@@ -418,7 +425,7 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   const bool writes_pixels = !EQUAL(driver->GetDescription(), "VRT");
 
   CPLXMLTreeCloser tree =
-      writes_pixels ? warped_vrt_tree(request.source) : CPLXMLTreeCloser(nullptr);
+      writes_pixels ? warped_vrt_tree(request.source, request.vrt_xml) : CPLXMLTreeCloser(nullptr);
   if (tree.get() == nullptr) {
     // gdal_translate's path: CreateCopy (GDALDriver falls back to Create + copy of the whole
     // raster for Create-only drivers).

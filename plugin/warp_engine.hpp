@@ -20,6 +20,9 @@ struct MaterialiseRequest {
   // Sources the key computation opened: the warp uses the one its VRT names instead of opening
   // it again, unless the VRT gives open options for it.
   const KeptSources* kept_sources = nullptr;
+  // The source's xml:VRT as the key described it (saves serialising the VRT again); null to ask
+  // the source.
+  const std::string* vrt_xml = nullptr;
   GDALProgressFunc progress = GDALDummyProgress;
   void* progress_data = nullptr;
 };

@@ -261,18 +261,76 @@ std::optional<JsonValue> decode_answer(const std::string& text, bool has_mapping
 // Normalising asks PROJ's database; a batch of tiles asks the same few questions thousands of
 // times in one process, so answers are remembered (errors are not), and across processes by
 // `memo` when there is one.
+namespace {
+
+class RememberedAnswers {
+public:
+  using Question = std::pair<std::string, std::string>;  // definition, data axis mapping
+
+  static RememberedAnswers& instance() {
+    static RememberedAnswers answers;
+    return answers;
+  }
+  std::optional<JsonValue> find(const Question& question) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    const auto found = m_answers.find(question);
+    if (found == m_answers.end()) {
+      return std::nullopt;
+    }
+    return found->second;
+  }
+  void remember(const Question& question, const JsonValue& answer) {
+    constexpr size_t k_max_remembered = 256;
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (m_answers.size() >= k_max_remembered) {
+      m_answers.clear();
+    }
+    m_answers.emplace(question, answer);
+  }
+
+private:
+  std::mutex m_mutex;
+  std::map<Question, JsonValue> m_answers;
+};
+
+}  // namespace
+
+void prefetch_crs_answers(const std::vector<std::pair<std::string, std::string>>& questions,
+                          DigestCache& memo) {
+  std::map<std::string, RememberedAnswers::Question> by_path;
+  for (const auto& question : questions) {
+    if (!RememberedAnswers::instance().find(question)) {
+      by_path.emplace(memo_path(question.first, question.second), question);
+    }
+  }
+  if (by_path.empty()) {
+    return;
+  }
+  std::vector<std::string> paths;
+  for (const auto& entry : by_path) {
+    paths.push_back(entry.first);
+  }
+  std::size_t read = 0;
+  for (const auto& [path, text] : memo.get_many(paths, k_memo_identity)) {
+    const auto question = by_path.find(path);
+    if (question == by_path.end()) {
+      continue;
+    }
+    // Unreadable entries are left to normalize_crs_with_axes, which recomputes them.
+    if (auto answer = decode_answer(text, !question->second.second.empty())) {
+      CPLDebug("IDEM", "CRS normalisation read from the ledger's memo");
+      RememberedAnswers::instance().remember(question->second, *answer);
+      ++read;
+    }
+  }
+  CPLDebug("IDEM", "CRS memo: %zu of %zu answers read in one lookup", read, paths.size());
+}
+
 JsonValue normalize_crs_with_axes(const std::string& definition,
                                   const std::string& data_axis_mapping, DigestCache* memo) {
-  constexpr size_t k_max_remembered = 256;
-  static std::mutex mutex;
-  static std::map<std::pair<std::string, std::string>, JsonValue> remembered;
   const auto question = std::make_pair(definition, data_axis_mapping);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto found = remembered.find(question);
-    if (found != remembered.end()) {
-      return found->second;
-    }
+  if (auto known = RememberedAnswers::instance().find(question)) {
+    return *known;
   }
   std::optional<JsonValue> answer;
   const std::string path = memo != nullptr ? memo_path(definition, data_axis_mapping) : "";
@@ -290,11 +348,7 @@ JsonValue normalize_crs_with_axes(const std::string& definition,
       memo->put(path, k_memo_identity, text);
     }
   }
-  std::lock_guard<std::mutex> lock(mutex);
-  if (remembered.size() >= k_max_remembered) {
-    remembered.clear();
-  }
-  remembered.emplace(question, *answer);
+  RememberedAnswers::instance().remember(question, *answer);
   return *answer;
 }
 

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/canonical_json.hpp"
 #include "core/source_digest.hpp"
@@ -26,6 +28,12 @@ JsonValue normalize_crs(const std::string& definition);
 JsonValue normalize_crs_with_axes(const std::string& definition,
                                   const std::string& data_axis_mapping,
                                   DigestCache* memo = nullptr);
+
+// Reads the memo's answers to these questions (definition, data axis mapping) at once, so that
+// the normalize_crs_with_axes calls that follow find them without asking the memo one by one
+// (one round trip to a PostgreSQL ledger instead of one per CRS).
+void prefetch_crs_answers(const std::vector<std::pair<std::string, std::string>>& questions,
+                          DigestCache& memo);
 
 // normalize_crs as a string: the authority code, or the canonical JSON of the fallback.
 std::string normalized_crs_text(const std::string& definition);

@@ -267,7 +267,8 @@ private:
     }
     const char* const pg_only[] = {"PostgreSQL", nullptr};
 
-    LeaseKeeper keeper(m_ledger, m_work.key, m_token, m_request.lease);
+    LeaseKeeper keeper(m_ledger, m_work.key, m_token, m_request.lease,
+                       LeaseKeeper::Clock::time_point());
     CPLErrorReset();
     DatasetHandle source(GDALOpenEx(command.source.c_str(), GDAL_OF_VECTOR | GDAL_OF_READONLY |
                                                               GDAL_OF_VERBOSE_ERROR,

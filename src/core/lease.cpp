@@ -44,9 +44,9 @@ void test_pause(const char* point) {
 }
 
 LeaseKeeper::LeaseKeeper(Ledger& ledger, std::string work_key, std::string token,
-                         std::chrono::seconds lease)
+                         std::chrono::seconds lease, Clock::time_point held_since)
     : m_ledger(ledger), m_work_key(std::move(work_key)), m_token(std::move(token)),
-      m_lease(lease) {
+      m_lease(lease), m_confirmed_at(held_since.time_since_epoch().count()) {
   m_thread = std::thread([this] { run(); });
 }
 
@@ -67,8 +67,11 @@ bool LeaseKeeper::renew_now() {
   if (m_lost.load()) {
     return false;
   }
+  const Clock::time_point sent = Clock::now();
   try {
-    if (!m_ledger.heartbeat(m_work_key, m_token, m_lease)) {
+    if (m_ledger.heartbeat(m_work_key, m_token, m_lease)) {
+      m_confirmed_at = sent.time_since_epoch().count();
+    } else {
       m_lost = true;
     }
   } catch (const Error& error) {
@@ -76,6 +79,17 @@ bool LeaseKeeper::renew_now() {
     m_lost = true;
   }
   return !m_lost.load();
+}
+
+bool LeaseKeeper::ensure_held() {
+  if (m_lost.load()) {
+    return false;
+  }
+  const Clock::time_point confirmed{Clock::duration(m_confirmed_at.load())};
+  if (Clock::now() - confirmed < std::chrono::duration_cast<Clock::duration>(m_lease) / 3) {
+    return true;
+  }
+  return renew_now();
 }
 
 void LeaseKeeper::run() {

@@ -27,17 +27,28 @@ void test_pause(const char* point);
 // Renews a claim every third of its lease from a background thread. Once a renewal fails (the
 // claim was taken over, or the ledger is unreachable) lost() stays true: the work's progress
 // callback then returns FALSE and nothing is published.
+//
+// `held_since` is a moment before the claim (or takeover) was sent: the ledger computed the
+// lease's end from its own clock after it, so the claim is held at least until held_since +
+// lease, and nobody can take it over before then. Clock::time_point() when unknown.
 class LeaseKeeper {
 public:
-  LeaseKeeper(Ledger& ledger, std::string work_key, std::string token, std::chrono::seconds lease);
+  using Clock = std::chrono::steady_clock;
+
+  LeaseKeeper(Ledger& ledger, std::string work_key, std::string token, std::chrono::seconds lease,
+              Clock::time_point held_since);
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
 
   bool lost() const { return m_lost.load(); }
   void stop();
-  // Renew now (e.g. right before publishing); false when the claim is gone.
+  // Renew now; false when the claim is gone.
   bool renew_now();
+  // Right before publishing: true when the claim is held with at least two thirds of its lease
+  // left. The last confirmation (the claim or a renewal) is trusted while it is younger than a
+  // third of the lease, which saves a tile a ledger write; an older one is renewed now.
+  bool ensure_held();
 
 private:
   void run();
@@ -47,6 +58,8 @@ private:
   std::string m_token;
   std::chrono::seconds m_lease;
   std::atomic<bool> m_lost{false};
+  // When the last renewal that succeeded was sent (steady clock ticks, also while stopped).
+  std::atomic<Clock::rep> m_confirmed_at;
   std::mutex m_mutex;
   std::condition_variable m_wake;
   bool m_stopping = false;

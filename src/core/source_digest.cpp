@@ -335,6 +335,17 @@ InMemoryDigestCache::Key InMemoryDigestCache::make_key(const std::string& path,
              identity.mtime_ns, identity.ctime_ns);
 }
 
+std::map<std::string, std::string> DigestCache::get_many(const std::vector<std::string>& paths,
+                                                         const FileIdentity& identity) {
+  std::map<std::string, std::string> found;
+  for (const auto& path : paths) {
+    if (auto digest = get(path, identity)) {
+      found.emplace(path, std::move(*digest));
+    }
+  }
+  return found;
+}
+
 std::optional<std::string> InMemoryDigestCache::get(const std::string& path,
                                                     const FileIdentity& identity) {
   std::lock_guard<std::mutex> lock(m_mutex);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/object_store.hpp"
 
@@ -36,6 +37,10 @@ public:
   virtual std::optional<std::string> get(const std::string& path, const FileIdentity& identity) = 0;
   virtual void put(const std::string& path, const FileIdentity& identity,
                    const std::string& digest) = 0;
+  // The digests recorded for these paths with exactly this identity, by path (absent ones are
+  // left out). A ledger on a server answers in one round trip; the default asks one by one.
+  virtual std::map<std::string, std::string> get_many(const std::vector<std::string>& paths,
+                                                      const FileIdentity& identity);
 };
 
 // The in-process cache: a map guarded by a mutex. Local files are keyed by their identity alone

@@ -3,6 +3,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "cpl_conv.h"
 #include "cpl_minixml.h"
@@ -66,6 +69,38 @@ std::string text_of(const CPLXMLNode* node) {
   return text;
 }
 
+// What an element asks normalize_crs_with_axes, if anything: an SRS element's definition, or a
+// GCP list's Projection attribute, with the data axis mapping.
+using CrsQuestion = std::pair<std::string, std::string>;
+
+std::optional<CrsQuestion> crs_question(const CPLXMLNode* node) {
+  std::string definition;
+  if (tag_in(node->pszValue, k_srs_tags)) {
+    definition = CPLString(text_of(node)).Trim();
+  } else if (EQUAL(node->pszValue, "GCPList")) {
+    definition = attribute(node, "Projection");
+    if (CPLString(definition).Trim().empty()) {
+      definition.clear();
+    }
+  }
+  if (definition.empty()) {
+    return std::nullopt;
+  }
+  return CrsQuestion(definition, attribute(node, "dataAxisToSRSAxisMapping"));
+}
+
+void collect_crs_questions(const CPLXMLNode* node, std::vector<CrsQuestion>& questions) {
+  for (; node != nullptr; node = node->psNext) {
+    if (node->eType != CXT_Element) {
+      continue;
+    }
+    if (auto question = crs_question(node)) {
+      questions.push_back(std::move(*question));
+    }
+    collect_crs_questions(node->psChild, questions);
+  }
+}
+
 bool has_child(const CPLXMLNode* node, const char* tag) {
   for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
     if (child->eType == CXT_Element && EQUAL(child->pszValue, tag)) {
@@ -106,10 +141,8 @@ public:
     }
     const bool is_srs = tag_in(tag, k_srs_tags);
     if (is_srs) {
-      const std::string definition = CPLString(text_of(node)).Trim();
-      if (!definition.empty()) {
-        result.set("crs", normalize_crs_with_axes(definition,
-                                                  attribute(node, "dataAxisToSRSAxisMapping"),
+      if (const auto question = crs_question(node)) {
+        result.set("crs", normalize_crs_with_axes(question->first, question->second,
                                                   m_options.sources.cache));
       }
     }
@@ -130,10 +163,9 @@ public:
           continue;
         }
         if (is_gcp_list && EQUAL(name.c_str(), "Projection")) {
-          if (!CPLString(value).Trim().empty()) {
-            attributes.set(name, normalize_crs_with_axes(
-                                     value, attribute(node, "dataAxisToSRSAxisMapping"),
-                                     m_options.sources.cache));
+          if (const auto question = crs_question(node)) {
+            attributes.set(name, normalize_crs_with_axes(question->first, question->second,
+                                                         m_options.sources.cache));
           }
           continue;
         }
@@ -318,6 +350,12 @@ JsonValue canonical_vrt(const std::string& xml, const VrtCanonicalOptions& optio
   }
   if (root == nullptr) {
     throw Error(ErrorKind::k_internal, "the source's xml:VRT does not parse as XML");
+  }
+  if (options.sources.cache != nullptr) {
+    // The memo's answers for every CRS in the VRT, in one read (see prefetch_crs_answers).
+    std::vector<CrsQuestion> questions;
+    collect_crs_questions(root, questions);
+    prefetch_crs_answers(questions, *options.sources.cache);
   }
   VrtCanonicaliser canonicaliser(options);
   return canonicaliser.element(root, 0);

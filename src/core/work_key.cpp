@@ -147,6 +147,7 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     description.is_warp = sub_class != nullptr && sub_class->text() == "VRTWarpedDataset";
     work.set("kind", JsonValue::string(description.is_warp ? "warp" : "vrt"));
     work.set("vrt", std::move(vrt));
+    description.vrt_xml = xml[0];
   } else {
     description.source_was_materialised = looks_materialised(src, options.destination);
     work.set("kind", JsonValue::string(description.source_was_materialised ? "materialised" : "copy"));

@@ -90,6 +90,10 @@ constexpr const char* k_digest_get_sql =
     "SELECT digest FROM idem.source_digest WHERE path = $1 AND device = $2 AND inode = $3 "
     "AND size = $4 AND mtime_ns = $5 AND ctime_ns = $6";
 
+constexpr const char* k_digest_get_many_sql =
+    "SELECT path, digest FROM idem.source_digest WHERE path = ANY ($1::text[]) AND device = $2 "
+    "AND inode = $3 AND size = $4 AND mtime_ns = $5 AND ctime_ns = $6";
+
 constexpr const char* k_digest_put_sql =
     "INSERT INTO idem.source_digest AS d (path, device, inode, size, mtime_ns, ctime_ns, digest) "
     "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT ON CONSTRAINT source_digest_pk DO UPDATE SET "
@@ -210,6 +214,22 @@ std::string identity_param(uint64_t value) {
   return std::to_string(static_cast<int64_t>(value));  // unsigned, stored bit for bit
 }
 
+// A text[] literal: every element quoted, with '"' and '\\' escaped.
+std::string text_array_literal(const std::vector<std::string>& items) {
+  std::string literal = "{";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    literal += i > 0 ? ",\"" : "\"";
+    for (char c : items[i]) {
+      if (c == '"' || c == '\\') {
+        literal += '\\';
+      }
+      literal += c;
+    }
+    literal += '"';
+  }
+  return literal + "}";
+}
+
 class PostgresLedger;
 
 class PostgresDigestCache : public DigestCache {
@@ -218,6 +238,8 @@ public:
   std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
   void put(const std::string& path, const FileIdentity& identity,
            const std::string& digest) override;
+  std::map<std::string, std::string> get_many(const std::vector<std::string>& paths,
+                                              const FileIdentity& identity) override;
 
 private:
   PostgresLedger& m_ledger;
@@ -616,6 +638,29 @@ public:
       return std::nullopt;
     }
     return std::string(PQgetvalue(result.get(), 0, 0));
+  }
+
+  std::map<std::string, std::string> digest_get_many(const std::vector<std::string>& paths,
+                                                     const FileIdentity& identity) {
+    std::map<std::string, std::string> found;
+    if (paths.empty()) {
+      return found;
+    }
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    PgResult result = exec_statement(
+        "idem_digest_get_many", k_digest_get_many_sql,
+        {text_array_literal(paths), identity_param(identity.device),
+         identity_param(identity.inode), std::to_string(identity.size),
+         std::to_string(identity.mtime_ns), std::to_string(identity.ctime_ns)},
+        "digest cache lookup");
+    for (int row = 0; row < PQntuples(result.get()); ++row) {
+      found.emplace(PQgetvalue(result.get(), row, 0), PQgetvalue(result.get(), row, 1));
+    }
+    if (found.size() < paths.size()) {
+      start_postgis_load();  // the caller now computes what was missing: the load runs meanwhile
+    }
+    return found;
   }
 
   void digest_put(const std::string& path, const FileIdentity& identity,
@@ -1073,6 +1118,11 @@ std::optional<std::string> PostgresDigestCache::get(const std::string& path,
 void PostgresDigestCache::put(const std::string& path, const FileIdentity& identity,
                               const std::string& digest) {
   m_ledger.digest_put(path, identity, digest);
+}
+
+std::map<std::string, std::string> PostgresDigestCache::get_many(
+    const std::vector<std::string>& paths, const FileIdentity& identity) {
+  return m_ledger.digest_get_many(paths, identity);
 }
 
 }  // namespace

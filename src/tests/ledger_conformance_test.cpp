@@ -523,6 +523,28 @@ TEST_P(LedgerConformance, DigestCacheHitsOnlyOnTheSameIdentity) {
             std::optional<std::string>("sha256:def"));
 }
 
+TEST_P(LedgerConformance, DigestCacheReadsManyPathsAtOnce) {
+  DigestCache& cache = m_ledger->digest_cache();
+  const FileIdentity memo{};  // what the CRS memo's entries are recorded with
+  FileIdentity file;
+  file.device = 7;
+  file.inode = 99;
+  file.size = 4096;
+  // Paths an array literal must quote: a comma, braces, a double quote, a backslash, a space.
+  const std::string odd = "idem-memo:a,b {c} \"d\" \\e";
+  cache.put("idem-memo:one", memo, "id\tEPSG:4326\n");
+  cache.put(odd, memo, "id\tEPSG:3857\n");
+  cache.put("idem-memo:file", file, "sha256:other-identity");
+  EXPECT_TRUE(cache.get_many({}, memo).empty());
+  const std::map<std::string, std::string> found =
+      cache.get_many({"idem-memo:one", odd, "idem-memo:absent", "idem-memo:file"}, memo);
+  const std::map<std::string, std::string> expected = {{"idem-memo:one", "id\tEPSG:4326\n"},
+                                                       {odd, "id\tEPSG:3857\n"}};
+  EXPECT_EQ(found, expected);
+  EXPECT_EQ(cache.get_many({"idem-memo:file"}, file),
+            (std::map<std::string, std::string>{{"idem-memo:file", "sha256:other-identity"}}));
+}
+
 TEST_P(LedgerConformance, MigrationsAreEmbeddedAndIdempotent) {
   const std::vector<Migration> all = migrations(m_ledger->backend_name());
   ASSERT_FALSE(all.empty());

@@ -1,0 +1,100 @@
+// LeaseKeeper against a real SQLite ledger: the check right before publishing trusts a recent
+// claim (no ledger write), renews an older one, and reports a claim that was taken over.
+#include "core/lease.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "ledger_test_support.hpp"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+using ledger_test::make_request;
+
+class LeaseKeeperTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    m_dir = std::filesystem::temp_directory_path() /
+            ("idem-lease-test-" + std::to_string(getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(m_dir);
+    std::filesystem::create_directories(m_dir);
+    m_ledger = Ledger::open("sqlite:" + (m_dir / "ledger.sqlite").string());
+  }
+  void TearDown() override {
+    m_ledger.reset();
+    std::filesystem::remove_all(m_dir);
+  }
+
+  double lease_end(const std::string& key) { return *m_ledger->lookup(key).lease_expires_at; }
+
+  std::filesystem::path m_dir;
+  std::unique_ptr<Ledger> m_ledger;
+};
+
+TEST_F(LeaseKeeperTest, RecentClaimIsTrustedWithoutALedgerWrite) {
+  const ClaimRequest request = make_request("recent", 30s);
+  const auto sent = LeaseKeeper::Clock::now();
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  const double before = lease_end("recent");
+  LeaseKeeper keeper(*m_ledger, "recent", request.claim_token, request.lease, sent);
+  std::this_thread::sleep_for(20ms);  // a renewal now would move the lease's end
+  EXPECT_TRUE(keeper.ensure_held());
+  EXPECT_EQ(lease_end("recent"), before);
+  EXPECT_FALSE(keeper.lost());
+}
+
+TEST_F(LeaseKeeperTest, OlderConfirmationIsRenewed) {
+  const ClaimRequest request = make_request("older", 30s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  const double before = lease_end("older");
+  std::this_thread::sleep_for(20ms);
+  // Claimed (as far as the keeper knows) more than a third of the lease ago.
+  LeaseKeeper keeper(*m_ledger, "older", request.claim_token, request.lease,
+                     LeaseKeeper::Clock::now() - 11s);
+  EXPECT_TRUE(keeper.ensure_held());
+  EXPECT_GT(lease_end("older"), before);
+  // The renewal just made is now the confirmation: the next check writes nothing.
+  const double renewed = lease_end("older");
+  std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(keeper.ensure_held());
+  EXPECT_EQ(lease_end("older"), renewed);
+}
+
+TEST_F(LeaseKeeperTest, UnknownClaimTimeIsAlwaysRenewed) {
+  const ClaimRequest request = make_request("unknown", 30s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  const double before = lease_end("unknown");
+  std::this_thread::sleep_for(20ms);
+  LeaseKeeper keeper(*m_ledger, "unknown", request.claim_token, request.lease,
+                     LeaseKeeper::Clock::time_point());
+  EXPECT_TRUE(keeper.ensure_held());
+  EXPECT_GT(lease_end("unknown"), before);
+}
+
+TEST_F(LeaseKeeperTest, ClaimTakenOverIsReportedLost) {
+  const ClaimRequest first = make_request("taken", 30s);
+  ASSERT_EQ(m_ledger->claim(first).outcome, ClaimOutcome::k_claimed);
+  // The claim is given back and another worker takes the work.
+  ASSERT_TRUE(m_ledger->release("taken", first.claim_token));
+  const ClaimRequest second = make_request("taken", 30s);
+  ASSERT_EQ(m_ledger->claim(second).outcome, ClaimOutcome::k_claimed);
+
+  LeaseKeeper keeper(*m_ledger, "taken", first.claim_token, first.lease,
+                     LeaseKeeper::Clock::now() - 11s);
+  EXPECT_FALSE(keeper.ensure_held());
+  EXPECT_TRUE(keeper.lost());
+  // Once lost, even a recent confirmation is not trusted.
+  EXPECT_FALSE(keeper.ensure_held());
+  EXPECT_EQ(m_ledger->lookup("taken").claim_token, second.claim_token);
+}
+
+}  // namespace
+}  // namespace idem
