@@ -545,8 +545,9 @@ def cmd_overhead():
         "Reading: *describe+digest+key* includes the content digest of the source when the "
         "digest is fresh (one pass over 200 MB, one thread per core; docs/keys.md) and only "
         "stat + cache lookup when cached; "
-        "*heartbeat+commit* is one lease renewal, fsync of the output and its directory, and "
-        "the rename; *complete* is the fenced completion (plus stopping the lease thread); "
+        "*heartbeat+commit* is the lease check before publishing (a renewal only when the "
+        "claim is older than a third of the lease: none here), fsync of the output and its "
+        "directory, and the rename; *complete* is the fenced completion (plus stopping the lease thread); "
         "the plain GTiff run leaves its 200 MB dirty in the page cache instead of fsyncing it. "
         "Process start, GDAL's own setup and the end-of-process work are in the wall times only.",
     ]
