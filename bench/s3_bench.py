@@ -35,10 +35,17 @@ def main():
     os.makedirs(local_tmp, exist_ok=True)
     sqlite_dsn = "sqlite:" + os.path.join(B.WORK, "s3-ledger.sqlite")
     pg_dsn = B.pg_new_database("idem_bench_s3") if os.environ.get("IDEM_TEST_PG_DSN") else None
-    for dsn in filter(None, (sqlite_dsn, pg_dsn)):
+    # The same through PgBouncer to a database where commits do not wait for the WAL flush
+    # (docs/operations.md, "PostgreSQL connection costs": synchronous_commit = off).
+    async_dsn = B.pg_new_database("idem_bench_s3_async") if pg_dsn else None
+    if async_dsn:
+        database = async_dsn.split("dbname=")[1].split()[0]
+        B.pg_query(async_dsn, f'ALTER DATABASE "{database}" SET synchronous_commit = off')
+    for dsn in filter(None, (sqlite_dsn, pg_dsn, async_dsn)):
         B.init_ledger(dsn)
     bouncer = B.start_pgbouncer() if pg_dsn else None
     pooled_dsn = bouncer.dsn_for(pg_dsn) if bouncer else None
+    pooled_async_dsn = bouncer.dsn_for(async_dsn) if bouncer else None
     base_env = B.env_with(CPL_TMPDIR=local_tmp, **server.config())
     try:
         def uri(prefix, tile):
@@ -65,10 +72,12 @@ def main():
                 idem_tile(dsn, prefix, namespace, tile)
             return time.perf_counter() - start
 
-        ledgers = [(name, dsn) for name, dsn in (("SQLite ledger", sqlite_dsn),
-                                                 ("PostgreSQL ledger", pg_dsn),
-                                                 ("PostgreSQL through PgBouncer", pooled_dsn))
-                   if dsn]
+        ledgers = [(name, dsn) for name, dsn in (
+            ("SQLite ledger", sqlite_dsn),
+            ("PostgreSQL ledger", pg_dsn),
+            ("PostgreSQL through PgBouncer", pooled_dsn),
+            ("PostgreSQL through PgBouncer, synchronous_commit = off", pooled_async_dsn))
+            if dsn]
         B.log("s3: warm-up")
         warm = uuid.uuid4().hex[:8]
         for tile in tiles[:4]:
@@ -132,8 +141,8 @@ def main():
         server.stop()
         if bouncer:
             bouncer.stop()
-        if pg_dsn:
-            B.pg_drop_database(pg_dsn)
+        for dsn in filter(None, (pg_dsn, async_dsn)):
+            B.pg_drop_database(dsn)
 
     lines = [
         "### 6. Object storage: tiles to /vsis3/ (issue 8)",
