@@ -267,8 +267,7 @@ private:
     }
     const char* const pg_only[] = {"PostgreSQL", nullptr};
 
-    LeaseKeeper keeper(m_ledger, m_work.key, m_token, m_request.lease,
-                       LeaseKeeper::Clock::time_point());
+    LeaseKeeper keeper(m_ledger, m_work.key, m_token, m_request.lease, std::nullopt);
     CPLErrorReset();
     DatasetHandle source(GDALOpenEx(command.source.c_str(), GDAL_OF_VECTOR | GDAL_OF_READONLY |
                                                               GDAL_OF_VERBOSE_ERROR,

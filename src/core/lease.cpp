@@ -44,9 +44,10 @@ void test_pause(const char* point) {
 }
 
 LeaseKeeper::LeaseKeeper(Ledger& ledger, std::string work_key, std::string token,
-                         std::chrono::seconds lease, Clock::time_point held_since)
+                         std::chrono::seconds lease, std::optional<Clock::time_point> held_since)
     : m_ledger(ledger), m_work_key(std::move(work_key)), m_token(std::move(token)),
-      m_lease(lease), m_confirmed_at(held_since.time_since_epoch().count()) {
+      m_lease(lease),
+      m_confirmed_at(held_since ? held_since->time_since_epoch().count() : k_never) {
   m_thread = std::thread([this] { run(); });
 }
 
@@ -85,8 +86,10 @@ bool LeaseKeeper::ensure_held() {
   if (m_lost.load()) {
     return false;
   }
-  const Clock::time_point confirmed{Clock::duration(m_confirmed_at.load())};
-  if (Clock::now() - confirmed < std::chrono::duration_cast<Clock::duration>(m_lease) / 3) {
+  const Clock::rep confirmed_at = m_confirmed_at.load();
+  if (confirmed_at != k_never &&
+      Clock::now() - Clock::time_point(Clock::duration(confirmed_at)) <
+          std::chrono::duration_cast<Clock::duration>(m_lease) / 3) {
     return true;
   }
   return renew_now();

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -30,13 +32,14 @@ void test_pause(const char* point);
 //
 // `held_since` is a moment before the claim (or takeover) was sent: the ledger computed the
 // lease's end from its own clock after it, so the claim is held at least until held_since +
-// lease, and nobody can take it over before then. Clock::time_point() when unknown.
+// lease, and nobody can take it over before then. std::nullopt when unknown: ensure_held() then
+// renews until a renewal of its own has succeeded.
 class LeaseKeeper {
 public:
   using Clock = std::chrono::steady_clock;
 
   LeaseKeeper(Ledger& ledger, std::string work_key, std::string token, std::chrono::seconds lease,
-              Clock::time_point held_since);
+              std::optional<Clock::time_point> held_since);
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
@@ -58,7 +61,9 @@ private:
   std::string m_token;
   std::chrono::seconds m_lease;
   std::atomic<bool> m_lost{false};
-  // When the last renewal that succeeded was sent (steady clock ticks, also while stopped).
+  // When the claim or the last renewal that succeeded was sent (steady clock ticks, which also
+  // run while the process is stopped); k_never when not known.
+  static constexpr Clock::rep k_never = std::numeric_limits<Clock::rep>::min();
   std::atomic<Clock::rep> m_confirmed_at;
   std::mutex m_mutex;
   std::condition_variable m_wake;

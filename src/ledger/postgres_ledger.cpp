@@ -657,9 +657,8 @@ public:
     for (int row = 0; row < PQntuples(result.get()); ++row) {
       found.emplace(PQgetvalue(result.get(), row, 0), PQgetvalue(result.get(), row, 1));
     }
-    if (found.size() < paths.size()) {
-      start_postgis_load();  // the caller now computes what was missing: the load runs meanwhile
-    }
+    // No PostGIS load started here: the caller asks for what was missing one by one right
+    // away, and digest_get starts it when that misses, ahead of the work it then does.
     return found;
   }
 

@@ -73,10 +73,14 @@ TEST_F(LeaseKeeperTest, UnknownClaimTimeIsAlwaysRenewed) {
   ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
   const double before = lease_end("unknown");
   std::this_thread::sleep_for(20ms);
-  LeaseKeeper keeper(*m_ledger, "unknown", request.claim_token, request.lease,
-                     LeaseKeeper::Clock::time_point());
+  LeaseKeeper keeper(*m_ledger, "unknown", request.claim_token, request.lease, std::nullopt);
   EXPECT_TRUE(keeper.ensure_held());
   EXPECT_GT(lease_end("unknown"), before);
+  // Its own renewal is a known confirmation from then on.
+  const double renewed = lease_end("unknown");
+  std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(keeper.ensure_held());
+  EXPECT_EQ(lease_end("unknown"), renewed);
 }
 
 TEST_F(LeaseKeeperTest, ClaimTakenOverIsReportedLost) {
