@@ -214,6 +214,16 @@ std::string identity_param(uint64_t value) {
   return std::to_string(static_cast<int64_t>(value));  // unsigned, stored bit for bit
 }
 
+// `first`, then a file identity as the digest statements take it ($2 to $6).
+Params with_identity(std::string first, const FileIdentity& identity) {
+  return {std::move(first),
+          identity_param(identity.device),
+          identity_param(identity.inode),
+          std::to_string(identity.size),
+          std::to_string(identity.mtime_ns),
+          std::to_string(identity.ctime_ns)};
+}
+
 // A text[] literal: every element quoted, with '"' and '\\' escaped.
 std::string text_array_literal(const std::vector<std::string>& items) {
   std::string literal = "{";
@@ -627,12 +637,8 @@ public:
   std::optional<std::string> digest_get(const std::string& path, const FileIdentity& identity) {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    PgResult result = exec_statement(
-        "idem_digest_get", k_digest_get_sql,
-        {path, identity_param(identity.device), identity_param(identity.inode),
-         std::to_string(identity.size), std::to_string(identity.mtime_ns),
-         std::to_string(identity.ctime_ns)},
-        "digest cache lookup");
+    PgResult result = exec_statement("idem_digest_get", k_digest_get_sql,
+                                     with_identity(path, identity), "digest cache lookup");
     if (PQntuples(result.get()) == 0) {
       start_postgis_load();  // the caller now hashes the source: the load runs meanwhile
       return std::nullopt;
@@ -648,12 +654,9 @@ public:
     }
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    PgResult result = exec_statement(
-        "idem_digest_get_many", k_digest_get_many_sql,
-        {text_array_literal(paths), identity_param(identity.device),
-         identity_param(identity.inode), std::to_string(identity.size),
-         std::to_string(identity.mtime_ns), std::to_string(identity.ctime_ns)},
-        "digest cache lookup");
+    PgResult result =
+        exec_statement("idem_digest_get_many", k_digest_get_many_sql,
+                       with_identity(text_array_literal(paths), identity), "digest cache lookup");
     for (int row = 0; row < PQntuples(result.get()); ++row) {
       found.emplace(PQgetvalue(result.get(), row, 0), PQgetvalue(result.get(), row, 1));
     }
@@ -666,11 +669,9 @@ public:
                   const std::string& digest) {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    exec_statement("idem_digest_put", k_digest_put_sql,
-                   {path, identity_param(identity.device), identity_param(identity.inode),
-                    std::to_string(identity.size), std::to_string(identity.mtime_ns),
-                    std::to_string(identity.ctime_ns), digest},
-                   "digest cache store");
+    Params params = with_identity(path, identity);
+    params.push_back(digest);
+    exec_statement("idem_digest_put", k_digest_put_sql, params, "digest cache store");
   }
 
 private:
