@@ -5,8 +5,9 @@
     bouncer.dsn_for(dsn_of_a_database_in_the_cluster)  # the same database through the pooler
     bouncer.stop()
 
-It listens on loopback, accepts any client user without a password (auth_type = any) and
-connects upstream as the user of the upstream DSN. PgBouncer refuses to run as root; as root it
+It listens on loopback and on a Unix socket in its directory (`socket_dsn_for`: the setup
+docs/operations.md recommends, a PgBouncer on each worker), accepts any client user without a
+password (auth_type = any) and connects upstream as the user of the upstream DSN. PgBouncer refuses to run as root; as root it
 runs as the `postgres` user, from a directory that user owns."""
 
 import os
@@ -49,7 +50,7 @@ class PgBouncer:
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = {self.port}
-unix_socket_dir =
+unix_socket_dir = {self.dir}
 auth_type = any
 pool_mode = session
 server_reset_query = DISCARD ALL
@@ -90,6 +91,11 @@ pidfile =
         """The database of `dsn` (in the upstream cluster) reached through the pooler."""
         dbname = _keywords(dsn)["dbname"]
         return f"host=127.0.0.1 port={self.port} dbname={dbname} user=idem"
+
+    def socket_dsn_for(self, dsn):
+        """The same as dsn_for, through the pooler's Unix socket."""
+        dbname = _keywords(dsn)["dbname"]
+        return f"host={self.dir} port={self.port} dbname={dbname} user=idem"
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:

@@ -151,7 +151,8 @@ def test_crs_memo_in_the_ledger_gives_the_keys_computed_without_it(tmp_path, key
     """Worker processes remember CRS normalisations in the ledger's digest cache (docs/keys.md):
     the key of a warp must be the same whether PROJ was asked (first process) or the memo was
     read (next processes), and the same as a dry run that has no ledger at all. The next
-    processes read every answer in one lookup (one round trip to a PostgreSQL ledger)."""
+    processes read every answer in one lookup (one round trip to a PostgreSQL ledger), together
+    with the source's digest."""
     import re
 
     from idem_testlib import env_with, run
@@ -166,9 +167,10 @@ def test_crs_memo_in_the_ledger_gives_the_keys_computed_without_it(tmp_path, key
         # The first process fills the memo; the second reads every answer from it.
         assert (memo_reads == 0) if attempt == 0 else (memo_reads >= 2), proc.stderr
         if attempt == 1:
-            lookup = re.search(r"CRS memo: (\d+) of (\d+) answers read in one lookup",
-                               proc.stderr)
+            lookup = re.search(r"CRS memo: (\d+) of (\d+) answers read in one lookup "
+                               r"\(with (\d+) of (\d+) digests\)", proc.stderr)
             assert lookup and lookup.group(1) == lookup.group(2) == str(memo_reads), proc.stderr
+            assert lookup.group(3) == lookup.group(4) == "1", proc.stderr
         row, = ledger.rows("output_uri = %s", (str(out),))
         assert ledger.count("source_digest", "path LIKE %s", ("idem-memo:crs-v1:%",)) >= 2
         keys.append(row["work_key"])

@@ -9,6 +9,7 @@ Knobs: IDEM_BENCH_TILES (tiles per batch, 24), IDEM_BENCH_TILE_ROUNDS (2), IDEM_
 import os
 import random
 import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -21,6 +22,30 @@ import idem_bench as B  # noqa: E402
 from s3server import S3Server  # noqa: E402
 
 BUCKET = "idem-bench"
+
+
+# A process's first connection to the ledger (libpq, through psycopg), timed inside the process.
+CONNECT_PROBE = ("import sys, time, psycopg\n"
+                 "start = time.perf_counter()\n"
+                 "psycopg.connect(sys.argv[1]).close()\n"
+                 "print(time.perf_counter() - start)\n")
+
+
+def connection_times(bouncer, dsn, processes=40):
+    """Median first-connection time (ms) of a new process, for the ways to reach PgBouncer that
+    docs/operations.md compares."""
+    tcp = bouncer.dsn_for(dsn)
+    variants = [("Unix socket", bouncer.socket_dsn_for(dsn)),
+                ("TCP loopback, gssencmode=disable (what gdal-idem uses)",
+                 tcp + " gssencmode=disable"),
+                ("TCP loopback, libpq's defaults", tcp)]
+    times = {name: [] for name, _ in variants}
+    for _ in range(processes):
+        for name, target in variants:
+            out = subprocess.run([sys.executable, "-c", CONNECT_PROBE, target], check=True,
+                                 capture_output=True, text=True).stdout
+            times[name].append(1000 * float(out))
+    return [(name, B.med(values)) for name, values in times.items()]
 
 
 def main():
@@ -44,8 +69,9 @@ def main():
     for dsn in filter(None, (sqlite_dsn, pg_dsn, async_dsn)):
         B.init_ledger(dsn)
     bouncer = B.start_pgbouncer() if pg_dsn else None
-    pooled_dsn = bouncer.dsn_for(pg_dsn) if bouncer else None
-    pooled_async_dsn = bouncer.dsn_for(async_dsn) if bouncer else None
+    # Through its Unix socket, as docs/operations.md recommends for a PgBouncer on each worker.
+    pooled_dsn = bouncer.socket_dsn_for(pg_dsn) if bouncer else None
+    pooled_async_dsn = bouncer.socket_dsn_for(async_dsn) if bouncer else None
     base_env = B.env_with(CPL_TMPDIR=local_tmp, **server.config())
     try:
         def uri(prefix, tile):
@@ -75,8 +101,9 @@ def main():
         ledgers = [(name, dsn) for name, dsn in (
             ("SQLite ledger", sqlite_dsn),
             ("PostgreSQL ledger", pg_dsn),
-            ("PostgreSQL through PgBouncer", pooled_dsn),
-            ("PostgreSQL through PgBouncer, synchronous_commit = off", pooled_async_dsn))
+            ("PostgreSQL through PgBouncer (Unix socket)", pooled_dsn),
+            ("PostgreSQL through PgBouncer (Unix socket), synchronous_commit = off",
+             pooled_async_dsn))
             if dsn]
         B.log("s3: warm-up")
         warm = uuid.uuid4().hex[:8]
@@ -129,6 +156,7 @@ def main():
             skip_rows.append((name, first / n, first_requests, again / n, len(requests) / n,
                               methods.get("PUT", 0) + methods.get("POST", 0),
                               methods.get("DELETE", 0)))
+        connect_rows = connection_times(bouncer, pg_dsn) if bouncer else []
         plain_rerun = []
         prefix = "plain-rerun-" + uuid.uuid4().hex[:8]
         env = dict(base_env, CPL_VSIL_USE_TEMP_FILE_FOR_RANDOM_WRITE="YES")
@@ -181,6 +209,11 @@ def main():
     for step in B.STEP_ORDER:
         cells = [f"{B.med([s.get(step, 0.0) for _, _, s in runs]):.2f}" for runs in results.values()]
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    if connect_rows:
+        lines += ["", "A new process's first connection to PgBouncer (libpq through psycopg, "
+                  "median of 40 processes each; docs/operations.md, \"PostgreSQL connection "
+                  "costs\"): " + ", ".join(f"{name} {ms:.2f} ms" for name, ms in connect_rows)
+                  + "."]
     lines += ["", "Skip: the same batch run again once completed (one process per tile):", "",
               "| ledger | first run, ms per tile | requests per first run | rerun (skip), ms per "
               "tile | requests per skip | PUT/POST in the rerun | DELETE in the rerun |",

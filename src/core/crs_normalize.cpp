@@ -295,25 +295,28 @@ private:
 
 }  // namespace
 
-void prefetch_crs_answers(const std::vector<std::pair<std::string, std::string>>& questions,
-                          DigestCache& memo) {
+std::map<std::string, std::string> prefetch_crs_answers(
+    const std::vector<std::pair<std::string, std::string>>& questions, DigestCache& memo,
+    const std::vector<DigestCache::Entry>& also) {
   std::map<std::string, RememberedAnswers::Question> by_path;
   for (const auto& question : questions) {
     if (!RememberedAnswers::instance().find(question)) {
       by_path.emplace(memo_path(question.first, question.second), question);
     }
   }
-  if (by_path.empty()) {
-    return;
+  std::map<std::string, std::string> found_also;
+  if (by_path.empty() && also.empty()) {
+    return found_also;
   }
-  std::vector<std::string> paths;
+  std::vector<DigestCache::Entry> entries = also;
   for (const auto& entry : by_path) {
-    paths.push_back(entry.first);
+    entries.emplace_back(entry.first, k_memo_identity);
   }
   std::size_t read = 0;
-  for (const auto& [path, text] : memo.get_many(paths, k_memo_identity)) {
+  for (auto& [path, text] : memo.get_many(entries)) {
     const auto question = by_path.find(path);
     if (question == by_path.end()) {
+      found_also.emplace(path, std::move(text));
       continue;
     }
     // Unreadable entries are left to normalize_crs_with_axes, which recomputes them.
@@ -323,7 +326,9 @@ void prefetch_crs_answers(const std::vector<std::pair<std::string, std::string>>
       ++read;
     }
   }
-  CPLDebug("IDEM", "CRS memo: %zu of %zu answers read in one lookup", read, paths.size());
+  CPLDebug("IDEM", "CRS memo: %zu of %zu answers read in one lookup (with %zu of %zu digests)",
+           read, by_path.size(), found_also.size(), also.size());
+  return found_also;
 }
 
 JsonValue normalize_crs_with_axes(const std::string& definition,

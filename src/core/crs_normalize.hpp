@@ -31,9 +31,11 @@ JsonValue normalize_crs_with_axes(const std::string& definition,
 
 // Reads the memo's answers to these questions (definition, data axis mapping) at once, so that
 // the normalize_crs_with_axes calls that follow find them without asking the memo one by one
-// (one round trip to a PostgreSQL ledger instead of one per CRS).
-void prefetch_crs_answers(const std::vector<std::pair<std::string, std::string>>& questions,
-                          DigestCache& memo);
+// (one round trip to a PostgreSQL ledger instead of one per CRS), and in the same get_many the
+// entries `also` of the same cache; returns what was found of `also`.
+std::map<std::string, std::string> prefetch_crs_answers(
+    const std::vector<std::pair<std::string, std::string>>& questions, DigestCache& memo,
+    const std::vector<DigestCache::Entry>& also = {});
 
 // normalize_crs as a string: the authority code, or the canonical JSON of the fallback.
 std::string normalized_crs_text(const std::string& definition);

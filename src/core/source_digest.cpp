@@ -335,15 +335,47 @@ InMemoryDigestCache::Key InMemoryDigestCache::make_key(const std::string& path,
              identity.mtime_ns, identity.ctime_ns);
 }
 
-std::map<std::string, std::string> DigestCache::get_many(const std::vector<std::string>& paths,
-                                                         const FileIdentity& identity) {
+std::map<std::string, std::string> DigestCache::get_many(const std::vector<Entry>& entries) {
   std::map<std::string, std::string> found;
-  for (const auto& path : paths) {
-    if (auto digest = get(path, identity)) {
-      found.emplace(path, std::move(*digest));
+  for (const auto& [path, identity] : entries) {
+    if (found.count(path) == 0) {
+      if (auto digest = get(path, identity)) {
+        found.emplace(path, std::move(*digest));
+      }
     }
   }
   return found;
+}
+
+PrefetchedDigestCache::PrefetchedDigestCache(DigestCache& backing,
+                                             const std::vector<Entry>& asked,
+                                             std::map<std::string, std::string> found)
+    : m_backing(backing) {
+  for (const auto& [path, identity] : asked) {
+    auto digest = found.find(path);
+    if (digest != found.end()) {
+      m_found.emplace(path, std::make_pair(identity, std::move(digest->second)));
+    }
+  }
+}
+
+std::optional<std::string> PrefetchedDigestCache::get(const std::string& path,
+                                                      const FileIdentity& identity) {
+  const auto found = m_found.find(path);
+  if (found != m_found.end() && found->second.first == identity) {
+    return found->second.second;
+  }
+  return m_backing.get(path, identity);  // a miss then, not asked, or the file changed since
+}
+
+void PrefetchedDigestCache::put(const std::string& path, const FileIdentity& identity,
+                                const std::string& digest) {
+  m_backing.put(path, identity, digest);
+}
+
+std::map<std::string, std::string> PrefetchedDigestCache::get_many(
+    const std::vector<Entry>& entries) {
+  return m_backing.get_many(entries);
 }
 
 std::optional<std::string> InMemoryDigestCache::get(const std::string& path,

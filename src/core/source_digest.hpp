@@ -37,10 +37,31 @@ public:
   virtual std::optional<std::string> get(const std::string& path, const FileIdentity& identity) = 0;
   virtual void put(const std::string& path, const FileIdentity& identity,
                    const std::string& digest) = 0;
-  // The digests recorded for these paths with exactly this identity, by path (absent ones are
-  // left out). A ledger on a server answers in one round trip; the default asks one by one.
-  virtual std::map<std::string, std::string> get_many(const std::vector<std::string>& paths,
-                                                      const FileIdentity& identity);
+  // A path and the identity its digest must have been recorded with.
+  using Entry = std::pair<std::string, FileIdentity>;
+  // The digests recorded for these entries (each path with exactly its identity), by path
+  // (absent ones are left out; a path is asked once). A ledger on a server answers in one round
+  // trip; the default asks one by one.
+  virtual std::map<std::string, std::string> get_many(const std::vector<Entry>& entries);
+};
+
+// What `backing` held for `asked`, read ahead at once (DigestCache::get_many): the get() of an
+// entry found then is answered without asking again; anything else (a miss, which the caller
+// follows with hashing, and which the PostgreSQL ledger takes as its cue to load PostGIS
+// meanwhile) and every put go to `backing`. A describe reads the digests of its sources with
+// its CRS memo answers this way: one round trip to a PostgreSQL ledger instead of two.
+class PrefetchedDigestCache : public DigestCache {
+public:
+  PrefetchedDigestCache(DigestCache& backing, const std::vector<Entry>& asked,
+                        std::map<std::string, std::string> found);
+  std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
+  void put(const std::string& path, const FileIdentity& identity,
+           const std::string& digest) override;
+  std::map<std::string, std::string> get_many(const std::vector<Entry>& entries) override;
+
+private:
+  DigestCache& m_backing;
+  std::map<std::string, std::pair<FileIdentity, std::string>> m_found;  // path -> as asked
 };
 
 // The in-process cache: a map guarded by a mutex. Local files are keyed by their identity alone

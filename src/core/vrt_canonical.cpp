@@ -10,8 +10,10 @@
 #include "cpl_conv.h"
 #include "cpl_minixml.h"
 #include "cpl_string.h"
+#include "gdal_priv.h"
 #include "core/crs_normalize.hpp"
 #include "core/error.hpp"
+#include "core/paths.hpp"
 
 namespace idem {
 
@@ -127,6 +129,43 @@ bool option_name(const CPLXMLNode* node, std::string& name) {
   return false;
 }
 
+// A source element's dataset name, relative to the VRT's directory when it says so.
+std::string resolved_source_name(const CPLXMLNode* node, const std::string& vrt_dir) {
+  const std::string name = CPLString(text_of(node)).Trim();
+  const bool relative = CPLTestBool(attribute(node, "relativeToVRT").c_str());
+  return relative && !vrt_dir.empty()
+             ? std::string(CPLProjectRelativeFilename(vrt_dir.c_str(), name.c_str()))
+             : name;
+}
+
+// Opens the warp's source (SourceDataset, kept open for the warp) ahead of the element walk,
+// and adds its local files, as they are now, to `digests`: the digest cache is asked for them
+// together with the CRS memo (see canonical_vrt). Files that cannot be read are left to the
+// walk, which reports them.
+void open_warp_sources(const CPLXMLNode* node, const std::string& vrt_dir, KeptSources& kept,
+                       std::vector<DigestCache::Entry>& digests) {
+  for (; node != nullptr; node = node->psNext) {
+    if (node->eType != CXT_Element) {
+      continue;
+    }
+    if (!EQUAL(node->pszValue, "SourceDataset")) {
+      open_warp_sources(node->psChild, vrt_dir, kept, digests);
+      continue;
+    }
+    GDALDataset* dataset = open_and_keep_source(resolved_source_name(node, vrt_dir), kept);
+    const CPLStringList files(dataset->GetFileList());
+    for (int i = 0; i < files.size(); ++i) {
+      if (!is_vsi_path(files[i])) {
+        try {
+          digests.emplace_back(files[i], local_file_identity(files[i]));
+        } catch (const Error&) {
+          // left to the walk, which reports it
+        }
+      }
+    }
+  }
+}
+
 class VrtCanonicaliser {
 public:
   explicit VrtCanonicaliser(const VrtCanonicalOptions& options) : m_options(options) {}
@@ -214,12 +253,7 @@ public:
 
 private:
   JsonValue source_element(const CPLXMLNode* node, JsonValue result) {
-    const std::string name = CPLString(text_of(node)).Trim();
-    const bool relative = CPLTestBool(attribute(node, "relativeToVRT").c_str());
-    const std::string resolved =
-        relative && !m_options.vrt_dir.empty()
-            ? std::string(CPLProjectRelativeFilename(m_options.vrt_dir.c_str(), name.c_str()))
-            : name;
+    const std::string resolved = resolved_source_name(node, m_options.vrt_dir);
     auto cached = m_identities.find(resolved);
     if (cached == m_identities.end()) {
       SourceIdentityOptions options = m_options.sources;
@@ -351,13 +385,24 @@ JsonValue canonical_vrt(const std::string& xml, const VrtCanonicalOptions& optio
   if (root == nullptr) {
     throw Error(ErrorKind::k_internal, "the source's xml:VRT does not parse as XML");
   }
-  if (options.sources.cache != nullptr) {
-    // The memo's answers for every CRS in the VRT, in one read (see prefetch_crs_answers).
-    std::vector<CrsQuestion> questions;
-    collect_crs_questions(root, questions);
-    prefetch_crs_answers(questions, *options.sources.cache);
+  if (options.sources.cache == nullptr) {
+    VrtCanonicaliser canonicaliser(options);
+    return canonicaliser.element(root, 0);
   }
-  VrtCanonicaliser canonicaliser(options);
+  // The memo's answers for every CRS in the VRT, and the digests of the warp's source files,
+  // in one read (see prefetch_crs_answers).
+  std::vector<DigestCache::Entry> digests;
+  if (options.sources.kept_sources != nullptr) {
+    open_warp_sources(root, options.vrt_dir, *options.sources.kept_sources, digests);
+  }
+  std::vector<CrsQuestion> questions;
+  collect_crs_questions(root, questions);
+  std::map<std::string, std::string> found =
+      prefetch_crs_answers(questions, *options.sources.cache, digests);
+  PrefetchedDigestCache prefetched(*options.sources.cache, digests, std::move(found));
+  VrtCanonicalOptions walk = options;
+  walk.sources.cache = &prefetched;
+  VrtCanonicaliser canonicaliser(walk);
   return canonicaliser.element(root, 0);
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <map>
 #include <memory>
 
 #include "core/error.hpp"
@@ -269,22 +270,73 @@ std::string postgres_worker_role_sql() {
 
 namespace ledger_detail {
 
-std::string dsn_password(const std::string& dsn) {
+namespace {
+
+// The keywords a libpq DSN (URI or keyword string) sets, with their values; empty when it does
+// not parse (libpq reports that when connecting).
+std::map<std::string, std::string> dsn_keywords(const std::string& dsn) {
   char* error = nullptr;
   std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> options(
       PQconninfoParse(dsn.c_str(), &error), &PQconninfoFree);
   if (error != nullptr) {
     PQfreemem(error);
   }
-  if (!options) {
-    return "";
-  }
-  for (const PQconninfoOption* option = options.get(); option->keyword != nullptr; ++option) {
-    if (std::string(option->keyword) == "password" && option->val != nullptr) {
-      return option->val;
+  std::map<std::string, std::string> keywords;
+  for (const PQconninfoOption* option = options.get();
+       option != nullptr && option->keyword != nullptr; ++option) {
+    if (option->val != nullptr) {
+      keywords.emplace(option->keyword, option->val);
     }
   }
-  return "";
+  return keywords;
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0 ||
+         (!host.empty() && (host[0] == '/' || host[0] == '@'));  // a Unix socket
+}
+
+}  // namespace
+
+std::string dsn_password(const std::string& dsn) {
+  const auto keywords = dsn_keywords(dsn);
+  const auto password = keywords.find("password");
+  return password == keywords.end() ? std::string() : password->second;
+}
+
+bool skip_gss_encryption(const std::string& dsn) {
+  const auto keywords = dsn_keywords(dsn);
+  if (keywords.empty() || keywords.count("gssencmode") != 0 || keywords.count("service") != 0 ||
+      std::getenv("PGGSSENCMODE") != nullptr || std::getenv("PGSERVICE") != nullptr) {
+    return false;
+  }
+  // hostaddr, when given, is where libpq connects; else host, else PGHOST (else a Unix socket,
+  // where libpq does not try GSSAPI encryption anyway).
+  std::string hosts;
+  for (const char* keyword : {"hostaddr", "host"}) {
+    const auto found = keywords.find(keyword);
+    if (found != keywords.end() && !found->second.empty()) {
+      hosts = found->second;
+      break;
+    }
+  }
+  if (hosts.empty()) {
+    const char* environment = std::getenv("PGHOST");
+    hosts = environment != nullptr ? environment : "";
+  }
+  if (hosts.empty()) {
+    return false;
+  }
+  for (size_t start = 0;;) {
+    const size_t comma = hosts.find(',', start);
+    if (!is_loopback_host(hosts.substr(start, comma - start))) {
+      return false;
+    }
+    if (comma == std::string::npos) {
+      return true;
+    }
+    start = comma + 1;
+  }
 }
 
 std::optional<Ledger::RowFilter> history_scope(const Ledger::RowFilter& filter) {

@@ -90,9 +90,10 @@ constexpr const char* k_digest_get_sql =
     "SELECT digest FROM idem.source_digest WHERE path = $1 AND device = $2 AND inode = $3 "
     "AND size = $4 AND mtime_ns = $5 AND ctime_ns = $6";
 
+// The identities are compared by the caller (path is the key: one row per path at most).
 constexpr const char* k_digest_get_many_sql =
-    "SELECT path, digest FROM idem.source_digest WHERE path = ANY ($1::text[]) AND device = $2 "
-    "AND inode = $3 AND size = $4 AND mtime_ns = $5 AND ctime_ns = $6";
+    "SELECT path, device, inode, size, mtime_ns, ctime_ns, digest FROM idem.source_digest "
+    "WHERE path = ANY ($1::text[])";
 
 constexpr const char* k_digest_put_sql =
     "INSERT INTO idem.source_digest AS d (path, device, inode, size, mtime_ns, ctime_ns, digest) "
@@ -248,8 +249,7 @@ public:
   std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
   void put(const std::string& path, const FileIdentity& identity,
            const std::string& digest) override;
-  std::map<std::string, std::string> get_many(const std::vector<std::string>& paths,
-                                              const FileIdentity& identity) override;
+  std::map<std::string, std::string> get_many(const std::vector<Entry>& entries) override;
 
 private:
   PostgresLedger& m_ledger;
@@ -646,19 +646,32 @@ public:
     return std::string(PQgetvalue(result.get(), 0, 0));
   }
 
-  std::map<std::string, std::string> digest_get_many(const std::vector<std::string>& paths,
-                                                     const FileIdentity& identity) {
+  std::map<std::string, std::string> digest_get_many(
+      const std::vector<DigestCache::Entry>& entries) {
     std::map<std::string, std::string> found;
-    if (paths.empty()) {
+    if (entries.empty()) {
       return found;
+    }
+    std::map<std::string, Params> wanted;  // path -> its identity as the statements write it
+    std::vector<std::string> paths;
+    for (const auto& [path, identity] : entries) {
+      if (wanted.emplace(path, with_identity(path, identity)).second) {
+        paths.push_back(path);
+      }
     }
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    PgResult result =
-        exec_statement("idem_digest_get_many", k_digest_get_many_sql,
-                       with_identity(text_array_literal(paths), identity), "digest cache lookup");
+    PgResult result = exec_statement("idem_digest_get_many", k_digest_get_many_sql,
+                                     {text_array_literal(paths)}, "digest cache lookup");
     for (int row = 0; row < PQntuples(result.get()); ++row) {
-      found.emplace(PQgetvalue(result.get(), row, 0), PQgetvalue(result.get(), row, 1));
+      const auto entry = wanted.find(PQgetvalue(result.get(), row, 0));
+      bool same = entry != wanted.end();
+      for (int column = 1; same && column <= 5; ++column) {
+        same = entry->second[column] == PQgetvalue(result.get(), row, column);
+      }
+      if (same) {
+        found.emplace(entry->first, PQgetvalue(result.get(), row, 6));
+      }
     }
     // No PostGIS load started here: the caller asks for what was missing one by one right
     // away, and digest_get starts it when that misses, ahead of the work it then does.
@@ -723,9 +736,16 @@ private:
     m_statement_uses.clear();
     m_postgis_load = PostgisLoad::k_not_started;
     // Defaults first: the DSN (expanded from dbname) overrides them.
-    const char* keywords[] = {"application_name", "connect_timeout", "dbname", nullptr};
-    const char* values[] = {"gdal-idem", "10", m_dsn.c_str(), nullptr};
-    PgConnection connection(PQconnectdbParams(keywords, values, 1));
+    const char* keywords[] = {"gssencmode", "application_name", "connect_timeout", "dbname",
+                              nullptr};
+    const char* values[] = {"disable", "gdal-idem", "10", m_dsn.c_str(), nullptr};
+    const bool skip_gss = ledger_detail::skip_gss_encryption(m_dsn);
+    const int first = skip_gss ? 0 : 1;  // from 1: without gssencmode
+    PgConnection connection(PQconnectdbParams(keywords + first, values + first, 1));
+    if (skip_gss && connection && PQstatus(connection.get()) != CONNECTION_OK) {
+      // A server that takes this host only with GSSAPI encryption (hostgssenc): libpq's way.
+      connection.reset(PQconnectdbParams(keywords + 1, values + 1, 1));
+    }
     if (!connection) {
       throw Error(ErrorKind::k_ledger, "cannot connect to the PostgreSQL ledger " + m_redacted +
                                            ": out of memory");
@@ -1121,8 +1141,8 @@ void PostgresDigestCache::put(const std::string& path, const FileIdentity& ident
 }
 
 std::map<std::string, std::string> PostgresDigestCache::get_many(
-    const std::vector<std::string>& paths, const FileIdentity& identity) {
-  return m_ledger.digest_get_many(paths, identity);
+    const std::vector<Entry>& entries) {
+  return m_ledger.digest_get_many(entries);
 }
 
 }  // namespace

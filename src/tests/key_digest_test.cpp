@@ -160,6 +160,33 @@ TEST(KeyDigest, CacheHitsWhenUnchangedAndMissesOnCtimeChange) {
   EXPECT_EQ(second, reference_content_digest(path));
 }
 
+// A describe reads its sources' digests ahead (with the CRS memo) and serves them from what it
+// read; a file changed since then must be hashed again, never served the digest read before.
+TEST(KeyDigest, PrefetchedDigestsServeOnlyTheIdentityTheyWereReadFor) {
+  TempDir dir;
+  const std::string path = dir.file("prefetched.bin");
+  write_random(path, 100000, 11);
+  InMemoryDigestCache backing;
+  const FileIdentity before = local_file_identity(path);
+  // A planted wrong digest as what was read ahead: served while the file is unchanged.
+  PrefetchedDigestCache prefetched(backing, {{path, before}}, {{path, "sha256_tree:read-ahead"}});
+  EXPECT_EQ(backing.size(), 0u);
+  EXPECT_EQ(digest_local_file(path, &prefetched), "read-ahead");
+
+  ::usleep(20000);
+  flip_byte_keep_mtime(path, 500);
+  const std::string after = digest_local_file(path, &prefetched);
+  EXPECT_EQ(after, reference_content_digest(path));  // hashed again, and recorded
+  EXPECT_EQ(*backing.get(path, local_file_identity(path)), "sha256_tree:" + after);
+
+  // What was not found ahead (or not asked) is asked of the backing cache.
+  const std::string other = dir.file("other.bin");
+  write_random(other, 1000, 12);
+  backing.put(other, local_file_identity(other), "sha256_tree:put-meanwhile");
+  PrefetchedDigestCache missed(backing, {{other, local_file_identity(other)}}, {});
+  EXPECT_EQ(digest_local_file(other, &missed), "put-meanwhile");
+}
+
 TEST(KeyDigest, CacheIsKeyedByIdentityNotPathSpelling) {
   TempDir dir;
   const std::string path = dir.file("spelled.bin");

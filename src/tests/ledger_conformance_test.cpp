@@ -6,10 +6,14 @@
 #include <sqlite3.h>
 
 #include <atomic>
+#include <functional>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "core/error.hpp"
 #include "ledger/ledger.hpp"
+#include "ledger/ledger_internal.hpp"
 #include "ledger_test_support.hpp"
 
 namespace idem {
@@ -535,14 +539,34 @@ TEST_P(LedgerConformance, DigestCacheReadsManyPathsAtOnce) {
   cache.put("idem-memo:one", memo, "id\tEPSG:4326\n");
   cache.put(odd, memo, "id\tEPSG:3857\n");
   cache.put("idem-memo:file", file, "sha256:other-identity");
-  EXPECT_TRUE(cache.get_many({}, memo).empty());
-  const std::map<std::string, std::string> found =
-      cache.get_many({"idem-memo:one", odd, "idem-memo:absent", "idem-memo:file"}, memo);
+  EXPECT_TRUE(cache.get_many({}).empty());
+  const std::map<std::string, std::string> found = cache.get_many(
+      {{"idem-memo:one", memo}, {odd, memo}, {"idem-memo:absent", memo}, {"idem-memo:file", memo}});
   const std::map<std::string, std::string> expected = {{"idem-memo:one", "id\tEPSG:4326\n"},
                                                        {odd, "id\tEPSG:3857\n"}};
   EXPECT_EQ(found, expected);
-  EXPECT_EQ(cache.get_many({"idem-memo:file"}, file),
-            (std::map<std::string, std::string>{{"idem-memo:file", "sha256:other-identity"}}));
+  // Each path with its own identity, in one call: a source file's digest with the memo's.
+  EXPECT_EQ(cache.get_many({{"idem-memo:file", file}, {"idem-memo:one", memo}}),
+            (std::map<std::string, std::string>{{"idem-memo:file", "sha256:other-identity"},
+                                                {"idem-memo:one", "id\tEPSG:4326\n"}}));
+  // Any field of the identity differing is a miss, as for get().
+  const std::vector<std::function<void(FileIdentity&)>> changes = {
+      [](FileIdentity& i) { ++i.device; }, [](FileIdentity& i) { ++i.inode; },
+      [](FileIdentity& i) { ++i.size; }, [](FileIdentity& i) { ++i.mtime_ns; },
+      [](FileIdentity& i) { ++i.ctime_ns; }};
+  for (size_t field = 0; field < changes.size(); ++field) {
+    FileIdentity changed = file;
+    changes[field](changed);
+    EXPECT_TRUE(cache.get_many({{"idem-memo:file", changed}}).empty()) << "field " << field;
+    EXPECT_FALSE(cache.get("idem-memo:file", changed)) << "field " << field;
+  }
+  // Identities beyond int64 (device and inode are unsigned) compare bit for bit.
+  FileIdentity big = file;
+  big.device = ~uint64_t{0} - 5;
+  big.inode = uint64_t{1} << 63;
+  cache.put("idem-memo:big", big, "sha256:big");
+  EXPECT_EQ(cache.get_many({{"idem-memo:big", big}}),
+            (std::map<std::string, std::string>{{"idem-memo:big", "sha256:big"}}));
 }
 
 TEST_P(LedgerConformance, MigrationsAreEmbeddedAndIdempotent) {
@@ -868,6 +892,55 @@ TEST(LedgerDsn, RedactionHidesPasswordsInUrisAndKeywordStrings) {
   EXPECT_EQ(Ledger::redact_dsn("host=db password='unterminated s3cret").find("s3cret"),
             std::string::npos);
   EXPECT_EQ(Ledger::redact_dsn("sqlite:/tmp/ledger.sqlite"), "sqlite:/tmp/ledger.sqlite");
+}
+
+// GSSAPI encryption is negotiated only with servers off this machine: libpq's default looks for
+// Kerberos credentials on every connection first (docs/operations.md, "PostgreSQL connection
+// costs"). What the DSN or the environment chooses stands.
+TEST(LedgerDsn, GssEncryptionSkippedOnlyForLoopbackHostsLeftToTheDefault) {
+  using ledger_detail::skip_gss_encryption;
+  // The test cluster's environment (pg_virtualenv sets PGHOST) is restored for later tests.
+  struct SavedEnvironment {
+    std::map<std::string, std::optional<std::string>> values;
+    ~SavedEnvironment() {
+      for (const auto& [name, value] : values) {
+        value ? setenv(name.c_str(), value->c_str(), 1) : unsetenv(name.c_str());
+      }
+    }
+  } saved;
+  for (const char* name : {"PGGSSENCMODE", "PGSERVICE", "PGHOST"}) {
+    const char* value = std::getenv(name);
+    saved.values[name] = value ? std::optional<std::string>(value) : std::nullopt;
+    unsetenv(name);
+  }
+  EXPECT_TRUE(skip_gss_encryption("host=127.0.0.1 port=6432 dbname=tiles user=worker"));
+  EXPECT_TRUE(skip_gss_encryption("postgresql://worker@127.0.0.1:6432/tiles"));
+  EXPECT_TRUE(skip_gss_encryption("postgresql://worker@localhost/tiles?connect_timeout=5"));
+  EXPECT_TRUE(skip_gss_encryption("host=::1 dbname=tiles"));
+  EXPECT_TRUE(skip_gss_encryption("host=localhost,127.0.0.2 dbname=tiles"));
+  EXPECT_TRUE(skip_gss_encryption("host=/var/run/postgresql dbname=tiles"));
+  // hostaddr is where libpq connects, whatever host says.
+  EXPECT_TRUE(skip_gss_encryption("host=db.example hostaddr=127.0.0.1 dbname=tiles"));
+  EXPECT_FALSE(skip_gss_encryption("host=127.0.0.1 hostaddr=10.1.2.3 dbname=tiles"));
+
+  EXPECT_FALSE(skip_gss_encryption("host=db.example dbname=tiles"));
+  EXPECT_FALSE(skip_gss_encryption("postgresql://worker@db.example:6432/tiles"));
+  EXPECT_FALSE(skip_gss_encryption("host=127.0.0.1,db.example dbname=tiles"));
+  EXPECT_FALSE(skip_gss_encryption("host=127.0.0.1 gssencmode=prefer dbname=tiles"));
+  EXPECT_FALSE(skip_gss_encryption("postgresql://127.0.0.1/tiles?gssencmode=require"));
+  EXPECT_FALSE(skip_gss_encryption("service=tiles"));
+  EXPECT_FALSE(skip_gss_encryption("dbname=tiles"));  // the default Unix socket: nothing to skip
+  EXPECT_FALSE(skip_gss_encryption("host='unterminated"));
+
+  setenv("PGHOST", "127.0.0.1", 1);
+  EXPECT_TRUE(skip_gss_encryption("dbname=tiles"));
+  EXPECT_FALSE(skip_gss_encryption("host=db.example dbname=tiles"));  // the DSN's host wins
+  setenv("PGGSSENCMODE", "prefer", 1);
+  EXPECT_FALSE(skip_gss_encryption("dbname=tiles"));
+  EXPECT_FALSE(skip_gss_encryption("host=127.0.0.1 dbname=tiles"));
+  unsetenv("PGGSSENCMODE");
+  setenv("PGSERVICE", "tiles", 1);
+  EXPECT_FALSE(skip_gss_encryption("host=127.0.0.1 dbname=tiles"));
 }
 
 TEST(LedgerDsn, BackendAndDefaultPath) {
