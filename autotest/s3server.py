@@ -14,9 +14,12 @@ SECRET_KEY = "S3RVER"
 
 
 class S3Server:
-    def __init__(self, workdir, buckets=("idem-test",)):
+    def __init__(self, workdir, buckets=("idem-test",), slow=None):
+        """`slow`: (part of a path, ms): the server answers reads (GET, HEAD) of such paths
+        that much later."""
         self.workdir = str(workdir)
         self.buckets = list(buckets)
+        self.slow = slow
         self.data_dir = os.path.join(self.workdir, "data")
         self.log_path = os.path.join(self.workdir, "requests.log")
         self.proc = None
@@ -28,9 +31,13 @@ class S3Server:
             raise RuntimeError("s3rver is not installed: run `make deps` (npm ci in tools/s3rver)")
         os.makedirs(self.data_dir, exist_ok=True)
         open(self.log_path, "w").close()
+        env = dict(os.environ)
+        env.pop("S3RVER_SLOW", None)
+        if self.slow:
+            env["S3RVER_SLOW"] = f"{self.slow[0]}:{int(self.slow[1])}"
         self.proc = subprocess.Popen([node, SERVE_JS, self.data_dir, "0", self.log_path,
                                       *self.buckets], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
         if not line.startswith("listening "):
             self.proc.kill()

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -206,6 +207,10 @@ class VsiIdemState {
   // from one made before its close (which the published file replaces).
   std::map<std::string, uint64_t> m_pending_unlinks;
   uint64_t m_unlink_count = 0;
+  // Counts what this process did to which files exist (publishes, renames, deferred unlinks
+  // carried out). A look at a path taken outside m_mutex (see look_at) still holds while the
+  // count has not moved.
+  uint64_t m_changes = 0;
   // Paths whose last writer closed and whose file is being renamed or uploaded into place, with
   // how many closes publish there at once. Publishing runs outside m_mutex: an upload can take
   // seconds, and other threads' /vsiidem/ calls must not wait for it.
@@ -251,6 +256,10 @@ class VsiIdemState {
         continue;  // the hook keeps the file (its ledger rows could not be removed)
       }
       const int result = local_path(path) ? ::unlink(path.c_str()) : VSIUnlink(path.c_str());
+      {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        ++m_changes;
+      }
       if (result == 0) {
         CPLDebug(k_debug_category, "carried out the deferred unlink of %s%s", path.c_str(),
                  from_gdal_cleanup ? " (GDAL cleanup)" : "");
@@ -269,6 +278,37 @@ VsiIdemState& state() {
 
 void flush_at_exit() {
   state().flush(false);
+}
+
+// What is at a path, asked of its file system.
+struct FileLook {
+  bool exists = false;
+  VSIStatBufL info{};
+  uint64_t changes = 0;  // m_changes when it was asked
+};
+
+// Looks at `real` for a caller holding `lock` on m_mutex, for as long as `needed()` says so
+// (checked with the lock held). The look is taken with the lock released: on object storage it
+// is a request, which must not hold up this process's other /vsiidem/ calls. It is used only if
+// nothing this process did changed files meanwhile, else taken again; after three such tries it
+// is taken with the lock held, so that a busy process still gets an answer.
+template <class Needed>
+std::optional<FileLook> look_at(const std::string& real, std::unique_lock<std::mutex>& lock,
+                                Needed needed) {
+  auto& shared = state();
+  std::optional<FileLook> look;
+  for (int tries = 0; needed() && !(look && look->changes == shared.m_changes); ++tries) {
+    look.emplace();
+    look->changes = shared.m_changes;
+    if (tries < 3) {
+      lock.unlock();
+    }
+    look->exists = handler_for(real)->Stat(real.c_str(), &look->info, VSI_STAT_EXISTS_FLAG) == 0;
+    if (!lock.owns_lock()) {
+      lock.lock();
+    }
+  }
+  return look;
 }
 
 /************************************************************************/
@@ -427,6 +467,7 @@ int VsiIdemWriteHandle::Close() {
 // before the close was going to remove; an unlink made while publishing still happens.
 void VsiIdemWriteHandle::end_publishing(VsiIdemState& shared, bool published,
                                         uint64_t unlink_before) {
+  ++shared.m_changes;
   auto publishing = shared.m_publishing.find(m_real);
   if (publishing != shared.m_publishing.end() && --publishing->second == 0) {
     shared.m_publishing.erase(publishing);
@@ -571,8 +612,12 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
     return nullptr;
   }
   auto& shared = state();
-  // Held while the temporary file is set up, so two opens of one path share one entry.
-  std::lock_guard<std::mutex> lock(shared.m_mutex);
+  // Held while the temporary file is set up, so two opens of one path share one entry; released
+  // only to look at what is at the path (look_at), after which everything is looked at again.
+  std::unique_lock<std::mutex> lock(shared.m_mutex);
+  const std::optional<FileLook> look = look_at(real, lock, [&] {
+    return shared.m_in_flight.count(real) == 0 && shared.m_pending_unlinks.count(real) == 0;
+  });
   auto it = shared.m_in_flight.find(real);
   std::shared_ptr<InFlight> entry = it == shared.m_in_flight.end() ? nullptr : it->second;
   if (entry && entry->discard && !truncates(access)) {
@@ -603,9 +648,8 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
   }
 
   const bool pending = shared.m_pending_unlinks.count(real) != 0;
-  VSIStatBufL existing {};
-  const bool exists =
-      !pending && handler_for(real)->Stat(real.c_str(), &existing, VSI_STAT_EXISTS_FLAG) == 0;
+  const VSIStatBufL existing = look ? look->info : VSIStatBufL{};
+  const bool exists = !pending && look->exists;
   if (exists && VSI_ISDIR(existing.st_mode)) {
     errno = EISDIR;
     if (set_error) {
@@ -681,7 +725,10 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
   try {
     const std::string real = real_absolute(filename);
     auto& shared = state();
-    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    std::unique_lock<std::mutex> lock(shared.m_mutex);
+    const std::optional<FileLook> look = look_at(real, lock, [&] {
+      return shared.m_publishing.count(real) == 0 && shared.m_pending_unlinks.count(real) == 0;
+    });
     bool existed = false;
     if (auto entry = shared.live_entry(real)) {
       entry->discard = true;  // never published; an older file there is still deleted below
@@ -691,16 +738,13 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
       // A close is putting a new file there: this unlink comes after it and removes it.
       shared.defer_unlink(real);
       existed = true;
-    } else if (shared.m_pending_unlinks.count(real) == 0) {
-      VSIStatBufL info;
-      if (handler_for(real)->Stat(real.c_str(), &info, VSI_STAT_EXISTS_FLAG) == 0) {
-        if (VSI_ISDIR(info.st_mode)) {
-          errno = EISDIR;
-          return -1;
-        }
-        shared.defer_unlink(real);
-        existed = true;
+    } else if (shared.m_pending_unlinks.count(real) == 0 && look->exists) {
+      if (VSI_ISDIR(look->info.st_mode)) {
+        errno = EISDIR;
+        return -1;
       }
+      shared.defer_unlink(real);
+      existed = true;
     }
     if (!existed) {
       errno = ENOENT;
@@ -796,6 +840,7 @@ int VsiIdemFilesystemHandler::Rename(const char* old_path, const char* new_path)
       return -1;
     }
     const int result = VSIRename(real_old.c_str(), real_new.c_str());
+    ++shared.m_changes;
     if (result == 0) {
       shared.m_pending_unlinks.erase(real_new);
     }

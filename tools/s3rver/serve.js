@@ -40,6 +40,18 @@ server.store.putObjectMultipart = async (bucket, uploadId, parts) => {
   return { ...result, md5: etag };
 };
 
+// S3RVER_SLOW="<part of a path>:<ms>": reads (GET, HEAD) of such paths are answered that much
+// later (for tests of what waits on what).
+const slow = (process.env.S3RVER_SLOW || '').match(/^(.+):(\d+)$/);
+if (slow) {
+  server.middleware.unshift(async (ctx, next) => {
+    if ((ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.url.includes(slow[1])) {
+      await new Promise((resolve) => setTimeout(resolve, Number(slow[2])));
+    }
+    await next();
+  });
+}
+
 server.run().then((address) => {
   server.httpServer.on('request', (req, res) => {
     res.on('finish', () => {
