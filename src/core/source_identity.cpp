@@ -209,23 +209,16 @@ GDALDataset* open_and_keep_source(const std::string& name, KeptSources& kept) {
     return dataset;
   }
   GDALDatasetUniquePtr dataset = open_source(name);
-  CPLStringList files(dataset->GetFileList());  // what its identity reads first
   kept.keep(name, dataset.get());
   return dataset.release();
 }
 
 JsonValue identity_of_source(const std::string& name, const SourceIdentityOptions& options) {
   if (options.kept_sources != nullptr) {
-    if (GDALDataset* kept = options.kept_sources->find(name)) {
-      return identity_of_dataset(kept, options);
-    }
+    return identity_of_dataset(open_and_keep_source(name, *options.kept_sources), options);
   }
   GDALDatasetUniquePtr dataset = open_source(name);
-  JsonValue identity = identity_of_dataset(dataset.get(), options);
-  if (options.kept_sources != nullptr) {
-    options.kept_sources->keep(name, dataset.release());
-  }
-  return identity;
+  return identity_of_dataset(dataset.get(), options);
 }
 
 KeptSources::~KeptSources() {
