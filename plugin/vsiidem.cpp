@@ -29,6 +29,8 @@
 #include <random>
 #include <set>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -196,6 +198,8 @@ struct InFlight {
   bool discard = false;  // unlinked while open: never published
 };
 
+void flush_at_exit();
+
 // Process-wide state of the handler this copy installed. Leaked on purpose: it must outlive
 // static destruction, since the flush can run from atexit or from GDAL's cleanup.
 class VsiIdemState {
@@ -217,9 +221,20 @@ class VsiIdemState {
   std::map<std::string, int> m_publishing;
   CUnlinkHook m_hook = nullptr;
   void* m_hook_data = nullptr;
+  bool m_exit_flush_registered = false;
+
+  // The exit handler is registered with the first deferred unlink, after GDAL's file system
+  // for it answered a request: static objects GDAL created for that request are destroyed
+  // after the handler runs, not before. Caller holds m_mutex.
+  void register_exit_flush() {
+    if (!m_exit_flush_registered) {
+      m_exit_flush_registered = std::atexit(flush_at_exit) == 0;
+    }
+  }
 
   // Record a deferred unlink of `real`, numbered after every earlier one. Caller holds m_mutex.
   void defer_unlink(const std::string& real) {
+    register_exit_flush();
     m_pending_unlinks[real] = ++m_unlink_count;
     CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process", real.c_str());
   }
@@ -233,9 +248,13 @@ class VsiIdemState {
     return it->second;
   }
 
+  // Where a flush runs: GDAL's file manager may be gone at its cleanup, and a thread without
+  // network state of its own is needed at exit (see flush_at_exit).
+  enum class FlushPoint { k_running, k_exit, k_gdal_cleanup };
+
   // Carry out every pending unlink: hook first (ledger rows), then the file. Each path is
   // taken out of the set before it is handled, so every unlink runs at most once.
-  void flush(bool from_gdal_cleanup) {
+  void flush(FlushPoint point) {
     std::map<std::string, uint64_t> paths;
     CUnlinkHook hook = nullptr;
     void* hook_data = nullptr;
@@ -246,7 +265,7 @@ class VsiIdemState {
       hook_data = m_hook_data;
     }
     for (const auto& [path, unlink_number] : paths) {
-      if (!local_path(path) && from_gdal_cleanup) {
+      if (!local_path(path) && point == FlushPoint::k_gdal_cleanup) {
         // GDAL's file manager is being torn down: no VSI call is safe any more.
         std::fprintf(stderr, "gdal-idem: deferred delete of %s skipped at GDAL cleanup\n",
                      path.c_str());
@@ -262,7 +281,9 @@ class VsiIdemState {
       }
       if (result == 0) {
         CPLDebug(k_debug_category, "carried out the deferred unlink of %s%s", path.c_str(),
-                 from_gdal_cleanup ? " (GDAL cleanup)" : "");
+                 point == FlushPoint::k_gdal_cleanup ? " (GDAL cleanup)"
+                 : point == FlushPoint::k_exit       ? " (end of the process)"
+                                                     : "");
       } else if (errno != ENOENT) {
         std::fprintf(stderr, "gdal-idem: deferred delete of %s failed: %s\n", path.c_str(),
                      std::strerror(errno));
@@ -276,8 +297,20 @@ VsiIdemState& state() {
   return *instance;
 }
 
+// The last chance of a process that never unloads GDAL's drivers (Python: osgeo.gdal, rasterio)
+// to carry out its deferred unlinks. By the time exit handlers run, the C++ runtime has
+// destroyed the main thread's thread_local objects, among them the connections GDAL's network
+// file systems (/vsis3/, ...) keep per thread: a request from this thread crashes or loops
+// (GDAL 3.6). A new thread has its own, so the flush runs on one.
 void flush_at_exit() {
-  state().flush(false);
+  auto& shared = state();
+  try {
+    std::thread worker([&shared] { shared.flush(VsiIdemState::FlushPoint::k_exit); });
+    worker.join();
+  } catch (const std::system_error&) {
+    // No thread: local files can still go; objects are reported, not risked.
+    shared.flush(VsiIdemState::FlushPoint::k_gdal_cleanup);
+  }
 }
 
 // What is at a path, asked of its file system.
@@ -565,7 +598,7 @@ class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
 // and gdal_translate): the last moment this process can carry out its deferred unlinks.
 VsiIdemFilesystemHandler::~VsiIdemFilesystemHandler() {
   try {
-    state().flush(true);
+    state().flush(VsiIdemState::FlushPoint::k_gdal_cleanup);
   } catch (...) {
     // Never let anything escape into GDAL's cleanup.
   }
@@ -917,7 +950,7 @@ bool VsiIdemFilesystemHandler::SetFileMetadata(const char* filename, CSLConstLis
   try {
     auto& shared = state();
     if (domain != nullptr && EQUAL(domain, k_domain_flush_unlinks)) {
-      shared.flush(false);
+      shared.flush(VsiIdemState::FlushPoint::k_running);
       return true;
     }
     if (domain != nullptr && EQUAL(domain, k_domain_unlink_hook)) {
@@ -1010,10 +1043,6 @@ void install_vsiidem_handler() {
     return;
   }
   VSIFileManager::InstallHandler(k_vsiidem_prefix, new VsiIdemFilesystemHandler());
-  static bool registered_atexit = false;
-  if (!registered_atexit) {
-    registered_atexit = std::atexit(flush_at_exit) == 0;
-  }
   CPLDebug(k_debug_category, "installed the /vsiidem/ handler");
 }
 
