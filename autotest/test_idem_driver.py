@@ -382,3 +382,80 @@ def test_idem_postgis_footprint_splits_at_the_antimeridian(tmp_path):
             "ST_XMax(footprint) FROM idem.ledger").fetchone()
     assert parts == 2 and valid
     assert west == pytest.approx(-180.0, abs=1.0) and east == pytest.approx(180.0, abs=1.0)
+
+
+def _proj_outline(gt, size, points_per_edge=16):
+    """The grid's outline, densified as the driver does, through PROJ (EPSG:3857 to 4326)."""
+    from osgeo import osr
+    src, dst = osr.SpatialReference(), osr.SpatialReference()
+    src.ImportFromEPSG(3857)
+    dst.ImportFromEPSG(4326)
+    for srs in (src, dst):
+        srs.SetAxisMappingStrategy(osr.OAMS_TRADITIONAL_GIS_ORDER)
+    transform = osr.CoordinateTransformation(src, dst)
+    corners = [(0, 0), (size, 0), (size, size), (0, size), (0, 0)]
+    points = []
+    for edge in range(4):
+        (ax, ay), (bx, by) = corners[edge], corners[edge + 1]
+        for i in range(points_per_edge):
+            t = i / points_per_edge
+            px, py = ax + t * (bx - ax), ay + t * (by - ay)
+            points.append(transform.TransformPoint(gt[0] + px * gt[1], gt[3] + py * gt[5])[:2])
+    return points
+
+
+def test_idem_postgis_web_mercator_footprint_is_what_proj_gives(tmp_path):
+    """Web Mercator grids get their footprint from the projection's closed formulas (no PROJ
+    transformation per tile): an unrotated grid's edges are meridians and parallels, so its
+    corners, each PROJ's to 1e-9 degrees, are its outline; a grid past the antimeridian is
+    split there, and the whole world stays the whole world."""
+    import psycopg
+    from osgeo import ogr
+    from idem_testlib import make_ledger
+    pg = make_ledger("postgresql", tmp_path)
+    src = make_source(tmp_path / "geo.tif", size=256, epsg=4326, origin=(-180.0, 85.0),
+                      pixel=360.0 / 256)
+    env = env_with(IDEM_LEDGER=pg.dsn)
+    half = 20037508.342789244
+    # Tile 14/8913/6100; a grid from 1 km west of the antimeridian to 4 km east of it; tile 0/0/0.
+    grids = {"tile.tif": (1763555.116595585, 5114554.436617713, 1766001.1015007123,
+                          5117000.421522839),
+             "across.tif": (half - 1000.0, -3000000.0, half + 4000.0, -2995000.0),
+             "world.tif": (-half, -half, half, half)}
+    for name, (xmin, ymin, xmax, ymax) in grids.items():
+        run(["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-te",
+             repr(xmin), repr(ymin), repr(xmax), repr(ymax), "-ts", "256", "256", src,
+             vsi(tmp_path / name)], env=env, check=True)
+    with psycopg.connect(pg.dsn) as conn:
+        rows = dict(conn.execute(
+            "SELECT output_uri, ST_AsText(footprint) FROM idem.ledger").fetchall())
+
+    tile = ogr.CreateGeometryFromWkt(rows[str(tmp_path / "tile.tif")])
+    assert tile.GetGeometryCount() == 1
+    ring = tile.GetGeometryRef(0).GetGeometryRef(0)
+    got = [ring.GetPoint_2D(i) for i in range(ring.GetPointCount() - 1)]
+    xmin, ymin, xmax, ymax = grids["tile.tif"]
+    gt = (xmin, (xmax - xmin) / 256, 0, ymax, 0, -(ymax - ymin) / 256)
+    assert len(got) == 4
+    for (lon, lat), (want_lon, want_lat) in zip(got, _proj_outline(gt, 256, 1)):
+        assert lon == pytest.approx(want_lon, abs=1e-9)
+        assert lat == pytest.approx(want_lat, abs=1e-9)
+    # PROJ's densified outline lies on those corners' rectangle.
+    west, east, south, north = tile.GetEnvelope()
+    for lon, lat in _proj_outline(gt, 256):
+        assert min(abs(lon - west), abs(lon - east), abs(lat - south),
+                   abs(lat - north)) < 1e-9, (lon, lat)
+
+    across = ogr.CreateGeometryFromWkt(rows[str(tmp_path / "across.tif")])
+    assert across.GetGeometryCount() == 2
+    west, east = sorted((across.GetGeometryRef(i).GetEnvelope() for i in range(2)))
+    assert west[0] == pytest.approx(-180.0, abs=1e-9) and east[1] == pytest.approx(180.0,
+                                                                                    abs=1e-9)
+    degrees_per_metre = 180 / 3.141592653589793 / 6378137.0
+    assert east[0] == pytest.approx(180 - 1000 * degrees_per_metre, abs=1e-9)
+    assert west[1] == pytest.approx(-180 + 4000 * degrees_per_metre, abs=1e-9)
+
+    world = ogr.CreateGeometryFromWkt(rows[str(tmp_path / "world.tif")])
+    assert world.GetEnvelope() == pytest.approx((-180.0, 180.0, -85.0511287798, 85.0511287798),
+                                                abs=1e-9)
+    assert world.GetArea() == pytest.approx(360 * 2 * 85.0511287798, rel=1e-9)

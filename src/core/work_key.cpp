@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/sha256.hpp"
 #include "core/source_identity.hpp"
+#include "core/tile_grid.hpp"
 #include "core/vrt_canonical.hpp"
 
 namespace idem {
@@ -101,6 +102,9 @@ TargetGrid target_grid(GDALDataset* src) {
       grid.srs_wkt = wkt;
     }
     CPLFree(wkt);
+    // Asked of the CRS object the dataset has (cheap), instead of parsing the WKT again later
+    // for the tile index and the footprint.
+    grid.web_mercator = is_web_mercator(*srs);
   }
   return grid;
 }

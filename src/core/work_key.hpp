@@ -34,6 +34,9 @@ struct TargetGrid {
   double geotransform[6] = {0, 1, 0, 0, 0, 1};
   bool has_geotransform = false;
   std::string srs_wkt;  // empty when the output has no CRS
+  // Whether the CRS is EPSG:3857 (the same CRS, whatever its definition's spelling), when the
+  // grid's maker knew it from the CRS object; unset: found from srs_wkt when needed.
+  std::optional<bool> web_mercator;
 };
 
 struct WorkDescription {
