@@ -112,8 +112,13 @@ constexpr const char* k_schema_state_sql_rest =
     ", (SELECT string_agg(extname, ',') FROM pg_extension "
     "WHERE extname = ANY (string_to_array($1, ',')))";
 // sql/postgres/0002_footprint.sql adds the footprint column (in the transaction that records
-// its version): rows carry a footprint exactly when this version is applied.
+// its version): rows carry a footprint when this version is applied and PostGIS is still there
+// (DROP EXTENSION postgis CASCADE drops the column but not the version's record).
 constexpr int k_footprint_migration_version = 2;
+constexpr const char* k_footprint_extension = "postgis";  // 0002's requires-extension
+constexpr const char* k_footprint_column_exists_sql =
+    "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('idem.ledger') "
+    "AND attname = 'footprint' AND NOT attisdropped)";
 constexpr const char* k_undefined_table = "42P01";
 constexpr const char* k_invalid_schema_name = "3F000";
 constexpr const char* k_duplicate_prepared_statement = "42P05";
@@ -138,7 +143,8 @@ struct SchemaState {
   std::set<std::string> extensions;  // installed, among those conditional migrations need
   bool has_footprint() const {
     return std::find(versions.begin(), versions.end(), k_footprint_migration_version) !=
-           versions.end();
+               versions.end() &&
+           extensions.count(k_footprint_extension) != 0;
   }
 };
 
@@ -290,6 +296,10 @@ public:
   ClaimResult claim(const ClaimRequest& request) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
+    return with_footprint_fallback([&] { return claim_locked(request); });
+  }
+
+  ClaimResult claim_locked(const ClaimRequest& request) {
     Params params = {request.work_key,
                      request.namespace_name,
                      request.layer,
@@ -519,6 +529,10 @@ public:
   int64_t archive(const ArchiveRequest& request) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
+    return with_footprint_fallback([&] { return archive_locked(request); });
+  }
+
+  int64_t archive_locked(const ArchiveRequest& request) {
     std::string columns = k_history_columns;
     if (m_has_footprint) {
       columns += ", footprint";
@@ -564,6 +578,10 @@ public:
   int64_t archive_completed(std::chrono::seconds older_than) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
+    return with_footprint_fallback([&] { return archive_completed_locked(older_than); });
+  }
+
+  int64_t archive_completed_locked(std::chrono::seconds older_than) {
     const std::string seconds = std::to_string(older_than.count());
     std::string columns = k_history_columns;
     if (m_has_footprint) {
@@ -942,6 +960,24 @@ private:
     return state;
   }
 
+  // In the migration's transaction: a footprint migration whose column is gone (PostGIS was
+  // dropped with CASCADE) is recorded as not applied, so that it applies again once PostGIS is
+  // installed.
+  void forget_lost_footprint(SchemaState& state) {
+    auto applied = std::find(state.versions.begin(), state.versions.end(),
+                             k_footprint_migration_version);
+    if (applied == state.versions.end()) {
+      return;
+    }
+    PgResult exists = exec_params(k_footprint_column_exists_sql, {}, "migration");
+    if (std::string(PQgetvalue(exists.get(), 0, 0)) == "t") {
+      return;
+    }
+    exec_params("DELETE FROM idem.schema_version WHERE version = $1",
+                {std::to_string(k_footprint_migration_version)}, "migration");
+    state.versions.erase(applied);
+  }
+
   // Pending migrations that can apply now (conditional ones only when their extension exists).
   static std::vector<Migration> applicable_migrations(const SchemaState& state,
                                                       MigrationReport* report) {
@@ -969,8 +1005,9 @@ private:
       Transaction transaction(*this, "migration");
       exec_params("SELECT pg_advisory_xact_lock($1)", {std::string(k_migration_lock)},
                   "migration");
-      for (const Migration& migration :
-           applicable_migrations(read_schema_state(true), &report)) {
+      SchemaState state = read_schema_state(true);
+      forget_lost_footprint(state);
+      for (const Migration& migration : applicable_migrations(state, &report)) {
         checked(PQexec(m_connection.get(), migration.sql.c_str()), "migration " + migration.name);
         exec_params("INSERT INTO idem.schema_version (version, name) VALUES ($1, $2)",
                     {std::to_string(migration.version), migration.name}, "migration");
@@ -987,6 +1024,43 @@ private:
     report.schema_version = state.versions.empty() ? 0 : state.versions.back();
     use_schema(state);
     return report;
+  }
+
+  // Runs `work`, a statement that writes or copies footprints when m_has_footprint, and once
+  // more without them if it failed because the footprint column is gone.
+  template <class Work>
+  auto with_footprint_fallback(Work work) -> decltype(work()) {
+    try {
+      return work();
+    } catch (const Error&) {
+      if (!m_has_footprint || !footprint_column_lost()) {
+        throw;
+      }
+      return work();
+    }
+  }
+
+  // After a statement failed on a schema with footprints: whether the column was dropped
+  // meanwhile (DROP EXTENSION postgis CASCADE). If so, work goes on without footprints on this
+  // connection, and `gdal-idem init` is what brings the column back.
+  bool footprint_column_lost() {
+    if (!m_connection || PQstatus(m_connection.get()) != CONNECTION_OK) {
+      return false;
+    }
+    PgResult exists(PQexec(m_connection.get(), k_footprint_column_exists_sql));
+    if (!exists || PQresultStatus(exists.get()) != PGRES_TUPLES_OK ||
+        std::string(PQgetvalue(exists.get(), 0, 0)) != "f") {
+      return false;
+    }
+    CPLError(CE_Warning, CPLE_AppDefined,
+             "IDEM: the PostgreSQL ledger %s has lost its footprint column (PostGIS dropped "
+             "with CASCADE?); work goes on without footprints. Run `gdal-idem init` once PostGIS "
+             "is installed again to restore them.",
+             m_redacted.c_str());
+    SchemaState without = read_schema_state(false);
+    without.extensions.erase(k_footprint_extension);
+    use_schema(without);
+    return true;
   }
 
   // On open: one query; migrations only when something is pending, and then only when this

@@ -1081,16 +1081,36 @@ TEST_F(LedgerPostgres, WorkerRoleCanRunWorkButNotChangeTheSchema) {
   pg_exec(admin.get(), "DROP SCHEMA idem CASCADE");
 }
 
+// A database of its own for a test that changes its extensions, dropped at the end.
+class ScratchDatabase {
+public:
+  explicit ScratchDatabase(const std::string& name)
+      : m_name(name), m_base(ledger_test::pg_connect(ledger_test::pg_base_dsn())) {
+    if (m_base) {
+      pg_exec(m_base.get(), "SET client_min_messages = warning");
+      pg_exec(m_base.get(), "DROP DATABASE IF EXISTS " + m_name);
+      pg_exec(m_base.get(), "CREATE DATABASE " + m_name);
+    }
+  }
+  ~ScratchDatabase() {
+    if (m_base) {
+      pg_exec(m_base.get(), "DROP DATABASE " + m_name);
+    }
+  }
+  bool ok() const { return static_cast<bool>(m_base); }
+  std::string dsn() const { return ledger_test::pg_dsn_for(m_name); }
+
+private:
+  std::string m_name;
+  ledger_test::PgHandle m_base;
+};
+
 TEST_F(LedgerPostgres, FootprintsStartWhenPostgisArrivesUnderAnOpenLedger) {
   ledger_test::PgTestLock lock;
   ASSERT_TRUE(lock.ok());
-  constexpr const char* k_database = "idem_ledger_test_late_gis";
-  auto base = ledger_test::pg_connect(ledger_test::pg_base_dsn());
-  ASSERT_TRUE(base);
-  pg_exec(base.get(), "SET client_min_messages = warning");
-  pg_exec(base.get(), std::string("DROP DATABASE IF EXISTS ") + k_database);
-  pg_exec(base.get(), std::string("CREATE DATABASE ") + k_database);
-  const std::string dsn = ledger_test::pg_dsn_for(k_database);
+  ScratchDatabase database("idem_ledger_test_late_gis");
+  ASSERT_TRUE(database.ok());
+  const std::string dsn = database.dsn();
   {
     auto ledger = Ledger::open(dsn);
     EXPECT_FALSE(ledger->has_footprints());
@@ -1117,7 +1137,58 @@ TEST_F(LedgerPostgres, FootprintsStartWhenPostgisArrivesUnderAnOpenLedger) {
     // A claim without a footprint still works on the footprint schema.
     ASSERT_EQ(ledger->claim(make_request("bare", 60s)).outcome, ClaimOutcome::k_claimed);
   }
-  pg_exec(base.get(), std::string("DROP DATABASE ") + k_database);
+}
+
+// An administrator drops PostGIS with CASCADE (which drops the footprint column) and maybe
+// creates it again: claims go on without footprints, and `gdal-idem init` restores the column.
+TEST_F(LedgerPostgres, ClaimsGoOnWhenPostgisIsDroppedAndInitRestoresFootprints) {
+  ledger_test::PgTestLock lock;
+  ASSERT_TRUE(lock.ok());
+  ScratchDatabase database("idem_ledger_test_gis_dropped");
+  ASSERT_TRUE(database.ok());
+  const std::string dsn = database.dsn();
+  {
+    auto admin = ledger_test::pg_connect(dsn);
+    ASSERT_TRUE(admin);
+    pg_exec(admin.get(), "SET client_min_messages = warning");
+    pg_exec(admin.get(), "CREATE EXTENSION postgis");
+    auto claim_with_footprint = [](Ledger& ledger, const std::string& key) {
+      ClaimRequest request = make_request(key, 60s);
+      request.footprint_wkt = "POLYGON((0 0,1 0,1 1,0 1,0 0))";
+      const ClaimResult result = ledger.claim(request);
+      EXPECT_EQ(result.outcome, ClaimOutcome::k_claimed) << key;
+      EXPECT_TRUE(ledger.complete(key, request.claim_token, make_fingerprint(1))) << key;
+    };
+    auto running = Ledger::open(dsn);  // a worker that stays up through all of this
+    ASSERT_TRUE(running->has_footprints());
+    claim_with_footprint(*running, "before");
+
+    pg_exec(admin.get(), "DROP EXTENSION postgis CASCADE");
+    claim_with_footprint(*running, "running-after-drop");
+    auto fresh = Ledger::open(dsn);
+    EXPECT_FALSE(fresh->has_footprints());
+    claim_with_footprint(*fresh, "fresh-after-drop");
+    EXPECT_EQ(fresh->archive_completed(0s), 3);
+
+    pg_exec(admin.get(), "CREATE EXTENSION postgis");
+    auto recreated = Ledger::open(dsn);  // PostGIS is back, the column is not
+    claim_with_footprint(*recreated, "after-recreate");
+    claim_with_footprint(*running, "running-after-recreate");
+    EXPECT_EQ(Ledger::open(dsn)->archive_completed(0s), 2);  // `gdal-idem prune`
+    ArchiveRequest everything;
+    EXPECT_EQ(Ledger::open(dsn)->archive(everything), 0);
+
+    const MigrationReport report = Ledger::open(dsn)->migrate();  // `gdal-idem init`
+    EXPECT_EQ(report.applied, std::vector<std::string>{"0002_footprint.sql"});
+    auto restored = Ledger::open(dsn);
+    EXPECT_TRUE(restored->has_footprints());
+    claim_with_footprint(*restored, "restored");
+    EXPECT_EQ(pg_exec(admin.get(), "SELECT ST_AsText(footprint) FROM idem.ledger "
+                                   "WHERE work_key = 'restored'"),
+              "MULTIPOLYGON(((0 0,1 0,1 1,0 1,0 0)))");
+    EXPECT_EQ(pg_exec(admin.get(), "SELECT count(*) FROM idem.ledger"), "1");
+    EXPECT_EQ(pg_exec(admin.get(), "SELECT count(*) FROM idem.ledger_history"), "5");
+  }
 }
 
 }  // namespace
