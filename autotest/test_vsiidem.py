@@ -220,6 +220,26 @@ def test_vsiidem_unlink_is_deferred_to_process_exit(tmp_path, source):
     assert not target.exists(), "the deferred unlink was not carried out at exit"
 
 
+def test_vsiidem_forked_child_leaves_the_parents_unlinks_to_it(tmp_path, source):
+    """A child forked after an unlink was deferred inherits it, but it is the parent's: the
+    child's normal exit (atexit handlers run) must not carry it out; the parent's does."""
+    target = tmp_path / "parents.tif"
+    target.write_bytes(source.read_bytes())
+    proc = run_python(f"""
+        import os, sys
+        from osgeo import gdal
+        gdal.UseExceptions()
+        assert gdal.Unlink({vsiidem(str(target))!r}) == 0
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)  # a normal exit: Python's and the C library's exit handlers run
+        _, status = os.waitpid(child, 0)
+        print("child exit", status, "file there", os.path.exists({str(target)!r}))
+    """)
+    assert "child exit 0 file there True" in proc.stdout, proc.stdout + proc.stderr
+    assert not target.exists(), "the parent's deferred unlink was not carried out at its exit"
+
+
 def test_vsiidem_publishing_does_not_block_other_threads(tmp_path, source):
     """A close publishes (renames, or uploads to object storage: seconds) without holding
     /vsiidem/'s process-wide lock: while one thread's close is held at its publish, another

@@ -211,6 +211,9 @@ class VsiIdemState {
   // from one made before its close (which the published file replaces).
   std::map<std::string, uint64_t> m_pending_unlinks;
   uint64_t m_unlink_count = 0;
+  // The process the pending unlinks belong to: a child forked from it inherits them, but they
+  // are its parent's to carry out (or cancel), never the child's (see own_pending_unlinks).
+  pid_t m_pending_pid = 0;
   // Counts what this process did to which files exist (publishes, renames, deferred unlinks
   // carried out). A look at a path taken outside m_mutex (see look_at) still holds while the
   // count has not moved.
@@ -235,8 +238,23 @@ class VsiIdemState {
   // Record a deferred unlink of `real`, numbered after every earlier one. Caller holds m_mutex.
   void defer_unlink(const std::string& real) {
     register_exit_flush();
+    own_pending_unlinks();
     m_pending_unlinks[real] = ++m_unlink_count;
     CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process", real.c_str());
+  }
+
+  // In a forked child, forget the pending unlinks inherited from the parent. Caller holds
+  // m_mutex.
+  void own_pending_unlinks() {
+    const pid_t self = getpid();
+    if (m_pending_pid != self) {
+      if (m_pending_pid != 0 && !m_pending_unlinks.empty()) {
+        CPLDebug(k_debug_category, "%d deferred unlinks of the parent process left to it",
+                 static_cast<int>(m_pending_unlinks.size()));
+      }
+      m_pending_unlinks.clear();
+      m_pending_pid = self;
+    }
   }
 
   // The live (not discarded) in-flight entry for `real`, or nullptr. Caller holds m_mutex.
@@ -260,6 +278,7 @@ class VsiIdemState {
     void* hook_data = nullptr;
     {
       std::lock_guard<std::mutex> lock(m_mutex);
+      own_pending_unlinks();
       paths.swap(m_pending_unlinks);
       hook = m_hook;
       hook_data = m_hook_data;
