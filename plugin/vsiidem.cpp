@@ -267,8 +267,9 @@ class VsiIdemState {
   }
 
   // Where a flush runs: GDAL's file manager may be gone at its cleanup, and a thread without
-  // network state of its own is needed at exit (see flush_at_exit).
-  enum class FlushPoint { k_running, k_exit, k_gdal_cleanup };
+  // network state of its own is needed at exit (see flush_at_exit); without one, only local
+  // files can be deleted there.
+  enum class FlushPoint { k_running, k_exit, k_exit_local_only, k_gdal_cleanup };
 
   // Carry out every pending unlink: hook first (ledger rows), then the file. Each path is
   // taken out of the set before it is handled, so every unlink runs at most once.
@@ -290,6 +291,13 @@ class VsiIdemState {
                      path.c_str());
         continue;
       }
+      if (!local_path(path) && point == FlushPoint::k_exit_local_only) {
+        std::fprintf(stderr,
+                     "gdal-idem: deferred delete of %s skipped at exit: no thread could be "
+                     "started to reach it\n",
+                     path.c_str());
+        continue;
+      }
       if (hook != nullptr && hook(path.c_str(), hook_data) == 0) {
         continue;  // the hook keeps the file (its ledger rows could not be removed)
       }
@@ -301,8 +309,8 @@ class VsiIdemState {
       if (result == 0) {
         CPLDebug(k_debug_category, "carried out the deferred unlink of %s%s", path.c_str(),
                  point == FlushPoint::k_gdal_cleanup ? " (GDAL cleanup)"
-                 : point == FlushPoint::k_exit       ? " (end of the process)"
-                                                     : "");
+                 : point == FlushPoint::k_running    ? ""
+                                                     : " (end of the process)");
       } else if (errno != ENOENT) {
         std::fprintf(stderr, "gdal-idem: deferred delete of %s failed: %s\n", path.c_str(),
                      std::strerror(errno));
@@ -328,7 +336,7 @@ void flush_at_exit() {
     worker.join();
   } catch (const std::system_error&) {
     // No thread: local files can still go; objects are reported, not risked.
-    shared.flush(VsiIdemState::FlushPoint::k_gdal_cleanup);
+    shared.flush(VsiIdemState::FlushPoint::k_exit_local_only);
   }
 }
 
