@@ -7,8 +7,9 @@
 
 It listens on loopback and on a Unix socket in its directory (`socket_dsn_for`: the setup
 docs/operations.md recommends, a PgBouncer on each worker), accepts any client user without a
-password (auth_type = any) and connects upstream as the user of the upstream DSN. PgBouncer refuses to run as root; as root it
-runs as the `postgres` user, from a directory that user owns."""
+password (auth_type = any) and connects upstream as the user of the upstream DSN. PgBouncer
+refuses to run as root; as root it runs as the `postgres` user, from a directory that user
+owns."""
 
 import os
 import pwd

@@ -49,8 +49,8 @@ JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions&
 JsonValue source_digest_json(const SourceDigest& digest);
 
 // The dataset named `name` opened as identity_of_source() opens it, and kept in `kept` (where
-// an identity_of_source() of it then finds it); the one already kept under that name if any. Throws idem::Error(k_source) naming the source when it cannot be
-// opened.
+// an identity_of_source() of it then finds it); the one already kept under that name if any.
+// Throws idem::Error(k_source) naming the source when it cannot be opened.
 GDALDataset* open_and_keep_source(const std::string& name, KeptSources& kept);
 
 // Identity of the dataset named `name` (a path or GDAL connection string), opened read-only
