@@ -5,6 +5,7 @@ is redone, every entry point (gdalwarp, gdal_translate, gdal.Warp, gdal.Translat
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -459,3 +460,138 @@ def test_idem_postgis_web_mercator_footprint_is_what_proj_gives(tmp_path):
     assert world.GetEnvelope() == pytest.approx((-180.0, 180.0, -85.0511287798, 85.0511287798),
                                                 abs=1e-9)
     assert world.GetArea() == pytest.approx(360 * 2 * 85.0511287798, rel=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# A PostgreSQL ledger opened ahead: the first use of /vsiidem/ starts the connection, which the
+# driver then finishes and uses (docs/operations.md, "PostgreSQL connection costs").
+
+OPENED_AHEAD = "using the connection opened ahead"
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "pgbouncer"])
+def test_idem_vsiidem_write_uses_the_ledger_connection_opened_ahead(backend, source, tmp_path):
+    """A fresh database (no idem schema yet: the schema query sent ahead fails, and opening the
+    ledger creates the schema), a first run, a skip; the same with IDEM_LEDGER_PREOPEN=NO."""
+    from idem_testlib import make_ledger
+    pg = make_ledger(backend, tmp_path)
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=pg.dsn, CPL_DEBUG="IDEM")
+    first = run(warp_cmd(source, vsi(out)), env=env, check=True)
+    assert OPENED_AHEAD in first.stderr
+    plain = tmp_path / "plain.tif"
+    run(["gdalwarp", "-q", "-t_srs", "EPSG:3857", "-r", "bilinear", source, plain], check=True)
+    assert_same_pixels(out, plain)
+    assert [r["attempt"] for r in pg.completed()] == [1]
+
+    again = run(warp_cmd(source, vsi(out)), env=env, check=True)
+    assert OPENED_AHEAD in again.stderr
+    assert "IDEM: skipped" in again.stderr
+
+    off = run(warp_cmd(source, vsi(tmp_path / "off.tif")),
+              env=dict(env, IDEM_LEDGER_PREOPEN="NO"), check=True)
+    assert OPENED_AHEAD not in off.stderr
+    assert_same_pixels(tmp_path / "off.tif", plain)
+    assert len(pg.completed()) == 2
+
+
+def test_idem_ledger_opened_ahead_reports_a_connection_error_as_before(source, tmp_path):
+    """A database that does not exist: the error (from the connection started ahead) is the one
+    a connection made by the driver gives, once, without the password; nothing is written."""
+    import psycopg
+    from idem_testlib import _pg_dsn
+    params = psycopg.conninfo.conninfo_to_dict(_pg_dsn())
+    params.update(dbname="idem_no_such_database", password="s3cretpw")
+    dsn = psycopg.conninfo.make_conninfo(**params)
+    messages = {}
+    for preopen in ("YES", "NO"):
+        out = tmp_path / f"{preopen}.tif"
+        proc = run(warp_cmd(source, vsi(out)),
+                   env=env_with(IDEM_LEDGER=dsn, IDEM_LEDGER_PREOPEN=preopen, CPL_DEBUG="IDEM"))
+        assert proc.returncode != 0
+        assert "s3cretpw" not in proc.stderr + proc.stdout
+        assert OPENED_AHEAD not in proc.stderr
+        assert not out.exists() and temp_dirs_beside(out) == []
+        errors = [line for line in proc.stderr.splitlines()
+                  if "cannot connect to the PostgreSQL ledger" in line]
+        assert len(errors) == 1, proc.stderr
+        assert "idem_no_such_database" in errors[0]
+        messages[preopen] = errors[0]
+    assert messages["YES"] == messages["NO"]
+
+
+def _silent_server():
+    """A TCP listener on loopback that accepts connections and never answers."""
+    import socket
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    return listener
+
+
+def test_idem_ledger_that_never_answers_holds_no_process_that_does_not_need_it(source, tmp_path):
+    """gdalinfo on a /vsiidem/ path starts the connection to the ledger (a /vsiidem/ user may be
+    about to write) but ends as soon as its own work is done; a write gives up after the DSN's
+    connect_timeout, counted from the start of that connection, with libpq's message; a dry run
+    does not connect."""
+    listener = _silent_server()
+    port = listener.getsockname()[1]
+    try:
+        dsn = f"host=127.0.0.1 port={port} dbname=idem user=idem password=s3cretpw connect_timeout=3"
+        env = env_with(IDEM_LEDGER=dsn)
+        listener.settimeout(0)
+        # A dry run touches no ledger: not even a connection.
+        dry = run(warp_cmd(source, vsi(tmp_path / "dry.tif")), env=dict(env, IDEM_DRY_RUN="YES"),
+                  check=True)
+        assert "IDEM dry run: key=" in dry.stdout
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+
+        started = time.monotonic()
+        info = run(["gdalinfo", vsi(source)], env=env, check=True)
+        took = time.monotonic() - started
+        assert "Size is 512, 512" in info.stdout
+        listener.accept()[0].close()  # the connection was started...
+        assert took < 2.5, f"gdalinfo took {took:.1f} s"  # ...and not waited for
+
+        out = tmp_path / "out.tif"
+        started = time.monotonic()
+        proc = run(warp_cmd(source, vsi(out)), env=env)
+        took = time.monotonic() - started
+        assert proc.returncode != 0
+        assert "timeout expired" in proc.stderr and "s3cretpw" not in proc.stderr
+        assert 2.5 < took < 8, f"gdalwarp took {took:.1f} s"
+        assert not out.exists()
+    finally:
+        listener.close()
+
+
+def test_idem_forked_child_connects_itself_and_leaves_the_parent_its_connection(tmp_path):
+    """The parent's connection started ahead belongs to it: a child forked meanwhile that writes
+    connects itself (sharing the socket would mix the two conversations), and both complete."""
+    from idem_testlib import make_ledger
+    pg = make_ledger("postgresql", tmp_path)
+    src = make_source(tmp_path / "scene.tif", size=128)
+    script = f"""
+import os, sys
+from osgeo import gdal
+gdal.UseExceptions()
+gdal.VSIStatL({vsi(tmp_path / "parent.tif")!r})  # starts the ledger's connection
+pid = os.fork()
+name = "child" if pid == 0 else "parent"
+if pid == 0:
+    gdal.SetConfigOption("IDEM_LEDGER_PREOPEN", "NO")  # nothing of its own opened ahead
+gdal.Warp("/vsiidem/" + {str(tmp_path)!r} + "/" + name + ".tif",
+          {src!r}, format="IDEM", dstSRS="EPSG:3857")
+if pid == 0:
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    proc = run(["/usr/bin/python3", "-c", script],
+               env=env_with(IDEM_LEDGER=pg.dsn, CPL_DEBUG="IDEM"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count(OPENED_AHEAD) == 1  # the parent's, not the child's
+    completed = sorted(os.path.basename(r["output_uri"]) for r in pg.completed())
+    assert completed == ["child.tif", "parent.tif"]
+    assert_same_pixels(tmp_path / "child.tif", tmp_path / "parent.tif")

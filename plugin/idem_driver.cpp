@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -153,20 +154,60 @@ GDALDriver* find_format_driver(const std::string& format) {
 // After a fork the parent's connections are abandoned, never closed: closing a PostgreSQL
 // connection from the child would end the parent's session.
 
+struct SharedLedgers {
+  std::mutex mutex;
+  std::map<std::string, Ledger*>* ledgers = new std::map<std::string, Ledger*>();
+  pid_t owner = getpid();
+};
+
+SharedLedgers& shared_ledgers() {
+  static auto* instance = new SharedLedgers();  // leaked: ledgers live for the process
+  return *instance;
+}
+
 Ledger& shared_ledger(const std::string& dsn) {
-  static std::mutex mutex;
-  static std::map<std::string, Ledger*>* ledgers = new std::map<std::string, Ledger*>();
-  static pid_t owner = getpid();
-  std::lock_guard<std::mutex> lock(mutex);
-  if (owner != getpid()) {
-    ledgers = new std::map<std::string, Ledger*>();  // the parent's are left alone
-    owner = getpid();
+  SharedLedgers& shared = shared_ledgers();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  if (shared.owner != getpid()) {
+    shared.ledgers = new std::map<std::string, Ledger*>();  // the parent's are left alone
+    shared.owner = getpid();
   }
-  auto found = ledgers->find(dsn);
-  if (found == ledgers->end()) {
-    found = ledgers->emplace(dsn, Ledger::open(dsn).release()).first;
+  auto found = shared.ledgers->find(dsn);
+  if (found == shared.ledgers->end()) {
+    found = shared.ledgers->emplace(dsn, Ledger::open(dsn).release()).first;
   }
   return *found->second;
+}
+
+// The first use of /vsiidem/ in a process comes before a write through it (gdalwarp looks at its
+// output before it opens the sources and works out the grid): a PostgreSQL ledger named by
+// IDEM_LEDGER starts connecting then, and each later use moves the connection on, so that the
+// driver finds it made (Ledger::preopen). IDEM_LEDGER_PREOPEN=NO turns this off.
+void note_vsiidem_use() {
+  static std::atomic<pid_t> noted{0};
+  const pid_t pid = getpid();
+  if (noted.exchange(pid) == pid) {
+    Ledger::advance_preopened();
+    return;
+  }
+  const char* dsn = CPLGetConfigOption("IDEM_LEDGER", nullptr);
+  if (dsn == nullptr || dsn[0] == '\0' ||
+      !CPLTestBool(CPLGetConfigOption("IDEM_LEDGER_PREOPEN", "YES")) ||
+      CPLTestBool(CPLGetConfigOption("IDEM_DRY_RUN", "NO"))) {
+    return;  // a dry run touches no ledger
+  }
+  {
+    SharedLedgers& shared = shared_ledgers();
+    std::lock_guard<std::mutex> lock(shared.mutex);
+    if (shared.owner == pid && shared.ledgers->count(dsn) != 0) {
+      return;  // open already
+    }
+  }
+  try {
+    Ledger::preopen(dsn);
+  } catch (const std::exception& error) {
+    CPLDebug("IDEM", "could not start opening the ledger ahead: %s", error.what());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -857,6 +898,7 @@ bool completed_output_is_current(const LedgerRow& row, const std::string& destin
 void register_idem_driver() {
   install_vsiidem_handler();
   vsiidem_set_unlink_hook(forget_before_unlink);
+  vsiidem_set_use_hook(note_vsiidem_use);
   if (GDALGetDriverByName(k_driver_name) != nullptr) {
     return;
   }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -94,6 +95,15 @@ std::string strip_prefix(const char* vsi_path) {
     return path.substr(prefix.size());
   }
   return path;
+}
+
+// vsiidem_set_use_hook's hook, called before each Stat and Open.
+std::atomic<void (*)()> g_use_hook{nullptr};
+
+void note_use() {
+  if (auto* hook = g_use_hook.load()) {
+    hook();
+  }
 }
 
 // The absolute, lexically normalised real path recorded for a /vsiidem/ name (the same form the
@@ -634,6 +644,7 @@ VsiIdemFilesystemHandler::~VsiIdemFilesystemHandler() {
 VSIVirtualHandle* VsiIdemFilesystemHandler::Open(const char* filename, const char* access,
                                                  bool set_error, CSLConstList options) {
   try {
+    note_use();
     const std::string real = real_absolute(filename);
     if (is_write_access(access)) {
       return open_for_write(real, access, set_error, options);
@@ -756,6 +767,7 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
 
 int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, int flags) {
   try {
+    note_use();
     const std::string real = real_absolute(filename);
     std::string target = real;
     {
@@ -1118,6 +1130,10 @@ void vsiidem_set_unlink_hook(UnlinkHook hook) {
     metadata.SetNameValue("USER_DATA", pointer_text(&holder).c_str());
   }
   VSISetFileMetadata(k_vsiidem_prefix, metadata.List(), k_domain_unlink_hook, nullptr);
+}
+
+void vsiidem_set_use_hook(void (*hook)()) {
+  g_use_hook = hook;
 }
 
 void vsiidem_flush_unlinks() {

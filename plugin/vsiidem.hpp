@@ -35,6 +35,11 @@ void vsiidem_cancel_unlink(const std::string& real_path);
 using UnlinkHook = std::function<bool(const std::string& real_path)>;
 void vsiidem_set_unlink_hook(UnlinkHook hook);
 
+// Called on the caller's thread before each Stat or Open of a /vsiidem/ path (the driver starts
+// opening the ledger at the first: a write through /vsiidem/ is likely coming). Kept by this copy
+// of the code: when another copy installed the handler, that copy's hook is called.
+void vsiidem_set_use_hook(void (*hook)());
+
 // Carry out every pending unlink now (also runs automatically at process exit: from std::atexit,
 // and from the handler's destructor when GDALDestroyDriverManager tears GDAL down). Each pending
 // unlink runs at most once. Best called from the IDEM driver's pfnUnloadDriver: GDAL destroys

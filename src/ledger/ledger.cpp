@@ -221,6 +221,14 @@ std::unique_ptr<Ledger> Ledger::open(const std::string& dsn) {
   return ledger_detail::open_sqlite_ledger(path);
 }
 
+void Ledger::preopen(const std::string& dsn) {
+  if (backend_of(dsn) == "postgresql") {
+    ledger_detail::preopen_postgres_ledger(dsn);
+  }
+}
+
+void Ledger::advance_preopened() { ledger_detail::advance_postgres_preopens(); }
+
 std::vector<Migration> migrations(const std::string& backend) {
   std::string directory;
   if (backend == "sqlite") {
@@ -297,6 +305,19 @@ bool is_loopback_host(const std::string& host) {
 }
 
 }  // namespace
+
+std::chrono::seconds connect_timeout_of(const std::string& dsn) {
+  const auto keywords = dsn_keywords(dsn);
+  const auto found = keywords.find("connect_timeout");
+  if (found == keywords.end()) {
+    return std::chrono::seconds(k_default_connect_timeout_seconds);
+  }
+  const long seconds = std::strtol(found->second.c_str(), nullptr, 10);
+  if (seconds <= 0) {
+    return std::chrono::hours(24 * 365);  // no timeout
+  }
+  return std::chrono::seconds(std::max(2L, seconds));  // libpq's minimum
+}
 
 std::string dsn_password(const std::string& dsn) {
   const auto keywords = dsn_keywords(dsn);

@@ -2,16 +2,20 @@
 // password scrubbing for messages.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ledger/ledger.hpp"
+#include "ledger/pg_handles.hpp"
 
 namespace idem::ledger_detail {
 
 std::unique_ptr<Ledger> open_sqlite_ledger(const std::string& path);
 std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn);
+void preopen_postgres_ledger(const std::string& dsn);
 
 // The password given in a libpq DSN (URI or keyword string), "" when none or unparsable.
 std::string dsn_password(const std::string& dsn);
@@ -20,6 +24,47 @@ std::string dsn_password(const std::string& dsn);
 // protects nothing. libpq's default (prefer) looks for Kerberos credentials on every connection
 // first, ~0.8 ms, a tenth of a tile's whole ledger time through a local PgBouncer.
 bool skip_gss_encryption(const std::string& dsn);
+// gdal-idem's connect_timeout (the DSN may set another).
+constexpr int k_default_connect_timeout_seconds = 10;
+// How long libpq waits for a connection to `dsn`, as connect_parameters() set it up.
+std::chrono::seconds connect_timeout_of(const std::string& dsn);
+
+// libpq's keyword/value arrays (null-terminated) for a connection to `dsn`: gdal-idem's defaults
+// (application_name, connect_timeout, gssencmode=disable when `skip_gss`), which the DSN
+// overrides. The values point into `dsn`, which must outlive them.
+struct ConnectParameters {
+  std::vector<const char*> keywords;
+  std::vector<const char*> values;
+};
+ConnectParameters connect_parameters(const std::string& dsn, bool skip_gss);
+
+// What a PostgreSQL ledger asks first on a new connection (its schema query), so that a
+// connection opened ahead of need can ask it too.
+struct PostgresOpening {
+  bool skip_gss = false;  // skip_gss_encryption(dsn), worked out by the caller
+  std::chrono::seconds connect_timeout{k_default_connect_timeout_seconds};
+  std::string query;
+  std::vector<std::string> query_params;
+};
+// A connection opened ahead (OK or failed: its error message is the one to report) and, when it
+// connected, the answer to the opening query (nullptr when it could not be asked). No
+// connection and `timed_out`: not made within the connect timeout (reported as libpq would).
+struct Preopened {
+  pg::Connection connection;
+  pg::Result first_answer;
+  bool timed_out = false;
+};
+// Starts connecting to `dsn` (libpq's non-blocking connection) and goes as far as it can without
+// waiting; then `opening.query` is sent as soon as the connection is made. Nothing when an
+// attempt for `dsn` is already waiting to be taken (postgres_preopen.cpp).
+void start_postgres_preopen(const std::string& dsn, PostgresOpening opening);
+// Moves every attempt on as far as it goes without waiting.
+void advance_postgres_preopens();
+// The attempt started for `dsn` in this process, finished now (waiting for what is left of it,
+// up to the connect timeout from its start); nullopt when none was started, or the connection
+// was made but did not answer the query in time (the caller connects itself).
+std::optional<Preopened> take_postgres_preopened(const std::string& dsn);
+
 // `message` with every occurrence of `secret` masked (no-op for an empty secret).
 std::string scrub_secret(std::string message, const std::string& secret);
 

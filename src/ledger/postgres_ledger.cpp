@@ -273,6 +273,17 @@ public:
     open_schema();
   }
 
+  // Start connecting, and asking the schema query once connected, without waiting for the server
+  // (postgres_preopen.cpp); the constructor takes the connection and the answer.
+  static void preopen(const std::string& dsn) {
+    ledger_detail::PostgresOpening opening;
+    opening.skip_gss = ledger_detail::skip_gss_encryption(dsn);
+    opening.connect_timeout = ledger_detail::connect_timeout_of(dsn);
+    opening.query = schema_state_sql(true);
+    opening.query_params = {required_extensions()};
+    ledger_detail::start_postgres_preopen(dsn, std::move(opening));
+  }
+
   std::string backend_name() const override { return "postgresql"; }
 
   MigrationReport migrate() override {
@@ -753,16 +764,29 @@ private:
     m_connection.reset();
     m_statement_uses.clear();
     m_postgis_load = PostgisLoad::k_not_started;
-    // Defaults first: the DSN (expanded from dbname) overrides them.
-    const char* keywords[] = {"gssencmode", "application_name", "connect_timeout", "dbname",
-                              nullptr};
-    const char* values[] = {"disable", "gdal-idem", "10", m_dsn.c_str(), nullptr};
     const bool skip_gss = ledger_detail::skip_gss_encryption(m_dsn);
-    const int first = skip_gss ? 0 : 1;  // from 1: without gssencmode
-    PgConnection connection(PQconnectdbParams(keywords + first, values + first, 1));
+    // The connection that Ledger::preopen started for this DSN, if any (with the answer to the
+    // schema query, which open_schema() takes); else one made now, the same way.
+    PgConnection connection;
+    bool opened_ahead = false;
+    if (auto preopened = ledger_detail::take_postgres_preopened(m_dsn)) {
+      if (preopened->timed_out) {
+        throw Error(ErrorKind::k_ledger,
+                    "cannot connect to the PostgreSQL ledger " + m_redacted + ": timeout expired");
+      }
+      connection = std::move(preopened->connection);
+      m_first_schema_answer = std::move(preopened->first_answer);
+      opened_ahead = true;
+    } else {
+      const auto parameters = ledger_detail::connect_parameters(m_dsn, skip_gss);
+      connection.reset(PQconnectdbParams(parameters.keywords.data(), parameters.values.data(), 1));
+    }
     if (skip_gss && connection && PQstatus(connection.get()) != CONNECTION_OK) {
       // A server that takes this host only with GSSAPI encryption (hostgssenc): libpq's way.
-      connection.reset(PQconnectdbParams(keywords + 1, values + 1, 1));
+      m_first_schema_answer.reset();
+      opened_ahead = false;
+      const auto parameters = ledger_detail::connect_parameters(m_dsn, false);
+      connection.reset(PQconnectdbParams(parameters.keywords.data(), parameters.values.data(), 1));
     }
     if (!connection) {
       throw Error(ErrorKind::k_ledger, "cannot connect to the PostgreSQL ledger " + m_redacted +
@@ -775,6 +799,9 @@ private:
       }
       throw Error(ErrorKind::k_ledger,
                   scrub("cannot connect to the PostgreSQL ledger " + m_redacted + ": " + message));
+    }
+    if (opened_ahead) {
+      CPLDebug("IDEM", "ledger %s: using the connection opened ahead", m_redacted.c_str());
     }
     PQsetNoticeReceiver(connection.get(), &forward_warnings, nullptr);
     m_connection = std::move(connection);
@@ -906,6 +933,11 @@ private:
     return exec_prepared(name, params, what);
   }
 
+  static std::string schema_state_sql(bool initialised) {
+    return std::string("SELECT ") + (initialised ? k_schema_versions_sql : "NULL::text") +
+           k_schema_state_sql_rest;
+  }
+
   static const std::string& required_extensions() {
     static const std::string names = [] {
       std::string joined;
@@ -929,13 +961,17 @@ private:
                                     "reading the schema version");
       initialised = std::string(PQgetvalue(exists.get(), 0, 0)) == "t";
     }
-    const std::string sql = std::string("SELECT ") +
-                            (initialised ? k_schema_versions_sql : "NULL::text") +
-                            k_schema_state_sql_rest;
-    const Params params = {required_extensions()};
-    const std::vector<const char*> raw = raw_params(params);
-    PgResult result(PQexecParams(m_connection.get(), sql.c_str(), static_cast<int>(raw.size()),
-                                 nullptr, raw.data(), nullptr, nullptr, 0));
+    PgResult result;
+    if (m_first_schema_answer && !in_transaction) {
+      result = std::move(m_first_schema_answer);  // asked by the connection opened ahead
+    } else {
+      const std::string sql = schema_state_sql(initialised);
+      const Params params = {required_extensions()};
+      const std::vector<const char*> raw = raw_params(params);
+      result.reset(PQexecParams(m_connection.get(), sql.c_str(), static_cast<int>(raw.size()),
+                                nullptr, raw.data(), nullptr, nullptr, 0));
+    }
+    m_first_schema_answer.reset();
     SchemaState state;
     if (result && PQresultStatus(result.get()) == PGRES_FATAL_ERROR && !in_transaction &&
         PQstatus(m_connection.get()) == CONNECTION_OK) {
@@ -1195,6 +1231,7 @@ private:
   std::string m_password;
   std::mutex m_mutex;
   PgConnection m_connection;
+  PgResult m_first_schema_answer;  // from the connection opened ahead, until read
   // Statement name -> uses on this connection (1: sent unprepared once, 2: prepared).
   std::unordered_map<std::string, int> m_statement_uses;
   std::string m_claim_sql;
@@ -1226,6 +1263,23 @@ namespace ledger_detail {
 std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn) {
   return std::make_unique<PostgresLedger>(dsn);
 }
+
+ConnectParameters connect_parameters(const std::string& dsn, bool skip_gss) {
+  // Defaults first: the DSN (expanded from dbname) overrides them.
+  ConnectParameters parameters;
+  if (skip_gss) {
+    parameters.keywords.push_back("gssencmode");
+    parameters.values.push_back("disable");
+  }
+  parameters.keywords.insert(parameters.keywords.end(),
+                             {"application_name", "connect_timeout", "dbname", nullptr});
+  static const std::string timeout = std::to_string(k_default_connect_timeout_seconds);
+  parameters.values.insert(parameters.values.end(),
+                           {"gdal-idem", timeout.c_str(), dsn.c_str(), nullptr});
+  return parameters;
+}
+
+void preopen_postgres_ledger(const std::string& dsn) { PostgresLedger::preopen(dsn); }
 
 }  // namespace ledger_detail
 

@@ -1191,5 +1191,55 @@ TEST_F(LedgerPostgres, ClaimsGoOnWhenPostgisIsDroppedAndInitRestoresFootprints) 
   }
 }
 
+// Ledger::preopen: the connection started ahead is what open() uses, also on a database without
+// the idem schema (the schema query sent ahead fails and open() creates the schema), after any
+// number of advance_preopened() calls; an error is the one a connection made by open() gives.
+TEST_F(LedgerPostgres, OpenUsesTheConnectionStartedAhead) {
+  ledger_test::PgTestLock lock;
+  ASSERT_TRUE(lock.ok());
+  ScratchDatabase database("idem_ledger_test_preopen");
+  ASSERT_TRUE(database.ok());
+  const std::string dsn = database.dsn();
+  auto admin = ledger_test::pg_connect(dsn);
+  ASSERT_TRUE(admin);
+  const std::string ours = "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "'idem_ledger_test_preopen' AND application_name = 'gdal-idem'";
+  Ledger::preopen(dsn);
+  for (int i = 0; i < 200 && pg_exec(admin.get(), ours) != "1"; ++i) {
+    Ledger::advance_preopened();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(pg_exec(admin.get(), ours), "1");  // connected before open() was called
+  {
+    auto ledger = Ledger::open(dsn);
+    EXPECT_EQ(pg_exec(admin.get(), ours), "1");  // and that connection is the one open() uses
+    EXPECT_GT(ledger->schema_version(), 0);
+    ClaimRequest request = make_request("ahead", 60s);
+    ASSERT_EQ(ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+    ASSERT_TRUE(ledger->complete("ahead", request.claim_token, make_fingerprint(1)));
+  }
+  // An initialised schema: the answer sent ahead is used as it is.
+  Ledger::preopen(dsn);
+  auto again = Ledger::open(dsn);
+  EXPECT_EQ(again->lookup("ahead").state, RowState::k_completed);
+
+  // A port with nobody listening: the same message with and without the connection ahead.
+  const std::string refused = "host=127.0.0.1 port=9 dbname=idem user=idem password=s3cretpw";
+  auto message_of = [](const std::string& target) {
+    try {
+      Ledger::open(target);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("opened");
+  };
+  const std::string direct = message_of(refused);
+  Ledger::preopen(refused);
+  const std::string ahead = message_of(refused);
+  EXPECT_EQ(ahead, direct);
+  EXPECT_NE(ahead.find("cannot connect to the PostgreSQL ledger"), std::string::npos);
+  EXPECT_EQ(ahead.find("s3cretpw"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace idem
