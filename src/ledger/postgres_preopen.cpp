@@ -28,7 +28,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Attempt {
-  enum class Phase { k_connecting, k_asking, k_done, k_gave_up };
+  // k_gave_up: not connected by the deadline; k_unusable: connected, but the query's answer
+  // did not come (the caller connects itself).
+  enum class Phase { k_connecting, k_asking, k_done, k_gave_up, k_unusable };
 
   std::string dsn;  // the connection parameters point into it
   PostgresOpening opening;
@@ -112,13 +114,13 @@ void drive(Attempt& attempt, std::optional<Clock::time_point> deadline) {
       }
       case Attempt::Phase::k_asking: {
         if (PQconsumeInput(connection) != 1) {
-          attempt.phase = Attempt::Phase::k_gave_up;  // in the middle of a query: of no use
+          attempt.phase = Attempt::Phase::k_unusable;
           return;
         }
         if (PQisBusy(connection) == 1) {
           if (!ready(connection, POLLIN, deadline)) {
             if (deadline) {
-              attempt.phase = Attempt::Phase::k_gave_up;
+              attempt.phase = Attempt::Phase::k_unusable;  // in the middle of a query
             }
             return;
           }
@@ -132,6 +134,7 @@ void drive(Attempt& attempt, std::optional<Clock::time_point> deadline) {
       }
       case Attempt::Phase::k_done:
       case Attempt::Phase::k_gave_up:
+      case Attempt::Phase::k_unusable:
         return;
     }
   }
@@ -206,11 +209,11 @@ std::optional<Preopened> take_postgres_preopened(const std::string& dsn) {
     shared.any = !shared.attempts.empty();
   }
   drive(*attempt, attempt->started + attempt->opening.connect_timeout);
+  if (attempt->phase == Attempt::Phase::k_unusable) {
+    return std::nullopt;  // the caller connects itself (this connection is closed here)
+  }
   Preopened result;
   if (attempt->phase == Attempt::Phase::k_gave_up) {
-    if (PQstatus(attempt->connection.get()) == CONNECTION_OK) {
-      return std::nullopt;  // made but no answer: the caller connects itself
-    }
     result.timed_out = true;  // libpq would have given up too (its connection closed here)
     return result;
   }
