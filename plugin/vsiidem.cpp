@@ -341,6 +341,13 @@ VsiIdemState& state() {
 // (GDAL 3.6). A new thread has its own, so the flush runs on one.
 void flush_at_exit() {
   auto& shared = state();
+  {
+    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    shared.own_pending_unlinks();
+    if (shared.m_pending_unlinks.empty()) {
+      return;  // all cancelled or carried out: no thread for nothing
+    }
+  }
   try {
     std::thread worker([&shared] { shared.flush(VsiIdemState::FlushPoint::k_exit); });
     worker.join();
