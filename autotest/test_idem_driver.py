@@ -595,3 +595,31 @@ sys.exit(os.waitstatus_to_exitcode(status))
     completed = sorted(os.path.basename(r["output_uri"]) for r in pg.completed())
     assert completed == ["child.tif", "parent.tif"]
     assert_same_pixels(tmp_path / "child.tif", tmp_path / "parent.tif")
+
+
+def test_idem_threads_of_one_process_share_the_ledger_opened_ahead(tmp_path):
+    """Four threads of one Python process warp eight tiles through /vsiidem/ at once: their first
+    uses race to start the connection, one is started and taken, and every tile completes."""
+    from idem_testlib import make_ledger
+    pg = make_ledger("pgbouncer", tmp_path)
+    src = make_source(tmp_path / "scene.tif", size=256)
+    script = f"""
+from concurrent.futures import ThreadPoolExecutor
+from osgeo import gdal
+gdal.UseExceptions()
+def tile(i):
+    gdal.Warp("/vsiidem/" + {str(tmp_path)!r} + "/t%d.tif" % i, {src!r}, format="IDEM",
+              dstSRS="EPSG:3857", width=64 + i, height=64 + i)
+with ThreadPoolExecutor(4) as pool:
+    list(pool.map(tile, range(8)))
+"""
+    proc = run(["/usr/bin/python3", "-c", script],
+               env=env_with(IDEM_LEDGER=pg.dsn, CPL_DEBUG="IDEM"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count(OPENED_AHEAD) == 1
+    assert sorted(os.path.basename(r["output_uri"]) for r in pg.completed()) == [
+        f"t{i}.tif" for i in range(8)]
+    for i in range(8):
+        plain = tmp_path / f"plain{i}.tif"
+        gdal.Warp(str(plain), src, dstSRS="EPSG:3857", width=64 + i, height=64 + i)
+        assert_same_pixels(tmp_path / f"t{i}.tif", plain)
