@@ -183,13 +183,7 @@ Ledger& shared_ledger(const std::string& dsn) {
 // output before it opens the sources and works out the grid): a PostgreSQL ledger named by
 // IDEM_LEDGER starts connecting then, and each later use moves the connection on, so that the
 // driver finds it made (Ledger::preopen). IDEM_LEDGER_PREOPEN=NO turns this off.
-void note_vsiidem_use() {
-  static std::atomic<pid_t> noted{0};
-  const pid_t pid = getpid();
-  if (noted.exchange(pid) == pid) {
-    Ledger::advance_preopened();
-    return;
-  }
+void start_opening_ledger_ahead() {
   const char* dsn = CPLGetConfigOption("IDEM_LEDGER", nullptr);
   if (dsn == nullptr || dsn[0] == '\0' ||
       !CPLTestBool(CPLGetConfigOption("IDEM_LEDGER_PREOPEN", "YES")) ||
@@ -199,7 +193,7 @@ void note_vsiidem_use() {
   {
     SharedLedgers& shared = shared_ledgers();
     std::lock_guard<std::mutex> lock(shared.mutex);
-    if (shared.owner == pid && shared.ledgers->count(dsn) != 0) {
+    if (shared.owner == getpid() && shared.ledgers->count(dsn) != 0) {
       return;  // open already
     }
   }
@@ -208,6 +202,30 @@ void note_vsiidem_use() {
   } catch (const std::exception& error) {
     CPLDebug("IDEM", "could not start opening the ledger ahead: %s", error.what());
   }
+}
+
+void note_vsiidem_use() {
+  // The process (pid) in which the first use began, and in which it has ended: another thread's
+  // use waits for it, so that its own write finds the connection started.
+  static std::atomic<pid_t> began{0};
+  static std::atomic<pid_t> ended{0};
+  const pid_t pid = getpid();
+  if (ended.load() != pid) {
+    pid_t before = began.load();
+    if (before != pid && began.compare_exchange_strong(before, pid)) {
+      try {
+        start_opening_ledger_ahead();
+      } catch (...) {
+        // Never leave the other threads waiting: without it the driver connects itself.
+      }
+      ended = pid;
+      return;
+    }
+    while (ended.load() != pid) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  Ledger::advance_preopened();
 }
 
 // ---------------------------------------------------------------------------------------------
