@@ -12,7 +12,8 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import (GDAL_IDEM, assert_same_pixels, env_with, file_state, ledger,  # noqa: F401
-                          make_source, read_pixels, run, sqlite_ledger, temp_dirs_beside)
+                          make_ledger, make_source, read_pixels, run, sqlite_ledger,
+                          temp_dirs_beside)
 
 
 @pytest.fixture
@@ -369,7 +370,6 @@ def test_idem_cog_reprojecting_options_are_warned(sqlite_ledger, source, tmp_pat
 
 def test_idem_postgis_footprint_splits_at_the_antimeridian(tmp_path):
     import psycopg
-    from idem_testlib import make_ledger
     pg = make_ledger("postgresql", tmp_path)
     # UTM zone 60N: x = 833 km at the equator is 180 degrees east.
     src = make_source(tmp_path / "utm60.tif", size=256, epsg=32660, origin=(600000.0, 300000.0),
@@ -412,7 +412,6 @@ def test_idem_postgis_web_mercator_footprint_is_what_proj_gives(tmp_path):
     split there, and the whole world stays the whole world."""
     import psycopg
     from osgeo import ogr
-    from idem_testlib import make_ledger
     pg = make_ledger("postgresql", tmp_path)
     src = make_source(tmp_path / "geo.tif", size=256, epsg=4326, origin=(-180.0, 85.0),
                       pixel=360.0 / 256)
@@ -473,7 +472,6 @@ OPENED_AHEAD = "using the connection opened ahead"
 def test_idem_vsiidem_write_uses_the_ledger_connection_opened_ahead(backend, source, tmp_path):
     """A fresh database (no idem schema yet: the schema query sent ahead fails, and opening the
     ledger creates the schema), a first run, a skip; the same with IDEM_LEDGER_PREOPEN=NO."""
-    from idem_testlib import make_ledger
     pg = make_ledger(backend, tmp_path)
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=pg.dsn, CPL_DEBUG="IDEM")
@@ -569,7 +567,6 @@ def test_idem_ledger_that_never_answers_holds_no_process_that_does_not_need_it(s
 def test_idem_forked_child_connects_itself_and_leaves_the_parent_its_connection(tmp_path):
     """The parent's connection started ahead belongs to it: a child forked meanwhile that writes
     connects itself (sharing the socket would mix the two conversations), and both complete."""
-    from idem_testlib import make_ledger
     pg = make_ledger("postgresql", tmp_path)
     src = make_source(tmp_path / "scene.tif", size=128)
     script = f"""
@@ -600,7 +597,6 @@ sys.exit(os.waitstatus_to_exitcode(status))
 def test_idem_threads_of_one_process_share_the_ledger_opened_ahead(tmp_path):
     """Four threads of one Python process warp eight tiles through /vsiidem/ at once: their first
     uses race to start the connection, one is started and taken, and every tile completes."""
-    from idem_testlib import make_ledger
     pg = make_ledger("pgbouncer", tmp_path)
     src = make_source(tmp_path / "scene.tif", size=256)
     script = f"""

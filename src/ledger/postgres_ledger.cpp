@@ -765,6 +765,11 @@ private:
     m_statement_uses.clear();
     m_postgis_load = PostgisLoad::k_not_started;
     const bool skip_gss = ledger_detail::skip_gss_encryption(m_dsn);
+    auto connect_now = [this](bool without_gss) {
+      const auto parameters = ledger_detail::connect_parameters(m_dsn, without_gss);
+      return PgConnection(
+          PQconnectdbParams(parameters.keywords.data(), parameters.values.data(), 1));
+    };
     // The connection that Ledger::preopen started for this DSN, if any (with the answer to the
     // schema query, which open_schema() takes); else one made now, the same way.
     PgConnection connection;
@@ -778,15 +783,13 @@ private:
       m_first_schema_answer = std::move(preopened->first_answer);
       opened_ahead = true;
     } else {
-      const auto parameters = ledger_detail::connect_parameters(m_dsn, skip_gss);
-      connection.reset(PQconnectdbParams(parameters.keywords.data(), parameters.values.data(), 1));
+      connection = connect_now(skip_gss);
     }
     if (skip_gss && connection && PQstatus(connection.get()) != CONNECTION_OK) {
       // A server that takes this host only with GSSAPI encryption (hostgssenc): libpq's way.
       m_first_schema_answer.reset();
       opened_ahead = false;
-      const auto parameters = ledger_detail::connect_parameters(m_dsn, false);
-      connection.reset(PQconnectdbParams(parameters.keywords.data(), parameters.values.data(), 1));
+      connection = connect_now(false);
     }
     if (!connection) {
       throw Error(ErrorKind::k_ledger, "cannot connect to the PostgreSQL ledger " + m_redacted +

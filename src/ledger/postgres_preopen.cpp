@@ -32,7 +32,6 @@ struct Attempt {
   // did not come (the caller connects itself).
   enum class Phase { k_connecting, k_asking, k_done, k_gave_up, k_unusable };
 
-  std::string dsn;  // the connection parameters point into it
   PostgresOpening opening;
   pg::Connection connection;
   pg::Result first_answer;
@@ -163,9 +162,8 @@ void start_postgres_preopen(const std::string& dsn, PostgresOpening opening) {
     return;
   }
   auto attempt = std::make_unique<Attempt>();
-  attempt->dsn = dsn;
   attempt->opening = std::move(opening);
-  const ConnectParameters parameters = connect_parameters(attempt->dsn, attempt->opening.skip_gss);
+  const ConnectParameters parameters = connect_parameters(dsn, attempt->opening.skip_gss);
   attempt->connection.reset(
       PQconnectStartParams(parameters.keywords.data(), parameters.values.data(), 1));
   if (!attempt->connection) {
