@@ -130,6 +130,39 @@ def test_idem_lost_lease_aborts_without_publishing(sqlite_ledger, source, tmp_pa
     assert temp_dirs_beside(out) == []
 
 
+def lease_length(row):
+    """Seconds from the claim to the lease's end: the lease itself, unless it was renewed."""
+    end, start = row["lease_expires_at"], row["claimed_at"]
+    return end - start if isinstance(end, float) else (end - start).total_seconds()
+
+
+def test_idem_tile_runs_without_a_renewal_thread_and_long_work_renews(ledger, source,
+                                                                      tmp_path):
+    """A quick piece of work never starts the lease keeper's thread (a second thread costs a tile
+    about 1 ms) and is not renewed; work that runs past a second starts it at its next progress
+    report, and it renews at once when a renewal is due (a 3 s lease: one a second)."""
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_STALE_SECONDS=3, CPL_DEBUG="IDEM")
+    quick = tmp_path / "quick.tif"
+    proc = run(warp_cmd(source, quick, "-ts", "256", "256"), env=env, check=True)
+    assert "renewal thread started" not in proc.stderr
+    row = ledger.rows("output_uri = %s", (str(quick),))[0]
+    assert row["completed_at"] is not None
+    assert lease_length(row) == pytest.approx(3, abs=0.01)
+
+    slow = tmp_path / "slow.tif"
+    proc = run(warp_cmd(source, slow, "-ts", "256", "256"),
+               env=dict(env, IDEM_TEST_PAUSE_AT="during_write", IDEM_TEST_PAUSE_SECONDS="1.5"),
+               check=True)
+    assert "renewal thread started" in proc.stderr
+    row = ledger.rows("output_uri = %s", (str(slow),))[0]
+    assert row["completed_at"] is not None and row["attempt"] == 1
+    assert lease_length(row) > 4  # renewed about 1.5 s after the claim, to now + 3 s
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", "-ts", "256", "256",
+         source, direct], check=True)
+    assert (read_pixels(slow) == read_pixels(direct)).all()
+
+
 def test_idem_eight_processes_one_destination_one_attempt(ledger, source, tmp_path):
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=ledger.dsn)

@@ -425,7 +425,8 @@ def bracketed(baseline, variants, rounds):
     return results, base_times
 
 
-STEP_ORDER = ["options", "ledger open", "describe+digest+key", "lookup", "claim", "prepare",
+# "claim" is the driver's first question to the ledger: the claim, or the completed row.
+STEP_ORDER = ["options", "ledger open", "describe+digest+key", "claim", "prepare",
               "materialise", "heartbeat+commit", "complete", "open output"]
 
 

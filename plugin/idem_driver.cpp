@@ -472,7 +472,8 @@ GDALDataset* DeferredOutput::RefUnderlyingDataset() const {
   return m_opened;
 }
 
-// Outputs from this many bytes of pixels up get an EarlySync.
+// Outputs from this many bytes of pixels up get an EarlySync, and a lease-renewal thread from the
+// start.
 constexpr double k_early_sync_min_bytes = 32.0 * 1024 * 1024;
 
 // Bytes of pixels of a dataset, uncompressed: what a GTiff of it writes, roughly.
@@ -505,6 +506,7 @@ int CPL_STDCALL relay_progress(double complete, const char* message, void* data)
     relay->paused_mid_write = true;
     test_pause("during_write");
   }
+  relay->keeper->poll();
   if (relay->keeper->lost()) {
     CPLError(CE_Failure, CPLE_UserInterrupt,
              "IDEM: the claim on this work was lost (lease expired and another worker took it "
@@ -615,20 +617,35 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   request.work_key = m_work.key;
   request.namespace_name = m_options.namespace_name;
   request.layer = m_options.layer;
-  request.tile = m_options.tile;  // else found from the grid when claiming (below)
+  request.tile = m_options.tile;  // else found from the grid (below)
   request.output_uri = m_destination;
   request.work_json = m_work.canonical_json;
   request.lease = m_options.lease;
   request.worker_host = worker_host_name();
   request.worker_pid = getpid();
 
+  // A skip needs them too now (the first question is the claim itself): the footprint only
+  // for a ledger that stores it (a Web Mercator grid's from closed formulas; others need a
+  // coordinate transformation, ~0.5 ms).
+  if (m_ledger->has_footprints()) {
+    request.footprint_wkt = footprint_wkt(m_work.grid);
+  }
+  if (!request.tile) {
+    request.tile = web_mercator_tile(m_work.grid);
+  }
+
   bool announced_wait = false;
-  bool claim_details_ready = false;
   double wait_backoff = 0.05;  // seconds
   for (;;) {
-    const LedgerRow row = m_ledger->lookup(m_work.key);
-    CPLDebug("IDEM", "timing: lookup %.2f ms", lap_ms(m_lap));
-    if (row.state == RowState::k_completed && !row.superseded_at) {
+    request.claim_token = new_claim_token();
+    const auto claim_sent = LeaseKeeper::Clock::now();
+    const ClaimResult claim = m_ledger->claim_unless_completed(request);
+    CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
+    if (claim.outcome == ClaimOutcome::k_claimed) {
+      return run_claimed(claim, claim_sent, source, format_driver, progress, progress_data);
+    }
+    if (claim.outcome == ClaimOutcome::k_completed) {
+      const LedgerRow& row = claim.row;
       CPLDebug("IDEM", "completed row: output %s, recorded size %lld mtime_ns %lld",
                row.output_uri.c_str(),
                static_cast<long long>(row.fingerprint ? row.fingerprint->size : -1),
@@ -656,28 +673,6 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       m_ledger->invalidate(m_work.key, row.claim_token);
       continue;
     }
-    if (!claim_details_ready) {
-      // Only work that is claimed needs these; a skip must stay cheap. The footprint only for
-      // a ledger that stores it (a Web Mercator grid's from closed formulas; others need a
-      // coordinate transformation, ~0.5 ms).
-      claim_details_ready = true;
-      if (m_ledger->has_footprints()) {
-        request.footprint_wkt = footprint_wkt(m_work.grid);
-      }
-      if (!request.tile) {
-        request.tile = web_mercator_tile(m_work.grid);
-      }
-    }
-    request.claim_token = new_claim_token();
-    const auto claim_sent = LeaseKeeper::Clock::now();
-    const ClaimResult claim = m_ledger->claim(request);
-    CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
-    if (claim.outcome == ClaimOutcome::k_claimed) {
-      return run_claimed(claim, claim_sent, source, format_driver, progress, progress_data);
-    }
-    if (claim.outcome == ClaimOutcome::k_completed) {
-      continue;  // completed between our lookup and claim: check it like any completed row
-    }
     const LedgerRow& holder = claim.row;
     const std::string holder_text =
         holder.worker_host + " pid " + std::to_string(holder.worker_pid) + " (attempt " +
@@ -694,7 +689,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       announced_wait = true;
     }
     // Back off from 50 ms to 1 s: short tiles finish within a few polls, long work costs the
-    // ledger one lookup a second. Never sleep past the holder's lease.
+    // ledger one claim attempt a second. Never sleep past the holder's lease.
     const double left = holder.lease_left_seconds.value_or(1.0);
     const double pause = std::clamp(std::min(wait_backoff, left), 0.05, 1.0);
     wait_backoff = std::min(wait_backoff * 2, 1.0);
@@ -756,7 +751,12 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
            static_cast<long long>(claim.attempt));
   try {
     AtomicOutput output(m_destination, token);
-    LeaseKeeper keeper(*m_ledger, m_work.key, token, m_options.lease, claim_sent);
+    // Large work renews from a thread of its own from the start; the rest starts it only once
+    // it has run for a second (lease.hpp), so a tile never has a second thread.
+    const bool large = raw_size_of(*source) >= k_early_sync_min_bytes;
+    LeaseKeeper keeper(*m_ledger, m_work.key, token, m_options.lease, claim_sent,
+                       large ? LeaseKeeper::Start::k_now
+                             : LeaseKeeper::Start::k_when_work_is_long);
     ProgressRelay relay{progress, progress_data, &keeper, false};
 
     MaterialiseRequest request;
@@ -774,8 +774,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     // A large local output is synced while GDAL writes it, so the fsync of the commit does
     // not wait for all of it (see EarlySync). Tiles need no thread.
     std::unique_ptr<EarlySync> early_sync;
-    if (m_options.durable && !output.is_object() &&
-        raw_size_of(*source) >= k_early_sync_min_bytes) {
+    if (m_options.durable && !output.is_object() && large) {
       early_sync = std::make_unique<EarlySync>(output.temp_path());
     }
     CPLDebug("IDEM", "timing: prepare %.2f ms", lap_ms(m_lap));
@@ -800,6 +799,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
       throw Error(ErrorKind::k_ledger, "the claim on this work was lost before publishing "
                                        "(lease expired and another worker took it over)");
     }
+    keeper.poll();  // the upload or rename reports no progress
     test_pause("before_commit");
     // The new files replace what GDAL's pre-delete recorded; a stale sidecar of the old output
     // that the new one does not have stays recorded and is deleted at the end of the process.

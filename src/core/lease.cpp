@@ -44,14 +44,39 @@ void test_pause(const char* point) {
 }
 
 LeaseKeeper::LeaseKeeper(Ledger& ledger, std::string work_key, std::string token,
-                         std::chrono::seconds lease, std::optional<Clock::time_point> held_since)
+                         std::chrono::seconds lease, std::optional<Clock::time_point> held_since,
+                         Start start_mode)
     : m_ledger(ledger), m_work_key(std::move(work_key)), m_token(std::move(token)),
       m_lease(lease),
       m_confirmed_at(held_since ? held_since->time_since_epoch().count() : k_never) {
-  m_thread = std::thread([this] { run(); });
+  if (start_mode == Start::k_now) {
+    start();
+  }
 }
 
 LeaseKeeper::~LeaseKeeper() { stop(); }
+
+void LeaseKeeper::poll() {
+  if (!m_started.load(std::memory_order_relaxed) && Clock::now() - m_created >= k_lazy_start) {
+    start();
+  }
+}
+
+void LeaseKeeper::start() {
+  std::lock_guard<std::mutex> lock(m_start_mutex);
+  if (m_started.load()) {
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> state(m_mutex);
+    if (m_stopping) {
+      return;
+    }
+  }
+  CPLDebug("IDEM", "lease keeper: renewal thread started");
+  m_thread = std::thread([this] { run(); });
+  m_started = true;
+}
 
 void LeaseKeeper::stop() {
   {
@@ -59,8 +84,13 @@ void LeaseKeeper::stop() {
     m_stopping = true;
   }
   m_wake.notify_all();
-  if (m_thread.joinable()) {
-    m_thread.join();
+  std::thread thread;
+  {
+    std::lock_guard<std::mutex> lock(m_start_mutex);
+    thread = std::move(m_thread);
+  }
+  if (thread.joinable()) {
+    thread.join();
   }
 }
 
@@ -101,7 +131,13 @@ void LeaseKeeper::run() {
       std::chrono::duration_cast<std::chrono::milliseconds>(m_lease) / 3);
   std::unique_lock<std::mutex> lock(m_mutex);
   while (!m_stopping) {
-    m_wake.wait_for(lock, interval, [this] { return m_stopping; });
+    // Due a third of a lease after the last confirmation: a thread started late (lazily)
+    // renews at once when that moment has passed.
+    const Clock::rep confirmed_at = m_confirmed_at.load();
+    const Clock::time_point due =
+        confirmed_at == k_never ? Clock::now() + interval
+                                : Clock::time_point(Clock::duration(confirmed_at)) + interval;
+    m_wake.wait_until(lock, due, [this] { return m_stopping; });
     if (m_stopping) {
       break;
     }

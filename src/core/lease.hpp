@@ -30,6 +30,15 @@ void test_pause(const char* point);
 // claim was taken over, or the ledger is unreachable) lost() stays true: the work's progress
 // callback then returns FALSE and nothing is published.
 //
+// The thread can wait until the work proves long (Start::k_when_work_is_long): poll(), called
+// from the work's progress callback and between its steps, starts it once the keeper is
+// k_lazy_start old. Work done within that time (a tile) then runs without a second thread: a
+// process that has one pays for it in every allocation and reference count from then on (about
+// 1 ms of a 256x256 tile). The first renewal is due a third of a lease after the claim, so a
+// thread started at any poll before then renews as one started at once would; only a single
+// stretch without a poll longer than the whole lease (a read that hangs) lets the lease run out,
+// and another worker then takes the work over. Renewals inline (ensure_held) are unchanged.
+//
 // `held_since` is a moment before the claim (or takeover) was sent: the ledger computed the
 // lease's end from its own clock after it, so the claim is held at least until held_since +
 // lease, and nobody can take it over before then. std::nullopt when unknown: ensure_held() then
@@ -37,14 +46,22 @@ void test_pause(const char* point);
 class LeaseKeeper {
 public:
   using Clock = std::chrono::steady_clock;
+  enum class Start { k_now, k_when_work_is_long };
+  static constexpr std::chrono::milliseconds k_lazy_start{1000};
 
   LeaseKeeper(Ledger& ledger, std::string work_key, std::string token, std::chrono::seconds lease,
-              std::optional<Clock::time_point> held_since);
+              std::optional<Clock::time_point> held_since, Start start = Start::k_now);
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
 
   bool lost() const { return m_lost.load(); }
+  // Starts the renewal thread if the keeper is at least k_lazy_start old (cheap: a clock read
+  // once the thread runs, nothing). Any thread may call it.
+  void poll();
+  // Starts the renewal thread now, if it is not running yet.
+  void start();
+  bool started() const { return m_started.load(); }
   void stop();
   // Renew now; false when the claim is gone.
   bool renew_now();
@@ -65,6 +82,9 @@ private:
   // run while the process is stopped); k_never when not known.
   static constexpr Clock::rep k_never = std::numeric_limits<Clock::rep>::min();
   std::atomic<Clock::rep> m_confirmed_at;
+  Clock::time_point m_created = Clock::now();
+  std::atomic<bool> m_started{false};
+  std::mutex m_start_mutex;  // guards m_thread; never held while joining
   std::mutex m_mutex;
   std::condition_variable m_wake;
   bool m_stopping = false;

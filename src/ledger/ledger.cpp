@@ -156,6 +156,18 @@ bool OutputFingerprint::operator==(const OutputFingerprint& other) const {
          etag == other.etag;
 }
 
+ClaimResult Ledger::claim_unless_completed(const ClaimRequest& request) {
+  LedgerRow row = lookup(request.work_key);
+  if (row.state == RowState::k_completed && !row.superseded_at) {
+    ClaimResult result;
+    result.outcome = ClaimOutcome::k_completed;
+    result.attempt = row.attempt;
+    result.row = std::move(row);
+    return result;
+  }
+  return claim(request);
+}
+
 std::string Ledger::redact_dsn(const std::string& dsn) {
   if (backend_of(dsn) == "sqlite") {
     return dsn;

@@ -165,6 +165,10 @@ public:
   // One atomic statement: insert, or take over a row that is in flight with an expired lease or
   // whose completion was superseded/invalidated. Increments attempt, sets the caller's token.
   virtual ClaimResult claim(const ClaimRequest& request) = 0;
+  // What a worker asks first: the claim, unless the work is completed (and not superseded), in
+  // which case k_completed with the row and nothing written, not even a row lock. PostgreSQL
+  // answers both in one statement; the default looks the row up, then claims.
+  virtual ClaimResult claim_unless_completed(const ClaimRequest& request);
   // Renew the lease; false when the token no longer holds the claim.
   virtual bool heartbeat(const std::string& work_key, const std::string& claim_token,
                          std::chrono::seconds lease) = 0;

@@ -40,6 +40,9 @@ constexpr const char* k_row_columns =
     "CAST(extract(epoch FROM released_at) AS float8), "
     "CAST(extract(epoch FROM lease_expires_at - now()) AS float8)";
 
+// After k_row_columns, the flag that claim_unless_completed's statement adds.
+constexpr int k_claimed_flag_column = ledger_detail::k_col_lease_left + 1;
+
 constexpr const char* k_history_columns =
     "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, lease_expires_at, "
     "completed_at, superseded_at, released_at, attempt, claim_token, worker_host, worker_pid, "
@@ -307,10 +310,18 @@ public:
   ClaimResult claim(const ClaimRequest& request) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    return with_footprint_fallback([&] { return claim_locked(request); });
+    return with_footprint_fallback([&] { return claim_locked(request, false); });
   }
 
-  ClaimResult claim_locked(const ClaimRequest& request) {
+  ClaimResult claim_unless_completed(const ClaimRequest& request) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    return with_footprint_fallback([&] { return claim_locked(request, true); });
+  }
+
+  // `unless_completed`: the first round runs the claim behind a look at the row
+  // (m_claim_unless_completed_sql), so completed work is answered in the same round trip.
+  ClaimResult claim_locked(const ClaimRequest& request, bool unless_completed) {
     Params params = {request.work_key,
                      request.namespace_name,
                      request.layer,
@@ -330,12 +341,21 @@ public:
       params.push_back(footprint_ewkt(request.footprint_wkt));
     }
     for (int round = 0; round < ledger_detail::k_claim_rounds; ++round) {
-      PgResult claimed = exec_statement("idem_claim", m_claim_sql, params, "claim");
+      const bool guarded = unless_completed && round == 0;
+      PgResult claimed =
+          guarded ? exec_statement("idem_claim_unless_completed", m_claim_unless_completed_sql,
+                                   params, "claim")
+                  : exec_statement("idem_claim", m_claim_sql, params, "claim");
       if (PQntuples(claimed.get()) == 1) {
         ClaimResult result;
-        result.outcome = ClaimOutcome::k_claimed;
         result.row = ledger_detail::make_row(ResultRow(claimed.get(), 0));
         result.attempt = result.row.attempt;
+        // The guarded statement's last column tells a claim from the completed row it found.
+        if (guarded && std::strcmp(PQgetvalue(claimed.get(), 0, k_claimed_flag_column), "t") != 0) {
+          result.outcome = ClaimOutcome::k_completed;
+          return result;
+        }
+        result.outcome = ClaimOutcome::k_claimed;
         result.claim_token = result.row.claim_token;
         return result;
       }
@@ -1144,9 +1164,8 @@ private:
       values += ", $13";
       footprint_update = ", footprint = EXCLUDED.footprint";
     }
-    const std::string claim_sql =
-        "INSERT INTO idem.ledger AS l (" + columns + ") VALUES (" + values +
-        ") ON CONFLICT ON CONSTRAINT ledger_pk DO UPDATE SET "
+    const std::string on_conflict =
+        " ON CONFLICT ON CONSTRAINT ledger_pk DO UPDATE SET "
         "namespace = EXCLUDED.namespace, layer = EXCLUDED.layer, tile_z = EXCLUDED.tile_z, "
         "tile_x = EXCLUDED.tile_x, tile_y = EXCLUDED.tile_y, claimed_at = EXCLUDED.claimed_at, "
         "lease_expires_at = EXCLUDED.lease_expires_at, completed_at = NULL, "
@@ -1160,15 +1179,36 @@ private:
         " WHERE (l.completed_at IS NULL AND (l.lease_expires_at <= now() "
         "OR l.claim_token = EXCLUDED.claim_token)) OR l.superseded_at IS NOT NULL "
         "RETURNING " + k_row_columns;
-    if (claim_sql != m_claim_sql) {
-      // A statement prepared under the old shape must not be reused.
-      const auto prepared = m_statement_uses.find("idem_claim");
-      if (prepared != m_statement_uses.end() && prepared->second == 2) {
-        checked(PQexec(m_connection.get(), "DEALLOCATE idem_claim"), "reading the schema");
-      }
-      m_statement_uses.erase("idem_claim");
+    const std::string claim_sql =
+        "INSERT INTO idem.ledger AS l (" + columns + ") VALUES (" + values + ")" + on_conflict;
+    // The same claim, attempted only when the row is not completed: a completed row is
+    // returned as it stands (flag false), read in the statement's snapshot, and neither
+    // updated nor locked. A completion committed after the snapshot makes the claim return
+    // nothing, as the plain claim does.
+    const std::string claim_unless_completed_sql =
+        std::string("WITH current AS (SELECT ") + k_row_columns +
+        ", false FROM idem.ledger WHERE work_key = $1 AND completed_at IS NOT NULL "
+        "AND superseded_at IS NULL), claimed AS (INSERT INTO idem.ledger AS l (" + columns +
+        ") SELECT " + values + " WHERE NOT EXISTS (SELECT FROM current)" + on_conflict +
+        ", true) SELECT * FROM claimed UNION ALL SELECT * FROM current";
+    forget_prepared_if_changed("idem_claim", m_claim_sql, claim_sql);
+    forget_prepared_if_changed("idem_claim_unless_completed", m_claim_unless_completed_sql,
+                               claim_unless_completed_sql);
+  }
+
+  // A statement prepared under the schema's old shape must not be reused.
+  void forget_prepared_if_changed(const char* name, std::string& current,
+                                  const std::string& sql) {
+    if (sql == current) {
+      return;
     }
-    m_claim_sql = claim_sql;
+    const auto prepared = m_statement_uses.find(name);
+    if (prepared != m_statement_uses.end() && prepared->second == 2) {
+      checked(PQexec(m_connection.get(), (std::string("DEALLOCATE ") + name).c_str()),
+              "reading the schema");
+    }
+    m_statement_uses.erase(name);
+    current = sql;
   }
 
   // The WHERE clause's shape follows the filter (so the partial indexes serve expired_only and
@@ -1238,6 +1278,7 @@ private:
   // Statement name -> uses on this connection (1: sent unprepared once, 2: prepared).
   std::unordered_map<std::string, int> m_statement_uses;
   std::string m_claim_sql;
+  std::string m_claim_unless_completed_sql;
   bool m_has_footprint = false;
   enum class PostgisLoad { k_not_started, k_pending, k_done };
   PostgisLoad m_postgis_load = PostgisLoad::k_not_started;  // on this connection

@@ -94,5 +94,57 @@ TEST_F(LeaseKeeperTest, ClaimTakenOverIsReportedLost) {
   EXPECT_EQ(m_ledger->lookup("taken").claim_token, second.claim_token);
 }
 
+// A keeper that starts its thread when the work proves long: none before k_lazy_start, however
+// often it is polled; the first poll after starts it. The work above was quick, so nothing
+// renewed.
+TEST_F(LeaseKeeperTest, LazyKeeperStartsItsThreadOnlyOnceTheWorkIsLong) {
+  const ClaimRequest request = make_request("lazy", 30s);
+  const auto sent = LeaseKeeper::Clock::now();
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  const double before = lease_end("lazy");
+  LeaseKeeper keeper(*m_ledger, "lazy", request.claim_token, request.lease, sent,
+                     LeaseKeeper::Start::k_when_work_is_long);
+  for (int i = 0; i < 10; ++i) {
+    keeper.poll();
+    EXPECT_FALSE(keeper.started());
+    std::this_thread::sleep_for(20ms);
+  }
+  std::this_thread::sleep_for(LeaseKeeper::k_lazy_start);
+  keeper.poll();
+  EXPECT_TRUE(keeper.started());
+  EXPECT_TRUE(keeper.ensure_held());
+  keeper.stop();
+  EXPECT_EQ(lease_end("lazy"), before);
+  EXPECT_FALSE(keeper.lost());
+
+  // Stopped before it was needed: it never starts.
+  LeaseKeeper quick(*m_ledger, "lazy", request.claim_token, request.lease, sent,
+                    LeaseKeeper::Start::k_when_work_is_long);
+  quick.stop();
+  quick.start();
+  EXPECT_FALSE(quick.started());
+}
+
+// A thread started late renews at once when its first renewal (a third of the lease after the
+// claim) is already due, then every third of the lease.
+TEST_F(LeaseKeeperTest, LateStartedThreadRenewsAtOnceWhenARenewalIsDue) {
+  const ClaimRequest request = make_request("late", 3s);  // renewals due every second
+  const auto sent = LeaseKeeper::Clock::now();
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  const double claimed_end = lease_end("late");
+  LeaseKeeper keeper(*m_ledger, "late", request.claim_token, request.lease, sent,
+                     LeaseKeeper::Start::k_when_work_is_long);
+  std::this_thread::sleep_for(1500ms);  // past the first renewal's moment, nothing renewed yet
+  EXPECT_EQ(lease_end("late"), claimed_end);
+  keeper.poll();
+  ASSERT_TRUE(keeper.started());
+  std::this_thread::sleep_for(300ms);
+  const double renewed_end = lease_end("late");
+  EXPECT_GT(renewed_end, claimed_end + 1.0);
+  std::this_thread::sleep_for(1200ms);  // the next one, a second after that renewal
+  EXPECT_GT(lease_end("late"), renewed_end + 0.5);
+  EXPECT_FALSE(keeper.lost());
+}
+
 }  // namespace
 }  // namespace idem

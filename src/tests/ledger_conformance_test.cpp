@@ -126,6 +126,64 @@ TEST_P(LedgerConformance, ClaimOfCompletedKeyIsCompleted) {
   EXPECT_EQ(result.row.claim_token, first.claim_token);
 }
 
+// What a worker asks first: completed work comes back as it stands, with nothing written (on
+// PostgreSQL the row is not even locked: its xmax stays 0); anything else is the claim.
+TEST_P(LedgerConformance, ClaimUnlessCompletedAnswersCompletedWorkWithoutWriting) {
+  const ClaimRequest first = make_request("k1", 60s);
+  const ClaimResult claimed = m_ledger->claim_unless_completed(first);
+  ASSERT_EQ(claimed.outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(claimed.attempt, 1);
+  EXPECT_EQ(claimed.claim_token, first.claim_token);
+  EXPECT_EQ(claimed.row.state, RowState::k_in_flight);
+
+  auto other = Ledger::open(m_dsn);
+  const ClaimResult busy = other->claim_unless_completed(make_request("k1", 60s));
+  EXPECT_EQ(busy.outcome, ClaimOutcome::k_busy);
+  EXPECT_EQ(busy.row.claim_token, first.claim_token);
+  EXPECT_TRUE(busy.claim_token.empty());
+
+  ASSERT_TRUE(m_ledger->complete("k1", first.claim_token, make_fingerprint(42), 7));
+  auto row_version = [&] {  // PostgreSQL: xmin changes with any write to the row
+    return raw_value(
+        "SELECT attempt || ' ' || claimed_at || ' ' || lease_expires_at FROM ledger "
+        "WHERE work_key = 'k1'",
+        "SELECT attempt || ' ' || claimed_at || ' ' || lease_expires_at || ' ' || xmin "
+        "FROM idem.ledger WHERE work_key = 'k1'");
+  };
+  const std::string before = row_version();
+  const ClaimResult done = other->claim_unless_completed(make_request("k1", 60s));
+  EXPECT_EQ(done.outcome, ClaimOutcome::k_completed);
+  EXPECT_TRUE(done.claim_token.empty());
+  EXPECT_EQ(done.attempt, 1);
+  EXPECT_EQ(done.row.state, RowState::k_completed);
+  EXPECT_EQ(done.row.claim_token, first.claim_token);
+  ASSERT_TRUE(done.row.fingerprint);
+  EXPECT_EQ(done.row.fingerprint->size, 42);
+  EXPECT_EQ(done.row.feature_count, 7);
+  EXPECT_EQ(row_version(), before);
+  if (!is_sqlite()) {
+    EXPECT_EQ(pg_exec(m_admin.get(), "SELECT xmax FROM idem.ledger WHERE work_key = 'k1'"), "0");
+  }
+
+  // A completion dropped (invalidated) or superseded is claimed again, as by claim().
+  ASSERT_TRUE(other->invalidate("k1", first.claim_token));
+  const ClaimRequest again = make_request("k1", 60s);
+  const ClaimResult retaken = other->claim_unless_completed(again);
+  EXPECT_EQ(retaken.outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(retaken.attempt, 2);
+  EXPECT_EQ(retaken.claim_token, again.claim_token);
+  ASSERT_TRUE(other->complete("k1", again.claim_token, make_fingerprint(43)));
+  ClaimRequest newer = make_request("k2", 60s);
+  newer.output_uri = m_ledger->lookup("k1").output_uri;
+  ASSERT_EQ(m_ledger->claim(newer).outcome, ClaimOutcome::k_claimed);
+  ASSERT_TRUE(m_ledger->complete("k2", newer.claim_token, make_fingerprint(44)));
+  ASSERT_TRUE(m_ledger->lookup("k1").superseded_at);
+  const ClaimResult revived = m_ledger->claim_unless_completed(make_request("k1", 60s));
+  EXPECT_EQ(revived.outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(revived.attempt, 3);
+  EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);
+}
+
 TEST_P(LedgerConformance, ExpiredLeaseIsTakenOverAndOldHolderIsFenced) {
   const ClaimRequest first = make_request("k1", 1s);
   ASSERT_EQ(m_ledger->claim(first).outcome, ClaimOutcome::k_claimed);
