@@ -295,6 +295,17 @@ private:
 
 }  // namespace
 
+std::vector<std::string> crs_memo_paths(
+    const std::vector<std::pair<std::string, std::string>>& questions) {
+  std::vector<std::string> paths;
+  for (const auto& question : questions) {
+    if (!RememberedAnswers::instance().find(question)) {
+      paths.push_back(memo_path(question.first, question.second));
+    }
+  }
+  return paths;
+}
+
 std::map<std::string, std::string> prefetch_crs_answers(
     const std::vector<std::pair<std::string, std::string>>& questions, DigestCache& memo,
     const std::vector<DigestCache::Entry>& also) {

@@ -37,6 +37,11 @@ std::map<std::string, std::string> prefetch_crs_answers(
     const std::vector<std::pair<std::string, std::string>>& questions, DigestCache& memo,
     const std::vector<DigestCache::Entry>& also = {});
 
+// The memo entries prefetch_crs_answers would read for these questions (none for an answer
+// this process remembers already): what to pass to DigestCache::read_ahead.
+std::vector<std::string> crs_memo_paths(
+    const std::vector<std::pair<std::string, std::string>>& questions);
+
 // normalize_crs as a string: the authority code, or the canonical JSON of the fallback.
 std::string normalized_crs_text(const std::string& definition);
 

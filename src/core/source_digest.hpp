@@ -43,6 +43,10 @@ public:
   // (absent ones are left out; a path is asked once). A ledger on a server answers in one round
   // trip; the default asks one by one.
   virtual std::map<std::string, std::string> get_many(const std::vector<Entry>& entries);
+  // A hint that get_many will soon ask for (some of) these paths: a ledger on a server sends
+  // the query now and collects the answer when get_many comes, so the round trip overlaps the
+  // caller's work in between (opening the sources). Ignored by local caches.
+  virtual void read_ahead(const std::vector<std::string>& /*paths*/) {}
 };
 
 // What `backing` held for `asked`, read ahead at once (DigestCache::get_many): the get() of an

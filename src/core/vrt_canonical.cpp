@@ -142,6 +142,24 @@ std::string resolved_source_name(const CPLXMLNode* node, const std::string& vrt_
 // and adds its local files, as they are now, to `digests`: the digest cache is asked for them
 // together with the CRS memo (see canonical_vrt). Files that cannot be read are left to the
 // walk, which reports them.
+// The warp sources' file names (SourceDataset elements) that name local files.
+void collect_warp_source_names(const CPLXMLNode* node, const std::string& vrt_dir,
+                               std::vector<std::string>& names) {
+  for (; node != nullptr; node = node->psNext) {
+    if (node->eType != CXT_Element) {
+      continue;
+    }
+    if (!EQUAL(node->pszValue, "SourceDataset")) {
+      collect_warp_source_names(node->psChild, vrt_dir, names);
+      continue;
+    }
+    std::string name = resolved_source_name(node, vrt_dir);
+    if (!is_vsi_path(name)) {
+      names.push_back(std::move(name));
+    }
+  }
+}
+
 void open_warp_sources(const CPLXMLNode* node, const std::string& vrt_dir, KeptSources& kept,
                        std::vector<DigestCache::Entry>& digests) {
   for (; node != nullptr; node = node->psNext) {
@@ -391,12 +409,20 @@ JsonValue canonical_vrt(const std::string& xml, const VrtCanonicalOptions& optio
   }
   // The memo's answers for every CRS in the VRT, and the digests of the warp's source files,
   // in one read (see prefetch_crs_answers).
+  // The query is sent before the sources are opened, with the warp sources' names as the VRT
+  // gives them (their file lists, sidecars included, are known only once opened; a file not
+  // asked ahead is read with the rest as before).
+  std::vector<CrsQuestion> questions;
+  collect_crs_questions(root, questions);
+  std::vector<std::string> ahead = crs_memo_paths(questions);
+  if (options.sources.kept_sources != nullptr) {
+    collect_warp_source_names(root, options.vrt_dir, ahead);
+  }
+  options.sources.cache->read_ahead(ahead);
   std::vector<DigestCache::Entry> digests;
   if (options.sources.kept_sources != nullptr) {
     open_warp_sources(root, options.vrt_dir, *options.sources.kept_sources, digests);
   }
-  std::vector<CrsQuestion> questions;
-  collect_crs_questions(root, questions);
   std::map<std::string, std::string> found =
       prefetch_crs_answers(questions, *options.sources.cache, digests);
   PrefetchedDigestCache prefetched(*options.sources.cache, digests, std::move(found));

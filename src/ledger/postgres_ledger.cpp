@@ -259,6 +259,7 @@ public:
   void put(const std::string& path, const FileIdentity& identity,
            const std::string& digest) override;
   std::map<std::string, std::string> get_many(const std::vector<Entry>& entries) override;
+  void read_ahead(const std::vector<std::string>& paths) override;
 
 private:
   PostgresLedger& m_ledger;
@@ -710,8 +711,18 @@ public:
     }
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    PgResult result = exec_statement("idem_digest_get_many", k_digest_get_many_sql,
-                                     {text_array_literal(paths)}, "digest cache lookup");
+    PgResult ahead = std::move(m_read_ahead.answer);
+    const bool answered_ahead =
+        ahead && std::all_of(paths.begin(), paths.end(), [&](const std::string& path) {
+          return m_read_ahead.paths.count(path) != 0;
+        });
+    m_read_ahead = ReadAhead{};
+    PgResult result = answered_ahead
+                          ? std::move(ahead)
+                          : exec_statement("idem_digest_get_many", k_digest_get_many_sql,
+                                           {text_array_literal(paths)}, "digest cache lookup");
+    CPLDebug("IDEM", "digest cache: %zu entries %s", paths.size(),
+             answered_ahead ? "answered by the read ahead" : "read");
     for (int row = 0; row < PQntuples(result.get()); ++row) {
       const auto entry = wanted.find(PQgetvalue(result.get(), row, 0));
       bool same = entry != wanted.end();
@@ -725,6 +736,40 @@ public:
     // No PostGIS load started here: the caller asks for what was missing one by one right
     // away, and digest_get starts it when that misses, ahead of the work it then does.
     return found;
+  }
+
+  // Sends the digest_get_many query for `paths` without waiting; the next call on the
+  // connection collects the answer (finish_read_ahead), which the next digest_get_many uses when
+  // it asks for no other path. Any failure only loses the head start: the answer is dropped and
+  // digest_get_many asks again (reporting the error, if any, as usual).
+  void digest_read_ahead(const std::vector<std::string>& paths) {
+    if (paths.empty()) {
+      return;
+    }
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ensure_connected();
+    m_read_ahead = ReadAhead{};
+    const std::string array = text_array_literal(paths);
+    const char* values[] = {array.c_str()};
+    if (PQsendQueryParams(m_connection.get(), k_digest_get_many_sql, 1, nullptr, values, nullptr,
+                          nullptr, 0) == 1) {
+      m_read_ahead.paths.insert(paths.begin(), paths.end());
+      m_read_ahead.pending = true;
+    }
+  }
+
+  void finish_read_ahead() {
+    if (!m_read_ahead.pending) {
+      return;
+    }
+    m_read_ahead.pending = false;
+    while (PGresult* result = PQgetResult(m_connection.get())) {
+      if (!m_read_ahead.answer && PQresultStatus(result) == PGRES_TUPLES_OK) {
+        m_read_ahead.answer.reset(result);
+      } else {
+        PQclear(result);
+      }
+    }
   }
 
   void digest_put(const std::string& path, const FileIdentity& identity,
@@ -784,6 +829,7 @@ private:
     m_connection.reset();
     m_statement_uses.clear();
     m_postgis_load = PostgisLoad::k_not_started;
+    m_read_ahead = ReadAhead{};
     const bool skip_gss = ledger_detail::skip_gss_encryption(m_dsn);
     auto connect_now = [this](bool without_gss) {
       const auto parameters = ledger_detail::connect_parameters(m_dsn, without_gss);
@@ -834,6 +880,7 @@ private:
   // migration may have changed meanwhile).
   void ensure_connected() {
     finish_postgis_load();
+    finish_read_ahead();
     if (!m_connection || PQstatus(m_connection.get()) != CONNECTION_OK) {
       connect();
       use_schema(read_schema_state(false));
@@ -1282,6 +1329,13 @@ private:
   bool m_has_footprint = false;
   enum class PostgisLoad { k_not_started, k_pending, k_done };
   PostgisLoad m_postgis_load = PostgisLoad::k_not_started;  // on this connection
+  // digest_read_ahead's query: sent (pending), then its answer, kept for digest_get_many.
+  struct ReadAhead {
+    std::set<std::string> paths;
+    bool pending = false;
+    PgResult answer;
+  };
+  ReadAhead m_read_ahead;
   PostgresDigestCache m_digest_cache;
 };
 
@@ -1293,6 +1347,10 @@ std::optional<std::string> PostgresDigestCache::get(const std::string& path,
 void PostgresDigestCache::put(const std::string& path, const FileIdentity& identity,
                               const std::string& digest) {
   m_ledger.digest_put(path, identity, digest);
+}
+
+void PostgresDigestCache::read_ahead(const std::vector<std::string>& paths) {
+  m_ledger.digest_read_ahead(paths);
 }
 
 std::map<std::string, std::string> PostgresDigestCache::get_many(

@@ -5,6 +5,10 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 
+#include "cpl_conv.h"
+#include "cpl_error.h"
+
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -625,6 +629,80 @@ TEST_P(LedgerConformance, DigestCacheReadsManyPathsAtOnce) {
   cache.put("idem-memo:big", big, "sha256:big");
   EXPECT_EQ(cache.get_many({{"idem-memo:big", big}}),
             (std::map<std::string, std::string>{{"idem-memo:big", "sha256:big"}}));
+}
+
+// DigestCache::read_ahead: get_many answers the same with or without it, whatever comes in
+// between (other ledger calls, a lost connection); on PostgreSQL a get_many of paths all read
+// ahead takes the answer sent ahead (its debug line says so), any other asks again.
+TEST_P(LedgerConformance, DigestReadAheadGivesTheSameAnswers) {
+  DigestCache& cache = m_ledger->digest_cache();
+  const FileIdentity memo{};
+  FileIdentity file;
+  file.device = 3;
+  file.inode = 42;
+  file.size = 10;
+  cache.put("idem-memo:a", memo, "id\tEPSG:4326\n");
+  cache.put("/data/src.tif", file, "sha256:src");
+  const std::map<std::string, std::string> both = {{"idem-memo:a", "id\tEPSG:4326\n"},
+                                                   {"/data/src.tif", "sha256:src"}};
+  std::vector<std::string> debug;
+  auto capture = [](CPLErr, CPLErrorNum, const char* message) {
+    static_cast<std::vector<std::string>*>(CPLGetErrorHandlerUserData())->push_back(message);
+  };
+  CPLSetThreadLocalConfigOption("CPL_DEBUG", "IDEM");
+  CPLPushErrorHandlerEx(capture, &debug);
+  auto answered_ahead = [&] {
+    const bool found =
+        std::any_of(debug.begin(), debug.end(), [](const std::string& line) {
+          return line.find("answered by the read ahead") != std::string::npos;
+        });
+    debug.clear();
+    return found;
+  };
+
+  // Read ahead, then asked: the answer sent ahead serves (the identity still decides).
+  cache.read_ahead({"idem-memo:a", "/data/src.tif", "idem-memo:absent"});
+  EXPECT_EQ(cache.get_many({{"idem-memo:a", memo}, {"/data/src.tif", file},
+                            {"idem-memo:absent", memo}}),
+            both);
+  EXPECT_EQ(answered_ahead(), !is_sqlite());
+  FileIdentity changed = file;
+  ++changed.mtime_ns;
+  cache.read_ahead({"/data/src.tif"});
+  EXPECT_TRUE(cache.get_many({{"/data/src.tif", changed}}).empty());
+  EXPECT_EQ(answered_ahead(), !is_sqlite());
+
+  // A claim in between collects the answer; the get_many after it still uses it.
+  cache.read_ahead({"idem-memo:a", "/data/src.tif"});
+  const ClaimRequest request = make_request("k1", 60s);
+  EXPECT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  EXPECT_EQ(cache.get_many({{"idem-memo:a", memo}, {"/data/src.tif", file}}), both);
+  EXPECT_EQ(answered_ahead(), !is_sqlite());
+
+  // A path not read ahead: asked again, all of them. An answer is used once.
+  cache.read_ahead({"idem-memo:a"});
+  EXPECT_EQ(cache.get_many({{"idem-memo:a", memo}, {"/data/src.tif", file}}), both);
+  EXPECT_FALSE(answered_ahead());
+  EXPECT_EQ(cache.get_many({{"idem-memo:a", memo}}),
+            (std::map<std::string, std::string>{{"idem-memo:a", "id\tEPSG:4326\n"}}));
+  EXPECT_FALSE(answered_ahead());
+
+  // The connection lost after the query went out: the next get_many reconnects and answers.
+  if (!is_sqlite()) {
+    cache.read_ahead({"idem-memo:a", "/data/src.tif"});
+    pg_exec(m_admin.get(),
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+            "application_name = 'gdal-idem' AND pid <> pg_backend_pid()");
+    std::map<std::string, std::string> after;
+    try {
+      after = cache.get_many({{"idem-memo:a", memo}, {"/data/src.tif", file}});
+    } catch (const Error&) {
+      after = cache.get_many({{"idem-memo:a", memo}, {"/data/src.tif", file}});  // reconnects
+    }
+    EXPECT_EQ(after, both);
+  }
+  CPLPopErrorHandler();
+  CPLSetThreadLocalConfigOption("CPL_DEBUG", nullptr);
 }
 
 TEST_P(LedgerConformance, MigrationsAreEmbeddedAndIdempotent) {
