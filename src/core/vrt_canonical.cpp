@@ -138,10 +138,6 @@ std::string resolved_source_name(const CPLXMLNode* node, const std::string& vrt_
              : name;
 }
 
-// Opens the warp's source (SourceDataset, kept open for the warp) ahead of the element walk,
-// and adds its local files, as they are now, to `digests`: the digest cache is asked for them
-// together with the CRS memo (see canonical_vrt). Files that cannot be read are left to the
-// walk, which reports them.
 // The warp sources' file names (SourceDataset elements) that name local files.
 void collect_warp_source_names(const CPLXMLNode* node, const std::string& vrt_dir,
                                std::vector<std::string>& names) {
@@ -160,6 +156,10 @@ void collect_warp_source_names(const CPLXMLNode* node, const std::string& vrt_di
   }
 }
 
+// Opens the warp's source (SourceDataset, kept open for the warp) ahead of the element walk,
+// and adds its local files, as they are now, to `digests`: the digest cache is asked for them
+// together with the CRS memo (see canonical_vrt). Files that cannot be read are left to the
+// walk, which reports them.
 void open_warp_sources(const CPLXMLNode* node, const std::string& vrt_dir, KeptSources& kept,
                        std::vector<DigestCache::Entry>& digests) {
   for (; node != nullptr; node = node->psNext) {
@@ -408,10 +408,9 @@ JsonValue canonical_vrt(const std::string& xml, const VrtCanonicalOptions& optio
     return canonicaliser.element(root, 0);
   }
   // The memo's answers for every CRS in the VRT, and the digests of the warp's source files,
-  // in one read (see prefetch_crs_answers).
-  // The query is sent before the sources are opened, with the warp sources' names as the VRT
-  // gives them (their file lists, sidecars included, are known only once opened; a file not
-  // asked ahead is read with the rest as before).
+  // in one read (see prefetch_crs_answers). The query is sent before the sources are opened,
+  // with the warp sources' names as the VRT gives them: their file lists, sidecars included,
+  // are known only once they are open, and a file not asked ahead has them all asked again.
   std::vector<CrsQuestion> questions;
   collect_crs_questions(root, questions);
   std::vector<std::string> ahead = crs_memo_paths(questions);
