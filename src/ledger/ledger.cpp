@@ -158,7 +158,7 @@ bool OutputFingerprint::operator==(const OutputFingerprint& other) const {
 
 ClaimResult Ledger::claim_unless_completed(const ClaimRequest& request) {
   LedgerRow row = lookup(request.work_key);
-  if (row.state == RowState::k_completed && !row.superseded_at) {
+  if (ledger_detail::classify_lost_claim(row) == ClaimOutcome::k_completed) {
     ClaimResult result;
     result.outcome = ClaimOutcome::k_completed;
     result.attempt = row.attempt;
