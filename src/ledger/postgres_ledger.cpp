@@ -4,7 +4,9 @@
 // query (applied schema versions, installed extensions); a statement is sent unprepared on its
 // first use and prepared on its second, so a one-shot process pays no PREPARE round trips. A
 // lost connection gives a clear error, and the next call reconnects.
+#include <cpl_conv.h>
 #include <cpl_error.h>
+#include <cpl_string.h>
 #include <libpq-fe.h>
 #include <strings.h>
 
@@ -54,17 +56,26 @@ constexpr const char* k_heartbeat_sql =
     "GREATEST(now() + make_interval(secs => $3), claimed_at) "
     "WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL";
 
-constexpr const char* k_complete_sql =
-    "WITH done AS ("
-    " UPDATE idem.ledger SET completed_at = GREATEST(now(), claimed_at), output_size = $3,"
-    " output_mtime_ns = $4, output_sha256 = $5, output_etag = $6, feature_count = $7"
-    " WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL"
-    " RETURNING output_uri, completed_at),"
-    " superseded AS ("
-    " UPDATE idem.ledger AS older SET superseded_at = done.completed_at FROM done"
-    " WHERE older.output_uri = done.output_uri AND older.work_key <> $1"
-    " AND older.completed_at IS NOT NULL AND older.superseded_at IS NULL RETURNING 1)"
-    " SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM superseded)";
+// complete()'s statement. The worker's own completion (k_complete_async_sql, the default) also
+// turns synchronous_commit off for its transaction alone: the server acknowledges it before its
+// write-ahead log reaches the disk. A completion lost in a crash of the server leaves the work in
+// flight under a lease, so it is redone: never a completion of work that was not done.
+// IDEM_DURABLE_COMPLETION=YES leaves the server's setting (docs/operations.md).
+#define IDEM_COMPLETE_SQL                                                                      \
+  "WITH done AS ("                                                                             \
+  " UPDATE idem.ledger SET completed_at = GREATEST(now(), claimed_at), output_size = $3,"      \
+  " output_mtime_ns = $4, output_sha256 = $5, output_etag = $6, feature_count = $7"            \
+  " WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL" \
+  " RETURNING output_uri, completed_at),"                                                      \
+  " superseded AS ("                                                                           \
+  " UPDATE idem.ledger AS older SET superseded_at = done.completed_at FROM done"               \
+  " WHERE older.output_uri = done.output_uri AND older.work_key <> $1"                         \
+  " AND older.completed_at IS NOT NULL AND older.superseded_at IS NULL RETURNING 1)"           \
+  " SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM superseded)"
+constexpr const char* k_complete_sql = IDEM_COMPLETE_SQL;
+constexpr const char* k_complete_async_sql =
+    IDEM_COMPLETE_SQL ", set_config('synchronous_commit', 'off', true)";
+#undef IDEM_COMPLETE_SQL
 
 constexpr const char* k_completed_by_sql =
     "SELECT 1 FROM idem.ledger WHERE work_key = $1 AND claim_token = $2 "
@@ -394,8 +405,10 @@ public:
                 std::optional<int64_t> feature_count) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
+    const bool durable = CPLTestBool(CPLGetConfigOption("IDEM_DURABLE_COMPLETION", "NO"));
     PgResult result = exec_statement(
-        "idem_complete", k_complete_sql,
+        durable ? "idem_complete" : "idem_complete_async",
+        durable ? k_complete_sql : k_complete_async_sql,
         {work_key, claim_token, std::to_string(fingerprint.size),
          std::to_string(fingerprint.mtime_ns), fingerprint.sha256, fingerprint.etag,
          text_param(feature_count)},

@@ -247,6 +247,72 @@ TEST_P(LedgerConformance, CompleteIsFencedAndIdempotentForItsToken) {
   EXPECT_FALSE(m_ledger->complete("absent", request.claim_token, make_fingerprint(7)));
 }
 
+// PostgreSQL: a worker's completion commits without waiting for the server's WAL flush (a lost
+// one is redone after its lease); claims, heartbeats, releases and a completion inside the
+// caller's transaction keep the server's setting, and IDEM_DURABLE_COMPLETION=YES keeps it for
+// completions too. A deferred trigger records the setting each commit is made with.
+TEST_P(LedgerConformance, CompletionAloneSkipsTheWalFlushUnlessAskedToWait) {
+  if (is_sqlite()) {
+    GTEST_SKIP() << "SQLite's commits never wait for the disk (synchronous=NORMAL, docs/ledger.md)";
+  }
+  ASSERT_EQ(pg_exec(m_admin.get(), "SHOW synchronous_commit"), "on")
+      << "the test needs a server that waits for the flush by default";
+  pg_exec(m_admin.get(),
+          "CREATE TABLE idem.commits_seen (n serial, op text, work_key text, setting text);"
+          "CREATE FUNCTION idem.note_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+          "INSERT INTO idem.commits_seen (op, work_key, setting) "
+          "VALUES (TG_OP, NEW.work_key, current_setting('synchronous_commit')); "
+          "RETURN NULL; END $$;"
+          "CREATE CONSTRAINT TRIGGER note_commit AFTER INSERT OR UPDATE ON idem.ledger "
+          "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION idem.note_commit()");
+  auto seen = [&] {
+    return pg_exec(m_admin.get(),
+                   "SELECT string_agg(op || ' ' || work_key || ' ' || setting, ', ' ORDER BY n) "
+                   "FROM idem.commits_seen");
+  };
+  auto forget_seen = [&] { pg_exec(m_admin.get(), "TRUNCATE idem.commits_seen"); };
+
+  const ClaimRequest request = make_request("k1", 60s);
+  ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  ASSERT_TRUE(m_ledger->heartbeat("k1", request.claim_token, 60s));
+  EXPECT_EQ(seen(), "INSERT k1 on, UPDATE k1 on");
+  forget_seen();
+  EXPECT_TRUE(m_ledger->complete("k1", request.claim_token, make_fingerprint(5)));
+  EXPECT_EQ(seen(), "UPDATE k1 off");
+  EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_completed);
+  // The second completion runs the statement prepared; the statements after it on the same
+  // connection are back to the server's setting.
+  forget_seen();
+  const ClaimRequest second = make_request("k2", 60s);
+  ASSERT_EQ(m_ledger->claim(second).outcome, ClaimOutcome::k_claimed);
+  EXPECT_TRUE(m_ledger->complete("k2", second.claim_token, make_fingerprint(5)));
+  const ClaimRequest released = make_request("k5", 60s);
+  ASSERT_EQ(m_ledger->claim(released).outcome, ClaimOutcome::k_claimed);
+  ASSERT_TRUE(m_ledger->release("k5", released.claim_token));
+  EXPECT_EQ(seen(), "INSERT k2 on, UPDATE k2 off, INSERT k5 on, UPDATE k5 on");
+
+  forget_seen();
+  CPLSetConfigOption("IDEM_DURABLE_COMPLETION", "YES");
+  const ClaimRequest durable = make_request("k3", 60s);
+  ASSERT_EQ(m_ledger->claim(durable).outcome, ClaimOutcome::k_claimed);
+  const bool completed = m_ledger->complete("k3", durable.claim_token, make_fingerprint(6));
+  CPLSetConfigOption("IDEM_DURABLE_COMPLETION", nullptr);
+  EXPECT_TRUE(completed);
+  EXPECT_EQ(seen(), "INSERT k3 on, UPDATE k3 on");
+
+  // The caller's transaction commits as the caller's session says.
+  forget_seen();
+  const ClaimRequest in_caller = make_request("k4", 60s);
+  ASSERT_EQ(m_ledger->claim(in_caller).outcome, ClaimOutcome::k_claimed);
+  ledger_test::PgHandle caller = ledger_test::pg_connect(m_dsn);
+  ASSERT_TRUE(caller);
+  pg_exec(caller.get(), "BEGIN");
+  EXPECT_TRUE(m_ledger->complete_in_transaction(caller.get(), "k4", in_caller.claim_token,
+                                                make_fingerprint(7), 7));
+  pg_exec(caller.get(), "COMMIT");
+  EXPECT_EQ(seen(), "INSERT k4 on, UPDATE k4 on");
+}
+
 TEST_P(LedgerConformance, ReleaseGivesTheClaimBackAtOnce) {
   const ClaimRequest request = make_request("k1", 300s);
   ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
