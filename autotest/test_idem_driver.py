@@ -231,6 +231,42 @@ def test_idem_cog_output_is_a_cog_with_direct_warp_pixels(sqlite_ledger, source,
     assert temp_dirs_beside(out) == []
 
 
+READ_AHEAD = "warp options read while the ledger answered the claim"
+
+
+@pytest.mark.parametrize("fmt", ["GTiff", "COG"])
+def test_idem_warp_options_are_read_while_a_postgresql_ledger_answers_the_claim(
+        ledger, source, tmp_path, fmt):
+    # PostgreSQL: the warp's transformer is built while the server answers the first claim; the
+    # warp then uses it, with a direct gdalwarp's pixels. SQLite answers at once: nothing to
+    # overlap. A rerun over an existing output (likely a skip) reads nothing ahead; one whose
+    # output has gone rebuilds with the options read ahead.
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, CPL_DEBUG="IDEM")
+    first = run(warp_cmd(source, vsi(out), "-co", f"FORMAT={fmt}"), env=env, check=True)
+    assert (READ_AHEAD in first.stderr) == (ledger.backend == "postgresql")
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", source, direct],
+        check=True)
+    assert_same_pixels(out, direct)
+    if fmt == "COG":
+        info = gdal.Info(str(out), format="json")
+        assert info["metadata"]["IMAGE_STRUCTURE"].get("LAYOUT") == "COG"
+
+    rerun = run(warp_cmd(source, vsi(out), "-co", f"FORMAT={fmt}"), env=env, check=True)
+    assert "IDEM: skipped" in rerun.stderr
+    assert READ_AHEAD not in rerun.stderr
+
+    out.unlink()
+    rebuilt = run(warp_cmd(source, vsi(out), "-co", f"FORMAT={fmt}"), env=env, check=True)
+    assert "rebuilding it" in rebuilt.stderr
+    assert (READ_AHEAD in rebuilt.stderr) == (ledger.backend == "postgresql")
+    assert_same_pixels(out, direct)
+    rows = ledger.rows()
+    assert [(r["attempt"], r["completed_at"] is not None) for r in rows] == [(2, True)]
+    assert temp_dirs_beside(out) == []
+
+
 @pytest.mark.parametrize("et", [None, "0"])
 def test_idem_pixels_identical_to_direct_gdalwarp(sqlite_ledger, tmp_path, et):
     src = make_source(tmp_path / "big.tif", size=1024)

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/atomic_output.hpp"
 #include "core/error.hpp"
@@ -493,6 +494,41 @@ double lap_ms(std::chrono::steady_clock::time_point& lap) {
   return ms;
 }
 
+// The warp's options read ahead (prepare_warp) while the ledger answers the claim. GDAL's
+// warnings and errors are held back: replayed when it succeeds, dropped when it fails, since the
+// warp then reads the options again after the claim and reports the failure where it belongs.
+PreparedWarpPtr prepare_warp_ahead(GDALDataset* source, const std::string* vrt_xml,
+                                   const KeptSources* kept_sources) {
+  struct Held {
+    CPLErr type;
+    CPLErrorNum number;
+    std::string message;
+  };
+  std::vector<Held> held;
+  CPLPushErrorHandlerEx(
+      [](CPLErr type, CPLErrorNum number, const char* message) {
+        static_cast<std::vector<Held>*>(CPLGetErrorHandlerUserData())
+            ->push_back({type, number, message != nullptr ? message : ""});
+      },
+      &held);
+  CPLSetCurrentErrorHandlerCatchDebug(FALSE);  // debug lines go out as they come
+  PreparedWarpPtr warp;
+  try {
+    warp = prepare_warp(source, vrt_xml, kept_sources);
+  } catch (const Error& error) {
+    CPLDebug("IDEM", "reading the warp options ahead failed (read again after the claim): %s",
+             error.what());
+  }
+  CPLPopErrorHandler();
+  if (warp) {
+    for (const Held& message : held) {
+      CPLError(message.type, message.number, "%s", message.message.c_str());
+    }
+    CPLDebug("IDEM", "warp options read while the ledger answered the claim");
+  }
+  return warp;
+}
+
 struct ProgressRelay {
   GDALProgressFunc user_progress;
   void* user_data;
@@ -528,6 +564,7 @@ private:
   GDALDataset* dry_run(const WorkDescription& work);
   GDALDataset* skip(const LedgerRow& row, const char* why);
   GDALDataset* run_claimed(const ClaimResult& claim, LeaseKeeper::Clock::time_point claim_sent,
+                           PreparedWarp* prepared_warp,
                            GDALDataset* source, GDALDriver* format_driver,
                            GDALProgressFunc progress, void* progress_data);
 
@@ -634,15 +671,29 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     request.tile = web_mercator_tile(m_work.grid);
   }
 
+  // A warp's options (its coordinate transformation: ~2 ms of PROJ for a tile) are read while a
+  // PostgreSQL ledger answers the first claim, unless GDAL found an output at the destination:
+  // the answer is then likely "completed", and the reading would be wasted.
+  PreparedWarpPtr prepared_warp;
+  bool read_warp_ahead = m_work.is_warp && !EQUAL(format_driver->GetDescription(), "VRT") &&
+                         !vsiidem_unlink_pending(m_destination);
+  const std::function<void()> read_warp = [&] {
+    prepared_warp = prepare_warp_ahead(source, &m_work.vrt_xml, &m_kept_sources);
+  };
+
   bool announced_wait = false;
   double wait_backoff = 0.05;  // seconds
   for (;;) {
     request.claim_token = new_claim_token();
     const auto claim_sent = LeaseKeeper::Clock::now();
-    const ClaimResult claim = m_ledger->claim_unless_completed(request);
+    const ClaimResult claim = read_warp_ahead
+                                  ? m_ledger->claim_unless_completed(request, read_warp)
+                                  : m_ledger->claim_unless_completed(request);
+    read_warp_ahead = false;
     CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
     if (claim.outcome == ClaimOutcome::k_claimed) {
-      return run_claimed(claim, claim_sent, source, format_driver, progress, progress_data);
+      return run_claimed(claim, claim_sent, prepared_warp.get(), source, format_driver, progress,
+                         progress_data);
     }
     if (claim.outcome == ClaimOutcome::k_completed) {
       const LedgerRow& row = claim.row;
@@ -741,7 +792,8 @@ GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why) {
 }
 
 GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
-                                      LeaseKeeper::Clock::time_point claim_sent, GDALDataset* source,
+                                      LeaseKeeper::Clock::time_point claim_sent,
+                                      PreparedWarp* prepared_warp, GDALDataset* source,
                                       GDALDriver* format_driver, GDALProgressFunc progress,
                                       void* progress_data) {
   const std::string& token = claim.claim_token;
@@ -769,6 +821,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     request.scratch_dir = output.temp_dir();
     request.kept_sources = &m_kept_sources;
     request.vrt_xml = &m_work.vrt_xml;
+    request.prepared_warp = prepared_warp;
     request.progress = relay_progress;
     request.progress_data = &relay;
     // A large local output is synced while GDAL writes it, so the fsync of the commit does

@@ -299,12 +299,25 @@ void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
   }
 }
 
-// The warp itself: `vrt` describes it (its xml:VRT `tree`), `driver` creates the output at
-// `path`. Returns the output, flushed. Progress goes to `progress`/`progress_data`.
-GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, CPLXMLNode* tree, GDALDriver* driver,
-                                 const std::string& path, CSLConstList creation_options,
-                                 const KeptSources* kept_sources, const ProgressRelay& relay,
-                                 GDALProgressFunc progress, void* progress_data) {
+}  // namespace
+
+class PreparedWarp {
+ public:
+  explicit PreparedWarp(GDALWarpOptions* options) : m_options(options) {}
+  WarpOptionsOwner& options() { return m_options; }
+
+ private:
+  WarpOptionsOwner m_options;
+};
+
+void PreparedWarpDeleter::operator()(PreparedWarp* warp) const { delete warp; }
+
+namespace {
+
+// The warp options of the warped VRT `vrt` (its xml:VRT `tree`), deserialised with their
+// transformer; the source is the dataset the key opened when it can be.
+PreparedWarpPtr deserialize_warp(GDALDataset* vrt, CPLXMLNode* tree,
+                                 const KeptSources* kept_sources) {
   CPLXMLNode* warp_node = CPLGetXMLNode(tree, "=VRTDataset.GDALWarpOptions");
   resolve_source_path(warp_node, vrt);
   GDALDataset* kept = kept_source_for(warp_node, kept_sources);
@@ -317,7 +330,8 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, CPLXMLNode* tree, GDALDriver*
   }
 
   CPLErrorReset();
-  WarpOptionsOwner options(GDALDeserializeWarpOptions(warp_node));
+  PreparedWarpPtr prepared(new PreparedWarp(GDALDeserializeWarpOptions(warp_node)));
+  WarpOptionsOwner& options = prepared->options();
   if (options.get() == nullptr) {
     throw Error(ErrorKind::k_source,
                 "cannot read the warp options of the warped VRT: " + last_gdal_error());
@@ -337,7 +351,16 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, CPLXMLNode* tree, GDALDriver*
     throw Error(ErrorKind::k_source,
                 "the warped VRT has no usable transformer: " + last_gdal_error());
   }
+  return prepared;
+}
 
+// The warp itself: `vrt` describes it, `warp` holds its options, `driver` creates the output at
+// `path`. Returns the output, flushed. Progress goes to `progress`/`progress_data`.
+GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDriver* driver,
+                                 const std::string& path, CSLConstList creation_options,
+                                 const ProgressRelay& relay, GDALProgressFunc progress,
+                                 void* progress_data) {
+  WarpOptionsOwner& options = warp.options();
   const int band_count = vrt->GetRasterCount();
   if (band_count == 0) {
     throw Error(ErrorKind::k_source, "the warped VRT has no band");
@@ -424,9 +447,13 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   // A VRT output of a warped VRT is its serialisation: copy it.
   const bool writes_pixels = !EQUAL(driver->GetDescription(), "VRT");
 
-  CPLXMLTreeCloser tree =
-      writes_pixels ? warped_vrt_tree(request.source, request.vrt_xml) : CPLXMLTreeCloser(nullptr);
-  if (tree.get() == nullptr) {
+  PreparedWarpPtr own_warp;
+  PreparedWarp* warp = writes_pixels ? request.prepared_warp : nullptr;
+  if (warp == nullptr && writes_pixels) {
+    own_warp = prepare_warp(request.source, request.vrt_xml, request.kept_sources);
+    warp = own_warp.get();
+  }
+  if (warp == nullptr) {
     // gdal_translate's path: CreateCopy (GDALDriver falls back to Create + copy of the whole
     // raster for Create-only drivers).
     ScaledProgress stage(0.0, 1.0, relay);
@@ -436,9 +463,8 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
 
   if (can_create) {
     ScaledProgress stage(0.0, 1.0, relay);
-    return warp_direct(request.source, tree.get(), driver, request.output_path,
-                       request.creation_options.List(), request.kept_sources, relay,
-                       stage.function(), stage.data());
+    return warp_direct(request.source, *warp, driver, request.output_path,
+                       request.creation_options.List(), relay, stage.function(), stage.data());
   }
   if (!can_create_copy) {
     throw Error(ErrorKind::k_usage, std::string("driver ") + driver->GetDescription() +
@@ -452,9 +478,8 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   ScratchDataset scratch(scratch_path_for(request));
   {
     ScaledProgress stage(0.0, k_warp_share_before_copy, relay);
-    scratch.dataset() =
-        warp_direct(request.source, tree.get(), gtiff, scratch.path(), k_scratch_gtiff_options,
-                    request.kept_sources, relay, stage.function(), stage.data());
+    scratch.dataset() = warp_direct(request.source, *warp, gtiff, scratch.path(),
+                                    k_scratch_gtiff_options, relay, stage.function(), stage.data());
   }
   ScaledProgress stage(k_warp_share_before_copy, 1.0, relay);
   return create_copy(driver, request.output_path, scratch.dataset().get(),
@@ -475,6 +500,12 @@ void remove_partial_output(const MaterialiseRequest& request) {
 }
 
 }  // namespace
+
+PreparedWarpPtr prepare_warp(GDALDataset* source, const std::string* vrt_xml,
+                             const KeptSources* kept_sources) {
+  CPLXMLTreeCloser tree = warped_vrt_tree(source, vrt_xml);
+  return tree.get() == nullptr ? nullptr : deserialize_warp(source, tree.get(), kept_sources);
+}
 
 GDALDatasetUniquePtr materialise(const MaterialiseRequest& request) {
   if (request.source == nullptr || request.format_driver == nullptr ||

@@ -3,12 +3,27 @@
 // temporary GTiff.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "core/source_identity.hpp"
 #include "gdal_priv.h"
 
 namespace idem {
+
+// A warp's options read from its VRT ahead of the warp: GDALDeserializeWarpOptions builds the
+// coordinate transformation, about 2 ms of PROJ for a tile, which can then overlap a wait (the
+// ledger's answer to the claim). Opaque; owns the options, their transformer and source.
+class PreparedWarp;
+struct PreparedWarpDeleter {
+  void operator()(PreparedWarp* warp) const;
+};
+using PreparedWarpPtr = std::unique_ptr<PreparedWarp, PreparedWarpDeleter>;
+
+// The warp options of `source` when it is a warped VRT (`vrt_xml` and `kept_sources` as in
+// MaterialiseRequest), else nullptr. Throws idem::Error as materialise() would.
+PreparedWarpPtr prepare_warp(GDALDataset* source, const std::string* vrt_xml,
+                             const KeptSources* kept_sources);
 
 struct MaterialiseRequest {
   GDALDataset* source = nullptr;        // what CreateCopy was handed
@@ -23,6 +38,9 @@ struct MaterialiseRequest {
   // The source's xml:VRT as the key described it (saves serialising the VRT again); null to ask
   // the source.
   const std::string* vrt_xml = nullptr;
+  // prepare_warp()'s answer for this source, used (once) instead of reading the options again;
+  // null to read them here. Ignored for a VRT output, which is the serialisation itself.
+  PreparedWarp* prepared_warp = nullptr;
   GDALProgressFunc progress = GDALDummyProgress;
   void* progress_data = nullptr;
 };

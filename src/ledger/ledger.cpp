@@ -168,6 +168,11 @@ ClaimResult Ledger::claim_unless_completed(const ClaimRequest& request) {
   return claim(request);
 }
 
+ClaimResult Ledger::claim_unless_completed(const ClaimRequest& request,
+                                           const std::function<void()>& /*meanwhile*/) {
+  return claim_unless_completed(request);
+}
+
 std::string Ledger::redact_dsn(const std::string& dsn) {
   if (backend_of(dsn) == "sqlite") {
     return dsn;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -169,6 +170,14 @@ public:
   // which case k_completed with the row and nothing written, not even a row lock. PostgreSQL
   // answers both in one statement; the default looks the row up, then claims.
   virtual ClaimResult claim_unless_completed(const ClaimRequest& request);
+  // The same question, with `meanwhile` run while the database works on it: PostgreSQL runs it
+  // between sending the statement and reading the answer; the default (SQLite, whose answer
+  // costs no wait) does not run it at all. For work the caller would do after a claim anyway.
+  // It runs with the ledger's connection busy, so it must not use this ledger, and it should
+  // not throw: an exception is rethrown once the answer is read, and a claim then made is left
+  // to its lease unless the caller releases request.claim_token.
+  virtual ClaimResult claim_unless_completed(const ClaimRequest& request,
+                                             const std::function<void()>& meanwhile);
   // Renew the lease; false when the token no longer holds the claim.
   virtual bool heartbeat(const std::string& work_key, const std::string& claim_token,
                          std::chrono::seconds lease) = 0;

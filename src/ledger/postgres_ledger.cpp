@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -326,14 +328,22 @@ public:
   }
 
   ClaimResult claim_unless_completed(const ClaimRequest& request) override {
+    return claim_unless_completed(request, nullptr);
+  }
+
+  ClaimResult claim_unless_completed(const ClaimRequest& request,
+                                     const std::function<void()>& meanwhile) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    return with_footprint_fallback([&] { return claim_locked(request, true); });
+    std::function<void()> once = meanwhile;  // taken by the first statement sent
+    return with_footprint_fallback([&] { return claim_locked(request, true, &once); });
   }
 
   // `unless_completed`: the first round runs the claim behind a look at the row
-  // (m_claim_unless_completed_sql), so completed work is answered in the same round trip.
-  ClaimResult claim_locked(const ClaimRequest& request, bool unless_completed) {
+  // (m_claim_unless_completed_sql), so completed work is answered in the same round trip;
+  // `meanwhile` (when set) runs while the server works on it.
+  ClaimResult claim_locked(const ClaimRequest& request, bool unless_completed,
+                           std::function<void()>* meanwhile = nullptr) {
     Params params = {request.work_key,
                      request.namespace_name,
                      request.layer,
@@ -356,7 +366,7 @@ public:
       const bool guarded = unless_completed && round == 0;
       PgResult claimed =
           guarded ? exec_statement("idem_claim_unless_completed", m_claim_unless_completed_sql,
-                                   params, "claim")
+                                   params, "claim", meanwhile)
                   : exec_statement("idem_claim", m_claim_sql, params, "claim");
       if (PQntuples(claimed.get()) == 1) {
         ClaimResult result;
@@ -990,15 +1000,56 @@ private:
     return tuples[0] == '\0' ? 0 : std::strtoll(tuples, nullptr, 10);
   }
 
+  // Sends a statement (`name` prepared, else `sql` with its parameters), runs `meanwhile` (taken:
+  // it runs once) while the server works on it, then reads the answer. An exception from
+  // `meanwhile` is rethrown once the answer has been read.
+  PgResult exec_overlapped(const char* name, const std::string& sql, const Params& params,
+                           const std::string& what, std::function<void()>& meanwhile) {
+    const std::vector<const char*> raw = raw_params(params);
+    const int count = static_cast<int>(raw.size());
+    const int sent =
+        name != nullptr
+            ? PQsendQueryPrepared(m_connection.get(), name, count, raw.data(), nullptr, nullptr, 0)
+            : PQsendQueryParams(m_connection.get(), sql.c_str(), count, nullptr, raw.data(),
+                                nullptr, nullptr, 0);
+    std::exception_ptr failure;
+    if (sent == 1) {
+      std::function<void()> run = std::move(meanwhile);
+      meanwhile = nullptr;
+      try {
+        run();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    PGresult* answer = nullptr;
+    while (PGresult* result = PQgetResult(m_connection.get())) {
+      if (answer == nullptr) {
+        answer = result;
+      } else {
+        PQclear(result);
+      }
+    }
+    PgResult checked_answer = checked(answer, what);
+    if (failure) {
+      std::rethrow_exception(failure);
+    }
+    return checked_answer;
+  }
+
   // Runs one of the ledger's fixed statements by name. Its first use on a connection sends it
   // unprepared (one round trip: a one-shot process pays nothing at open); the second prepares
-  // it, and later uses run the prepared statement (parsed once per connection).
+  // it, and later uses run the prepared statement (parsed once per connection). A `meanwhile`
+  // that is set runs while the server works on the statement (exec_overlapped).
   PgResult exec_statement(const char* name, const std::string& sql, const Params& params,
-                          const std::string& what) {
+                          const std::string& what,
+                          std::function<void()>* meanwhile = nullptr) {
+    const bool overlapped = meanwhile != nullptr && *meanwhile;
     int& uses = m_statement_uses[name];
     if (uses == 0) {
       uses = 1;
-      return exec_params(sql, params, what);
+      return overlapped ? exec_overlapped(nullptr, sql, params, what, *meanwhile)
+                        : exec_params(sql, params, what);
     }
     if (uses == 1) {
       PgResult prepared(PQprepare(m_connection.get(), name, sql.c_str(), 0, nullptr));
@@ -1013,7 +1064,8 @@ private:
       checked(prepared.release(), std::string("preparing ") + name);
       uses = 2;
     }
-    return exec_prepared(name, params, what);
+    return overlapped ? exec_overlapped(name, sql, params, what, *meanwhile)
+                      : exec_prepared(name, params, what);
   }
 
   static std::string schema_state_sql(bool initialised) {

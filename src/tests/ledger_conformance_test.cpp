@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <optional>
 #include <thread>
@@ -186,6 +187,80 @@ TEST_P(LedgerConformance, ClaimUnlessCompletedAnswersCompletedWorkWithoutWriting
   EXPECT_EQ(revived.outcome, ClaimOutcome::k_claimed);
   EXPECT_EQ(revived.attempt, 3);
   EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);
+}
+
+// The question with work to do meanwhile: PostgreSQL runs it while the statement is on the
+// server (here held there by a table lock that only the work itself lets go of, so a ledger
+// that read the answer first would wait for the lock holder's timeout and see no waiting
+// statement); SQLite does not run it. The answers are those of the plain question.
+TEST_P(LedgerConformance, ClaimUnlessCompletedRunsItsMeanwhileWhileTheServerAnswers) {
+  int runs = 0;
+  if (is_sqlite()) {
+    const ClaimResult claimed =
+        m_ledger->claim_unless_completed(make_request("k1", 60s), [&] { ++runs; });
+    EXPECT_EQ(claimed.outcome, ClaimOutcome::k_claimed);
+    EXPECT_EQ(runs, 0);
+    return;
+  }
+  // The first use sends the statement unprepared; the second prepares it (its parse locks the
+  // table too, so no lock is held then), the third runs it prepared.
+  for (const std::string key : {"k1", "k2", "k3"}) {
+    const bool held = key != "k2";
+    std::promise<void> locked;
+    std::promise<void> release;
+    std::thread holder([&] {
+      ledger_test::PgHandle connection = ledger_test::pg_connect(m_dsn);
+      if (held) {
+        pg_exec(connection.get(), "BEGIN");
+        pg_exec(connection.get(), "LOCK TABLE idem.ledger IN EXCLUSIVE MODE");
+      }
+      locked.set_value();
+      if (held) {
+        release.get_future().wait_for(10s);
+        pg_exec(connection.get(), "COMMIT");
+      }
+    });
+    locked.get_future().wait();
+    std::string waiting;
+    const ClaimRequest request = make_request(key, 60s);
+    const ClaimResult claimed = m_ledger->claim_unless_completed(request, [&] {
+      ++runs;
+      for (int i = 0; held && i < 100 && waiting.empty(); ++i) {
+        waiting = pg_exec(m_admin.get(),
+                          "SELECT wait_event_type FROM pg_stat_activity "
+                          "WHERE application_name = 'gdal-idem' AND state = 'active' "
+                          "AND query LIKE '%INSERT INTO idem.ledger%'");
+        std::this_thread::sleep_for(10ms);
+      }
+      release.set_value();
+    });
+    holder.join();
+    if (held) {
+      EXPECT_EQ(waiting, "Lock") << key;
+    }
+    EXPECT_EQ(claimed.outcome, ClaimOutcome::k_claimed) << key;
+    EXPECT_EQ(claimed.claim_token, request.claim_token) << key;
+  }
+  EXPECT_EQ(runs, 3);
+
+  // Completed work comes back as completed; the meanwhile still ran once.
+  const LedgerRow row = m_ledger->lookup("k1");
+  ASSERT_TRUE(m_ledger->complete("k1", row.claim_token, make_fingerprint(9)));
+  const ClaimResult done =
+      m_ledger->claim_unless_completed(make_request("k1", 60s), [&] { ++runs; });
+  EXPECT_EQ(done.outcome, ClaimOutcome::k_completed);
+  EXPECT_EQ(done.row.fingerprint->size, 9);
+  EXPECT_EQ(runs, 4);
+
+  // An exception from the meanwhile comes out once the answer is read: the connection is
+  // usable and the claim was made.
+  const ClaimRequest failing = make_request("k4", 60s);
+  EXPECT_THROW(m_ledger->claim_unless_completed(
+                   failing, [] { throw Error(ErrorKind::k_internal, "meanwhile failed"); }),
+               Error);
+  const LedgerRow made = m_ledger->lookup("k4");
+  EXPECT_EQ(made.claim_token, failing.claim_token);
+  EXPECT_TRUE(m_ledger->release("k4", failing.claim_token));
 }
 
 TEST_P(LedgerConformance, ExpiredLeaseIsTakenOverAndOldHolderIsFenced) {
