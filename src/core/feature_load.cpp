@@ -541,27 +541,25 @@ FeatureLoadResult run_feature_load(FeatureLoadRequest request) {
 
   bool waited = false;
   for (;;) {
-    const LedgerRow row = ledger->lookup(work.key);
-    if (row.state == RowState::k_completed && !row.superseded_at) {
+    // Completed (and not superseded) work comes back as it stands, with nothing written; on
+    // PostgreSQL one statement asks both questions.
+    claim_request.claim_token = new_claim_token();
+    const ClaimResult claim = ledger->claim_unless_completed(claim_request);
+    if (claim.outcome == ClaimOutcome::k_completed) {
       FeatureLoadResult result;
       result.outcome = FeatureLoadOutcome::k_skipped;
       result.work = work;
-      result.feature_count = row.feature_count.value_or(0);
-      result.attempt = row.attempt;
+      result.feature_count = claim.row.feature_count.value_or(0);
+      result.attempt = claim.row.attempt;
       result.waited = waited;
       return result;
     }
-    claim_request.claim_token = new_claim_token();
-    const ClaimResult claim = ledger->claim(claim_request);
     if (claim.outcome == ClaimOutcome::k_claimed) {
       LoadAttempt attempt(request, work, *ledger, claim);
       FeatureLoadResult result = attempt.run();
       result.attempt = claim.attempt;
       result.waited = waited;
       return result;
-    }
-    if (claim.outcome == ClaimOutcome::k_completed) {
-      continue;
     }
     const LedgerRow& holder = claim.row;
     const std::string holder_text =
