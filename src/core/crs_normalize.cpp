@@ -295,13 +295,27 @@ private:
 
 }  // namespace
 
+namespace {
+
+// The questions this process has no answer for yet, by the memo path that would hold each.
+std::map<std::string, RememberedAnswers::Question> unanswered_by_memo_path(
+    const std::vector<std::pair<std::string, std::string>>& questions) {
+  std::map<std::string, RememberedAnswers::Question> by_path;
+  for (const auto& question : questions) {
+    if (!RememberedAnswers::instance().find(question)) {
+      by_path.emplace(memo_path(question.first, question.second), question);
+    }
+  }
+  return by_path;
+}
+
+}  // namespace
+
 std::vector<std::string> crs_memo_paths(
     const std::vector<std::pair<std::string, std::string>>& questions) {
   std::vector<std::string> paths;
-  for (const auto& question : questions) {
-    if (!RememberedAnswers::instance().find(question)) {
-      paths.push_back(memo_path(question.first, question.second));
-    }
+  for (const auto& entry : unanswered_by_memo_path(questions)) {
+    paths.push_back(entry.first);
   }
   return paths;
 }
@@ -309,12 +323,8 @@ std::vector<std::string> crs_memo_paths(
 std::map<std::string, std::string> prefetch_crs_answers(
     const std::vector<std::pair<std::string, std::string>>& questions, DigestCache& memo,
     const std::vector<DigestCache::Entry>& also) {
-  std::map<std::string, RememberedAnswers::Question> by_path;
-  for (const auto& question : questions) {
-    if (!RememberedAnswers::instance().find(question)) {
-      by_path.emplace(memo_path(question.first, question.second), question);
-    }
-  }
+  const std::map<std::string, RememberedAnswers::Question> by_path =
+      unanswered_by_memo_path(questions);
   std::map<std::string, std::string> found_also;
   if (by_path.empty() && also.empty()) {
     return found_also;

@@ -786,12 +786,9 @@ public:
       return;
     }
     m_read_ahead.pending = false;
-    while (PGresult* result = PQgetResult(m_connection.get())) {
-      if (!m_read_ahead.answer && PQresultStatus(result) == PGRES_TUPLES_OK) {
-        m_read_ahead.answer.reset(result);
-      } else {
-        PQclear(result);
-      }
+    PgResult answer = take_answer();
+    if (answer && PQresultStatus(answer.get()) == PGRES_TUPLES_OK) {
+      m_read_ahead.answer = std::move(answer);
     }
   }
 
@@ -933,12 +930,24 @@ private:
       return;
     }
     m_postgis_load = PostgisLoad::k_done;
-    while (PGresult* result = PQgetResult(m_connection.get())) {
-      if (PQresultStatus(result) != PGRES_COMMAND_OK) {
-        CPLDebug("IDEM", "PostGIS load ahead of the claim: %s", PQresultErrorMessage(result));
-      }
-      PQclear(result);
+    PgResult answer = take_answer();
+    if (answer && PQresultStatus(answer.get()) != PGRES_COMMAND_OK) {
+      CPLDebug("IDEM", "PostGIS load ahead of the claim: %s", PQresultErrorMessage(answer.get()));
     }
+  }
+
+  // The answer to the one statement in flight on the connection (sent with PQsend*): its result,
+  // anything after it dropped; null when none came (a broken connection).
+  PgResult take_answer() {
+    PgResult answer;
+    while (PGresult* result = PQgetResult(m_connection.get())) {
+      if (!answer) {
+        answer.reset(result);
+      } else {
+        PQclear(result);
+      }
+    }
+    return answer;
   }
 
   [[noreturn]] void fail(const PGresult* result, const std::string& what) {
@@ -1022,15 +1031,7 @@ private:
         failure = std::current_exception();
       }
     }
-    PGresult* answer = nullptr;
-    while (PGresult* result = PQgetResult(m_connection.get())) {
-      if (answer == nullptr) {
-        answer = result;
-      } else {
-        PQclear(result);
-      }
-    }
-    PgResult checked_answer = checked(answer, what);
+    PgResult checked_answer = checked(take_answer().release(), what);
     if (failure) {
       std::rethrow_exception(failure);
     }
