@@ -26,6 +26,7 @@ import json
 import os
 import random
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -78,16 +79,26 @@ def env_with(**extra):
     return env
 
 
-def timed(args, env, check=True, cwd=None):
-    """Run a command; return (seconds, stderr)."""
+def timed_with_cpu(args, env, check=True, cwd=None):
+    """Run a command; return (seconds, CPU seconds of the process (user + system, from the
+    kernel's accounting of waited-for children), stderr)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([str(a) for a in args], env=env, cwd=cwd, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, args))} exited {proc.returncode}:\n"
                            f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return elapsed, proc.stderr
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu, proc.stderr
+
+
+def timed(args, env, check=True, cwd=None):
+    """Run a command; return (seconds, stderr)."""
+    elapsed, _, stderr = timed_with_cpu(args, env, check=check, cwd=cwd)
+    return elapsed, stderr
 
 
 TIMING = re.compile(r"IDEM: timing: (.+?) ([0-9.]+) ms")

@@ -81,16 +81,18 @@ def main():
         plain_env = dict(base_env, CPL_VSIL_USE_TEMP_FILE_FOR_RANDOM_WRITE="YES")
 
         def plain_tile(prefix, tile):
-            seconds, _ = B.timed(["gdalwarp", "-q", "-overwrite", "-of", "GTiff"] +
-                                 B.tile_args(src, tile[3], uri(prefix, tile)), plain_env)
-            return seconds
+            """(seconds, CPU seconds) of one plain process."""
+            seconds, cpu, _ = B.timed_with_cpu(["gdalwarp", "-q", "-overwrite", "-of", "GTiff"] +
+                                               B.tile_args(src, tile[3], uri(prefix, tile)),
+                                               plain_env)
+            return seconds, cpu
 
         def idem_tile(dsn, prefix, namespace, tile):
             env = dict(base_env, IDEM_LEDGER=dsn, CPL_DEBUG="IDEM")
-            seconds, err = B.timed(["gdalwarp", "-q", "-overwrite"] + B.idem_opts(namespace) +
-                                   B.tile_args(src, tile[3], "/vsiidem/" + uri(prefix, tile)),
-                                   env)
-            return seconds, B.timing_lines(err)
+            seconds, cpu, err = B.timed_with_cpu(
+                ["gdalwarp", "-q", "-overwrite"] + B.idem_opts(namespace) +
+                B.tile_args(src, tile[3], "/vsiidem/" + uri(prefix, tile)), env)
+            return seconds, cpu, B.timing_lines(err)
 
         def idem_batch(dsn, prefix, namespace):
             start = time.perf_counter()
@@ -116,7 +118,8 @@ def main():
         # share them; whole batches (seconds apart) did not. Each ledger gets a run of pairs of
         # its own: mixed in one sequence, whichever process followed a direct PostgreSQL run
         # paid for the server backend it left exiting.
-        results = {name: [] for name, _ in ledgers}  # [(idem s, plain s, steps)] per pair
+        # [(idem s, plain s, steps, idem CPU s, plain CPU s)] per pair
+        results = {name: [] for name, _ in ledgers}
         round_ratios = {name: [] for name, _ in ledgers}
         base_times = []
         draw = random.Random(8)
@@ -129,13 +132,15 @@ def main():
                 ratios = []
                 for tile in tiles:
                     if draw.random() < 0.5:
-                        plain_seconds = plain_tile(f"plain-{tag}-{k}", tile)
-                        seconds, steps = idem_tile(dsn, f"idem-{tag}-{k}", f"s3{tag}{k}", tile)
+                        plain_seconds, plain_cpu = plain_tile(f"plain-{tag}-{k}", tile)
+                        seconds, cpu, steps = idem_tile(dsn, f"idem-{tag}-{k}", f"s3{tag}{k}",
+                                                        tile)
                     else:
-                        seconds, steps = idem_tile(dsn, f"idem-{tag}-{k}", f"s3{tag}{k}", tile)
-                        plain_seconds = plain_tile(f"plain-{tag}-{k}", tile)
+                        seconds, cpu, steps = idem_tile(dsn, f"idem-{tag}-{k}", f"s3{tag}{k}",
+                                                        tile)
+                        plain_seconds, plain_cpu = plain_tile(f"plain-{tag}-{k}", tile)
                     base_times.append(plain_seconds)
-                    results[name].append((seconds, plain_seconds, steps))
+                    results[name].append((seconds, plain_seconds, steps, cpu, plain_cpu))
                     ratios.append(seconds / plain_seconds)
                 round_ratios[name].append(B.med(ratios))
                 B.log(f"  round {r + 1}: {name}: IDEM / plain {round_ratios[name][-1]:.3f}")
@@ -196,18 +201,30 @@ def main():
         "|---|---:|---:|---:|:--|",
     ]
     for name, runs in results.items():
-        ratio = B.med([s / b for s, b, _ in runs])
+        ratio = B.med([run[0] / run[1] for run in runs])
         rounds = round_ratios[name]
-        lines.append(f"| {name} | {B.spread([1000 * s for s, _, _ in runs], fmt='{:.0f}')} | "
-                     f"{B.spread([1000 * (s - b) for s, b, _ in runs], fmt='{:.1f}')} | "
+        lines.append(f"| {name} | {B.spread([1000 * run[0] for run in runs], fmt='{:.0f}')} | "
+                     f"{B.spread([1000 * (run[0] - run[1]) for run in runs], fmt='{:.1f}')} | "
                      f"{ratio:.3f} ({min(rounds):.3f}–{max(rounds):.3f}, n={len(runs)}) | "
                      f"{B.met(ratio <= 1.05)} |")
+    lines += ["", "CPU time of the same processes (user + system, the kernel's accounting of "
+              "each gdalwarp process; waits for the ledger, the store or the disk do not "
+              "count), paired the same way:", "",
+              "| variant | plain, CPU ms per tile | IDEM, CPU ms per tile | CPU overhead per "
+              "tile (ms, paired) | IDEM / plain CPU, median of the pairs |",
+              "|---|---:|---:|---:|---:|"]
+    for name, runs in results.items():
+        lines.append(f"| {name} | {1000 * B.med([run[4] for run in runs]):.1f} | "
+                     f"{1000 * B.med([run[3] for run in runs]):.1f} | "
+                     f"{B.spread([1000 * (run[3] - run[4]) for run in runs], fmt='{:.1f}')} | "
+                     f"{B.med([run[3] / run[4] for run in runs]):.3f} |")
     lines += ["", "Per-tile step times inside the driver (median; ms): the upload is in "
               "heartbeat+commit; complete records the ETag predicted from the uploaded bytes "
               "(no request), and the dataset returned opens the object only if read.", "",
               "| step | " + " | ".join(results) + " |", "|---|" + "---:|" * len(results)]
     for step in B.STEP_ORDER:
-        cells = [f"{B.med([s.get(step, 0.0) for _, _, s in runs]):.2f}" for runs in results.values()]
+        cells = [f"{B.med([run[2].get(step, 0.0) for run in runs]):.2f}"
+                 for runs in results.values()]
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     if connect_rows:
         lines += ["", "A new process's first connection to PgBouncer (libpq through psycopg, "
