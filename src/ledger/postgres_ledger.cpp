@@ -1041,16 +1041,24 @@ private:
   // Runs one of the ledger's fixed statements by name. Its first use on a connection sends it
   // unprepared (one round trip: a one-shot process pays nothing at open); the second prepares
   // it, and later uses run the prepared statement (parsed once per connection). A `meanwhile`
-  // that is set runs while the server works on the statement (exec_overlapped).
+  // that is set runs while the server works on the statement (exec_overlapped); such a use
+  // never prepares (a PREPARE would be a round trip of its own before the overlap), it runs the
+  // statement prepared only when an earlier use prepared it, else unprepared.
   PgResult exec_statement(const char* name, const std::string& sql, const Params& params,
                           const std::string& what,
                           std::function<void()>* meanwhile = nullptr) {
     const bool overlapped = meanwhile != nullptr && *meanwhile;
     int& uses = m_statement_uses[name];
+    if (overlapped) {
+      if (uses == 2) {
+        return exec_overlapped(name, sql, params, what, *meanwhile);
+      }
+      uses = 1;
+      return exec_overlapped(nullptr, sql, params, what, *meanwhile);
+    }
     if (uses == 0) {
       uses = 1;
-      return overlapped ? exec_overlapped(nullptr, sql, params, what, *meanwhile)
-                        : exec_params(sql, params, what);
+      return exec_params(sql, params, what);
     }
     if (uses == 1) {
       PgResult prepared(PQprepare(m_connection.get(), name, sql.c_str(), 0, nullptr));
@@ -1065,8 +1073,7 @@ private:
       checked(prepared.release(), std::string("preparing ") + name);
       uses = 2;
     }
-    return overlapped ? exec_overlapped(name, sql, params, what, *meanwhile)
-                      : exec_prepared(name, params, what);
+    return exec_prepared(name, params, what);
   }
 
   static std::string schema_state_sql(bool initialised) {

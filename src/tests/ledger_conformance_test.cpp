@@ -202,30 +202,29 @@ TEST_P(LedgerConformance, ClaimUnlessCompletedRunsItsMeanwhileWhileTheServerAnsw
     EXPECT_EQ(runs, 0);
     return;
   }
-  // The first use sends the statement unprepared; the second prepares it (its parse locks the
-  // table too, so no lock is held then), the third runs it prepared.
-  for (const std::string key : {"k1", "k2", "k3"}) {
-    const bool held = key != "k2";
+  // Unprepared on first use (k1), and again on the next (k2: a use with work meanwhile never
+  // prepares); two plain questions then prepare it (k3, k4), and the last runs it prepared (k5).
+  for (const std::string key : {"k1", "k2", "k3", "k4", "k5"}) {
+    const ClaimRequest request = make_request(key, 60s);
+    if (key == "k3" || key == "k4") {
+      ASSERT_EQ(m_ledger->claim_unless_completed(request).outcome, ClaimOutcome::k_claimed);
+      continue;
+    }
     std::promise<void> locked;
     std::promise<void> release;
     std::thread holder([&] {
       ledger_test::PgHandle connection = ledger_test::pg_connect(m_dsn);
-      if (held) {
-        pg_exec(connection.get(), "BEGIN");
-        pg_exec(connection.get(), "LOCK TABLE idem.ledger IN EXCLUSIVE MODE");
-      }
+      pg_exec(connection.get(), "BEGIN");
+      pg_exec(connection.get(), "LOCK TABLE idem.ledger IN EXCLUSIVE MODE");
       locked.set_value();
-      if (held) {
-        release.get_future().wait_for(10s);
-        pg_exec(connection.get(), "COMMIT");
-      }
+      release.get_future().wait_for(10s);
+      pg_exec(connection.get(), "COMMIT");
     });
     locked.get_future().wait();
     std::string waiting;
-    const ClaimRequest request = make_request(key, 60s);
     const ClaimResult claimed = m_ledger->claim_unless_completed(request, [&] {
       ++runs;
-      for (int i = 0; held && i < 100 && waiting.empty(); ++i) {
+      for (int i = 0; i < 100 && waiting.empty(); ++i) {
         waiting = pg_exec(m_admin.get(),
                           "SELECT wait_event_type FROM pg_stat_activity "
                           "WHERE application_name = 'gdal-idem' AND state = 'active' "
@@ -235,9 +234,7 @@ TEST_P(LedgerConformance, ClaimUnlessCompletedRunsItsMeanwhileWhileTheServerAnsw
       release.set_value();
     });
     holder.join();
-    if (held) {
-      EXPECT_EQ(waiting, "Lock") << key;
-    }
+    EXPECT_EQ(waiting, "Lock") << key;
     EXPECT_EQ(claimed.outcome, ClaimOutcome::k_claimed) << key;
     EXPECT_EQ(claimed.claim_token, request.claim_token) << key;
   }
@@ -254,13 +251,13 @@ TEST_P(LedgerConformance, ClaimUnlessCompletedRunsItsMeanwhileWhileTheServerAnsw
 
   // An exception from the meanwhile comes out once the answer is read: the connection is
   // usable and the claim was made.
-  const ClaimRequest failing = make_request("k4", 60s);
+  const ClaimRequest failing = make_request("k6", 60s);
   EXPECT_THROW(m_ledger->claim_unless_completed(
                    failing, [] { throw Error(ErrorKind::k_internal, "meanwhile failed"); }),
                Error);
-  const LedgerRow made = m_ledger->lookup("k4");
+  const LedgerRow made = m_ledger->lookup("k6");
   EXPECT_EQ(made.claim_token, failing.claim_token);
-  EXPECT_TRUE(m_ledger->release("k4", failing.claim_token));
+  EXPECT_TRUE(m_ledger->release("k6", failing.claim_token));
 }
 
 TEST_P(LedgerConformance, ExpiredLeaseIsTakenOverAndOldHolderIsFenced) {
