@@ -662,8 +662,8 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   request.worker_pid = getpid();
 
   // Computed before the first question, which is the claim itself even when the work turns
-  // out completed: the footprint only for a ledger that stores it (a Web Mercator grid's from closed formulas; others need a
-  // coordinate transformation, ~0.5 ms).
+  // out completed: the footprint only for a ledger that stores it (a Web Mercator grid's from
+  // closed formulas; others need a coordinate transformation, ~0.5 ms).
   if (m_ledger->has_footprints()) {
     request.footprint_wkt = footprint_wkt(m_work.grid);
   }
