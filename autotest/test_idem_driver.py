@@ -294,6 +294,129 @@ def test_idem_warp_reuses_the_source_the_key_opened(sqlite_ledger, source, tmp_p
     assert_same_pixels(out, direct)
 
 
+ADOPTED = "warp options and transformer taken from the warped VRT"
+CUTLINE = ('{"type": "FeatureCollection", "crs": {"type": "name", "properties": {"name": '
+           '"urn:ogc:def:crs:EPSG::32633"}}, "features": [{"type": "Feature", "properties": {}, '
+           '"geometry": {"type": "Polygon", "coordinates": [[[500800, 4649200], [504500, 4648700], '
+           '[503900, 4645600], [501200, 4645900], [500800, 4649200]]]}}]}')
+ADOPTION_CASES = {
+    "bilinear": ["-t_srs", "EPSG:3857", "-r", "bilinear"],
+    "cubic_et0": ["-t_srs", "EPSG:3857", "-r", "cubic", "-et", "0"],
+    "geographic_lanczos": ["-t_srs", "EPSG:4326", "-r", "lanczos"],
+    "tile_te_ts": ["-t_srs", "EPSG:3857", "-te", "1669792.36", "5635549.22", "1672238.35",
+                   "5637995.21", "-ts", "256", "256", "-r", "bilinear"],
+    "cutline_crop_dstalpha": ["-t_srs", "EPSG:3857", "-cutline", "CUTLINE", "-crop_to_cutline",
+                              "-dstalpha", "-r", "bilinear"],
+    "nodata": ["-t_srs", "EPSG:3857", "-srcnodata", "0", "-dstnodata", "255", "-r", "cubic"],
+    # The transformer's source CRS is the command's, not the file's.
+    "s_srs_override": ["-s_srs", "EPSG:32632", "-t_srs", "EPSG:3857", "-r", "bilinear"],
+    "threads": ["-t_srs", "EPSG:3857", "-r", "cubic", "-multi", "-wo", "NUM_THREADS=2"],
+    "same_crs": ["-tr", "13", "13", "-r", "average"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(ADOPTION_CASES))
+def test_idem_warp_uses_gdalwarps_transformer_with_its_pixels(source, tmp_path, case):
+    """The warp runs with the options and transformer gdalwarp gave its VRT, not a second
+    transformer rebuilt from their serialisation: the same pixels as a direct gdalwarp, and the
+    same as with IDEM_WARP_REUSE_TRANSFORMER=NO (which rebuilds it), under the same key."""
+    cutline = tmp_path / "cutline.geojson"
+    cutline.write_text(CUTLINE)
+    args = [str(cutline) if a == "CUTLINE" else a for a in ADOPTION_CASES[case]]
+    outputs = {}
+    for reuse in ("YES", "NO"):
+        (tmp_path / reuse).mkdir()
+        ledger = make_ledger("sqlite", tmp_path / reuse)
+        # One destination (it is in the key), moved aside after each run.
+        out = tmp_path / "out.tif"
+        proc = run(["gdalwarp", "-of", "IDEM", *args, source, vsi(out)],
+                   env=env_with(IDEM_LEDGER=ledger.dsn, CPL_DEBUG="IDEM",
+                                IDEM_WARP_REUSE_TRANSFORMER=reuse), check=True)
+        assert (ADOPTED in proc.stderr) == (reuse == "YES"), proc.stderr
+        assert "the dataset opened for the key" in proc.stderr
+        outputs[reuse] = (out.rename(tmp_path / f"reuse_{reuse}.tif"),
+                          ledger.completed()[0]["work_key"])
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "GTiff", *args, source, direct], check=True)
+    assert_same_pixels(outputs["YES"][0], direct)
+    assert_same_pixels(outputs["NO"][0], direct)
+    assert outputs["YES"][1] == outputs["NO"][1]
+
+
+PY_ADOPTION = r"""
+import sys
+from osgeo import gdal
+gdal.UseExceptions()
+kind, src, dst = sys.argv[1:4]
+if kind == "gdal.Warp":
+    gdal.Warp(dst, src, format="IDEM", dstSRS="EPSG:3857", resampleAlg="bilinear")
+else:
+    import logging
+    import rasterio, rasterio.shutil
+    from rasterio.vrt import WarpedVRT
+    from rasterio.enums import Resampling
+    logging.basicConfig(level=logging.DEBUG)  # rasterio logs GDAL's debug messages
+    with rasterio.open(src) as s, WarpedVRT(s, crs="EPSG:3857",
+                                            resampling=Resampling.bilinear) as vrt:
+        rasterio.shutil.copy(vrt, dst, driver="IDEM")
+"""
+
+
+@pytest.mark.parametrize("kind", ["gdal.Warp", "rasterio"])
+def test_idem_python_warps_use_their_vrts_transformer(source, tmp_path, kind):
+    """gdal.Warp and rasterio's WarpedVRT hand IDEM a VRT built in the process: its transformer
+    serves the warp, with the pixels of a rebuilt one."""
+    outputs = []
+    for reuse in ("YES", "NO"):
+        (tmp_path / reuse).mkdir()
+        ledger = make_ledger("sqlite", tmp_path / reuse)
+        out = tmp_path / f"reuse_{reuse}.tif"
+        proc = run(["/usr/bin/python3", "-c", PY_ADOPTION, kind, source, vsi(out)],
+                   env=env_with(IDEM_LEDGER=ledger.dsn, CPL_DEBUG="IDEM",
+                                IDEM_WARP_REUSE_TRANSFORMER=reuse), check=True)
+        assert (ADOPTED in proc.stderr) == (reuse == "YES"), proc.stderr
+        outputs.append(out)
+    assert_same_pixels(*outputs)
+
+
+PY_EDITED_IN_MEMORY = r"""
+import sys
+import numpy as np
+from osgeo import gdal
+gdal.UseExceptions()
+src, dst = sys.argv[1:3]
+ds = gdal.Open(src, gdal.GA_Update)
+band = ds.GetRasterBand(1)
+band.WriteArray(np.full((band.YSize, band.XSize), 7, np.uint8))  # in GDAL's block cache only
+gdal.Warp(dst, ds, format="IDEM", dstSRS="EPSG:3857", resampleAlg="bilinear")
+"""
+
+
+def test_idem_warp_reads_the_source_the_key_identified_not_unwritten_edits(
+        sqlite_ledger, source, tmp_path):
+    """The VRT gdal.Warp builds holds the caller's dataset, whose edits are not yet written; the
+    key identifies the file's bytes. The warp takes gdal.Warp's transformer but reads the dataset
+    the key opened, so the output is the work the key names (a direct warp of the file as it was),
+    and a rerun after the edits reach the file is new work."""
+    before = tmp_path / "before.tif"
+    gdal.Translate(str(before), source)
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn, CPL_DEBUG="IDEM")
+    proc = run(["/usr/bin/python3", "-c", PY_EDITED_IN_MEMORY, source, vsi(out)], env=env,
+               check=True)
+    assert ADOPTED in proc.stderr
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", before, direct],
+        check=True)
+    assert_same_pixels(out, direct)
+    # The edits reached the file when the script closed the dataset.
+    assert int(read_pixels(source)[0].max()) == 7
+    proc = run(["/usr/bin/python3", "-c", PY_EDITED_IN_MEMORY, source, vsi(out)], env=env,
+               check=True)
+    assert "skipped" not in proc.stderr
+    assert len(sqlite_ledger.completed()) == 2
+
+
 def test_idem_warp_with_source_open_options_opens_the_source_with_them(sqlite_ledger, tmp_path):
     """-oo reaches the warp: the dataset the key opened (without open options) is not used.
     With -oo OVERVIEW_LEVEL=0 GDAL reads the source's first overview, as a direct gdalwarp does;

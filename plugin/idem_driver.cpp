@@ -671,9 +671,10 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     request.tile = web_mercator_tile(m_work.grid);
   }
 
-  // A warp's options (its coordinate transformation: ~2 ms of PROJ for a tile) are read while a
-  // PostgreSQL ledger answers the first claim, unless GDAL found an output at the destination:
-  // the answer is then likely "completed", and the reading would be wasted.
+  // A warp's options are read while a PostgreSQL ledger answers the first claim (cheap when they
+  // come with the VRT's transformer; ~2 ms of PROJ for a tile when it is rebuilt), unless GDAL
+  // found an output at the destination: the answer is then likely "completed", and the reading
+  // would be wasted.
   PreparedWarpPtr prepared_warp;
   bool read_warp_ahead = m_work.is_warp && !EQUAL(format_driver->GetDescription(), "VRT") &&
                          !vsiidem_unlink_pending(m_destination);

@@ -1,6 +1,7 @@
 // Materialising the work (DESIGN.md facts 7, 11, 12): a warped VRT is not read block by block but
-// re-run the way gdalwarp's direct mode runs it (its serialised <GDALWarpOptions> deserialised,
-// the output created with the FORMAT driver's Create(), GDALWarpOperation::ChunkAndWarpImage());
+// re-run the way gdalwarp's direct mode runs it (the VRT's warp options, taken with gdalwarp's
+// transformer or deserialised from <GDALWarpOptions>, the output created with the FORMAT
+// driver's Create(), GDALWarpOperation::ChunkAndWarpImage());
 // CreateCopy-only formats (COG, PNG, JPEG...) get that warp through a temporary GTiff; any other
 // source is copied with the FORMAT driver's CreateCopy, as gdal_translate does.
 #include "warp_engine.hpp"
@@ -19,6 +20,7 @@
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
 #include "gdalwarper.h"
+#include "vrtdataset.h"
 
 namespace idem {
 
@@ -86,12 +88,15 @@ class ScaledProgress {
 // they are released here, exactly once. hDstDS is never owned.
 class WarpOptionsOwner {
  public:
-  explicit WarpOptionsOwner(GDALWarpOptions* options) : m_options(options) {}
+  // `owns_transformer` false: the transformer is borrowed (from the warped VRT the options were
+  // cloned from, which outlives them) and is not destroyed here.
+  explicit WarpOptionsOwner(GDALWarpOptions* options, bool owns_transformer = true)
+      : m_options(options), m_owns_transformer(owns_transformer) {}
   ~WarpOptionsOwner() {
     if (m_options == nullptr) {
       return;
     }
-    if (m_options->pTransformerArg != nullptr) {
+    if (m_options->pTransformerArg != nullptr && m_owns_transformer) {
       GDALDestroyTransformer(m_options->pTransformerArg);
       m_options->pTransformerArg = nullptr;
     }
@@ -112,6 +117,7 @@ class WarpOptionsOwner {
 
  private:
   GDALWarpOptions* m_options;
+  bool m_owns_transformer;
 };
 
 // Silences GDAL errors within a scope and restores the error state afterwards.
@@ -303,7 +309,8 @@ void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
 
 class PreparedWarp {
  public:
-  explicit PreparedWarp(GDALWarpOptions* options) : m_options(options) {}
+  explicit PreparedWarp(GDALWarpOptions* options, bool owns_transformer = true)
+      : m_options(options, owns_transformer) {}
   WarpOptionsOwner& options() { return m_options; }
 
  private:
@@ -314,13 +321,67 @@ void PreparedWarpDeleter::operator()(PreparedWarp* warp) const { delete warp; }
 
 namespace {
 
-// The warp options of the warped VRT `vrt` (its xml:VRT `tree`), deserialised with their
-// transformer; the source is the dataset the key opened when it can be.
-PreparedWarpPtr deserialize_warp(GDALDataset* vrt, CPLXMLNode* tree,
-                                 const KeptSources* kept_sources) {
-  CPLXMLNode* warp_node = CPLGetXMLNode(tree, "=VRTDataset.GDALWarpOptions");
-  resolve_source_path(warp_node, vrt);
-  GDALDataset* kept = kept_source_for(warp_node, kept_sources);
+#if GDAL_VERSION_NUM >= GDAL_COMPUTE_VERSION(3, 6, 0) && \
+    GDAL_VERSION_NUM < GDAL_COMPUTE_VERSION(3, 7, 0)
+// GDAL 3.6 keeps a VRTWarpedDataset's GDALWarpOperation private and offers no getter. An explicit
+// instantiation may name a private member (C++17 [temp.spec]/6), which this one hands out as a
+// member pointer: checked against this GDAL's header at compile time, no layout assumed.
+// Other GDAL versions deserialise the warp options instead (checked only against 3.6).
+#define IDEM_ADOPTS_VRT_WARPER 1
+GDALWarpOperation* VRTWarpedDataset::*vrt_warper_member();
+template <GDALWarpOperation* VRTWarpedDataset::*member>
+struct VrtWarperMember {
+  friend GDALWarpOperation* VRTWarpedDataset::*vrt_warper_member() { return member; }
+};
+template struct VrtWarperMember<&VRTWarpedDataset::m_poWarper>;
+#endif
+
+// The warp options gdalwarp (or rasterio, or any caller of GDALCreateWarpedVRT) gave the warped
+// VRT, with the transformer it built: cloned, the transformer borrowed (the VRT, CreateCopy's
+// source, outlives the warp), the source replaced by `kept`, the dataset the key digested. What
+// the transformer does is what its serialisation in the VRT says, which is in the key; the warp
+// then runs with gdalwarp's own transformer instead of a second one rebuilt from that
+// serialisation (PROJ's operation search again: ~2 ms, most of IDEM's work for a tile).
+// nullptr when that is not possible; the caller deserialises the options then.
+PreparedWarpPtr adopt_vrt_warp(GDALDataset* vrt, GDALDataset* kept) {
+#ifdef IDEM_ADOPTS_VRT_WARPER
+  if (kept == nullptr || !CPLTestBool(CPLGetConfigOption("IDEM_WARP_REUSE_TRANSFORMER", "YES"))) {
+    return nullptr;
+  }
+  auto* warped = dynamic_cast<VRTWarpedDataset*>(vrt);
+  GDALWarpOperation* warper = warped != nullptr ? warped->*vrt_warper_member() : nullptr;
+  const GDALWarpOptions* theirs = warper != nullptr ? warper->GetOptions() : nullptr;
+  if (theirs == nullptr || theirs->pfnTransformer == nullptr ||
+      theirs->pTransformerArg == nullptr || theirs->hSrcDS == nullptr) {
+    return nullptr;
+  }
+  GDALDataset* their_source = GDALDataset::FromHandle(theirs->hSrcDS);
+  if (their_source->GetRasterXSize() != kept->GetRasterXSize() ||
+      their_source->GetRasterYSize() != kept->GetRasterYSize() ||
+      their_source->GetRasterCount() != kept->GetRasterCount()) {
+    CPLDebug(k_debug_category, "the warped VRT's source is not the one the key opened");
+    return nullptr;
+  }
+  PreparedWarpPtr prepared(new PreparedWarp(GDALCloneWarpOptions(theirs), false));
+  WarpOptionsOwner& options = prepared->options();
+  options->hDstDS = nullptr;
+  kept->Reference();
+  options->hSrcDS = GDALDataset::ToHandle(kept);
+  CPLDebug(k_debug_category,
+           "warp options and transformer taken from the warped VRT; source %s: the dataset "
+           "opened for the key",
+           kept->GetDescription());
+  return prepared;
+#else
+  (void)vrt;
+  (void)kept;
+  return nullptr;
+#endif
+}
+
+// The warp options of the warped VRT `vrt` (their node of its xml:VRT), deserialised with their
+// transformer; the source is `kept`, the dataset the key opened, when there is one.
+PreparedWarpPtr deserialize_warp(CPLXMLNode* warp_node, GDALDataset* kept) {
   if (kept != nullptr) {
     // GDALDeserializeWarpOptions would open it again: it gets no name, and the options get
     // the open dataset (with a reference of their own, released by WarpOptionsOwner).
@@ -504,7 +565,16 @@ void remove_partial_output(const MaterialiseRequest& request) {
 PreparedWarpPtr prepare_warp(GDALDataset* source, const std::string* vrt_xml,
                              const KeptSources* kept_sources) {
   CPLXMLTreeCloser tree = warped_vrt_tree(source, vrt_xml);
-  return tree.get() == nullptr ? nullptr : deserialize_warp(source, tree.get(), kept_sources);
+  if (tree.get() == nullptr) {
+    return nullptr;
+  }
+  CPLXMLNode* warp_node = CPLGetXMLNode(tree.get(), "=VRTDataset.GDALWarpOptions");
+  resolve_source_path(warp_node, source);
+  GDALDataset* kept = kept_source_for(warp_node, kept_sources);
+  if (PreparedWarpPtr adopted = adopt_vrt_warp(source, kept)) {
+    return adopted;
+  }
+  return deserialize_warp(warp_node, kept);
 }
 
 GDALDatasetUniquePtr materialise(const MaterialiseRequest& request) {

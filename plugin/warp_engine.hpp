@@ -11,9 +11,10 @@
 
 namespace idem {
 
-// A warp's options read from its VRT ahead of the warp: GDALDeserializeWarpOptions builds the
-// coordinate transformation, about 2 ms of PROJ for a tile, which can then overlap a wait (the
-// ledger's answer to the claim). Opaque; owns the options, their transformer and source.
+// A warp's options read from its VRT ahead of the warp: cloned with the transformer the VRT's
+// maker built (borrowed from the VRT), or deserialised, which builds a transformer (about 2 ms of
+// PROJ for a tile, worth overlapping with a wait such as the ledger's answer to the claim).
+// Opaque; owns the options, their source reference and any transformer it built.
 class PreparedWarp;
 struct PreparedWarpDeleter {
   void operator()(PreparedWarp* warp) const;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/source_identity.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
@@ -198,6 +199,91 @@ TEST_F(WarpEngineTest, WarpedVrtMatchesDirectGdalwarp) {
     VSIUnlink("idem.tif");
     VSIUnlink("direct.tif");
   }
+}
+
+// Debug messages of the IDEM category emitted within a scope.
+class IdemDebugLines {
+ public:
+  IdemDebugLines() : m_debug(CPLGetConfigOption("CPL_DEBUG", "")) {
+    CPLSetConfigOption("CPL_DEBUG", "IDEM");
+    CPLPushErrorHandlerEx(
+        [](CPLErr type, CPLErrorNum, const char* message) {
+          if (type == CE_Debug) {
+            static_cast<std::vector<std::string>*>(CPLGetErrorHandlerUserData())
+                ->push_back(message);
+          }
+        },
+        &m_lines);
+  }
+  ~IdemDebugLines() {
+    CPLPopErrorHandler();
+    CPLSetConfigOption("CPL_DEBUG", m_debug.empty() ? nullptr : m_debug.c_str());
+  }
+  IdemDebugLines(const IdemDebugLines&) = delete;
+  IdemDebugLines& operator=(const IdemDebugLines&) = delete;
+
+  bool contains(const std::string& needle) const {
+    for (const auto& line : m_lines) {
+      if (line.find(needle) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  std::string m_debug;
+  std::vector<std::string> m_lines;
+};
+
+// With the source the key opened at hand, the warp takes the VRT's own options and transformer
+// (borrowed, never destroyed: the VRT still warps with it afterwards, and frees it once) and
+// gives the pixels of a rebuilt transformer and of a direct warp.
+TEST_F(WarpEngineTest, WarpWithTheVrtsTransformerLeavesItToTheVrt) {
+  const std::vector<std::string> args = {"-t_srs", "EPSG:3857", "-r", "cubic"};
+  GDALDatasetUniquePtr vrt = warped_vrt(args);
+  ASSERT_TRUE(vrt);
+  idem::KeptSources kept;
+  kept.keep("src.tif", GDALDataset::FromHandle(GDALOpen("src.tif", GA_ReadOnly)));
+
+  // The warp prepared with IDEM_WARP_REUSE_TRANSFORMER=`reuse`, written to `output`.
+  const auto warp_with = [&](const char* reuse, const char* output) {
+    CPLConfigOptionSetter reuse_option("IDEM_WARP_REUSE_TRANSFORMER", reuse, false);
+    IdemDebugLines debug;
+    idem::PreparedWarpPtr warp = idem::prepare_warp(vrt.get(), nullptr, &kept);
+    EXPECT_TRUE(warp);
+    EXPECT_EQ(debug.contains("warp options and transformer taken from the warped VRT"),
+              EQUAL(reuse, "YES"));
+    auto request = request_for(vrt.get(), "GTiff", output);
+    request.prepared_warp = warp.get();
+    return idem::materialise(request);
+  };
+  GDALDatasetUniquePtr adopted = warp_with("YES", "adopted.tif");
+  GDALDatasetUniquePtr rebuilt = warp_with("NO", "rebuilt.tif");
+  ASSERT_TRUE(adopted && rebuilt);
+  EXPECT_EQ(differing_pixels(adopted.get(), rebuilt.get()), 0);
+  GDALDatasetUniquePtr direct = warp("direct.tif", args, "GTiff");
+  ASSERT_TRUE(direct);
+  EXPECT_EQ(differing_pixels(adopted.get(), direct.get()), 0);
+
+  // The VRT's transformer is alive: reading the VRT warps a block with it.
+  std::vector<GByte> block(64 * 64);
+  EXPECT_EQ(vrt->GetRasterBand(1)->RasterIO(GF_Read, 0, 0, 64, 64, block.data(), 64, 64, GDT_Byte,
+                                            0, 0, nullptr),
+            CE_None);
+  vrt.reset();  // frees the transformer once
+}
+
+// Without the source the key opened (the VRT names it with open options, or nothing was kept),
+// the options are deserialised: the source is opened by name as the VRT describes it.
+TEST_F(WarpEngineTest, WarpWithoutAKeptSourceRebuildsTheTransformer) {
+  GDALDatasetUniquePtr vrt = warped_vrt({"-t_srs", "EPSG:3857"});
+  ASSERT_TRUE(vrt);
+  idem::KeptSources kept;
+  IdemDebugLines debug;
+  idem::PreparedWarpPtr warp = idem::prepare_warp(vrt.get(), nullptr, &kept);
+  ASSERT_TRUE(warp);
+  EXPECT_FALSE(debug.contains("warp options and transformer taken from the warped VRT"));
 }
 
 TEST_F(WarpEngineTest, NodataAndAlphaFollowTheVrt) {
