@@ -20,6 +20,13 @@ import tempfile
 import time
 
 
+# What docs/operations.md recommends for a PgBouncer of gdal-idem workers: it clears what a
+# session may have SET and keeps prepared statements (DISCARD ALL drops them). PgBouncer's
+# default, DISCARD ALL, is what a pooler shared with other applications keeps.
+RECOMMENDED_RESET_QUERY = "RESET ALL"
+DEFAULT_RESET_QUERY = "DISCARD ALL"
+
+
 def _keywords(dsn):
     """libpq keyword string -> dict (no quoting support; test DSNs have none)."""
     return dict(part.split("=", 1) for part in dsn.split())
@@ -32,9 +39,10 @@ def _free_port():
 
 
 class PgBouncer:
-    def __init__(self, upstream_dsn, pool_size=20):
+    def __init__(self, upstream_dsn, pool_size=20, reset_query=None):
         self.upstream = _keywords(upstream_dsn)
         self.pool_size = pool_size
+        self.reset_query = reset_query or RECOMMENDED_RESET_QUERY
         self.port = None
         self.dir = None
         self.proc = None
@@ -54,7 +62,7 @@ listen_port = {self.port}
 unix_socket_dir = {self.dir}
 auth_type = any
 pool_mode = session
-server_reset_query = DISCARD ALL
+server_reset_query = {self.reset_query}
 max_client_conn = 500
 default_pool_size = {self.pool_size}
 logfile = {self.dir}/pgbouncer.log

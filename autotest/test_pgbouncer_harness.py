@@ -46,3 +46,86 @@ def test_driver_works_through_pgbouncer_unix_socket(tmp_path):
         assert ledger.completed()[0]["attempt"] == 1
     finally:
         bouncer.stop()
+
+
+PREPARED = "of its statements already prepared in this server session"
+
+
+def _warp_tiles(src, tmp_path, dsn, count, tag):
+    """`count` new pieces of work through the ledger at `dsn`, one gdalwarp process each;
+    returns each process's debug output."""
+    logs = []
+    for i in range(count):
+        out = tmp_path / f"{tag}_{i}.tif"
+        proc = run(["gdalwarp", "-q", "-of", "IDEM", "-t_srs", "EPSG:3857", "-ts", "64", "64",
+                    src, "/vsiidem/" + str(out)],
+                   env=env_with(IDEM_LEDGER=dsn, CPL_DEBUG="IDEM"), check=True)
+        assert out.exists()
+        logs.append(proc.stderr)
+    return logs
+
+
+def _statement_runs(pooled_dsn):
+    """The ledger's statements prepared in the pool's one server session: base name -> how many
+    times they ran (PostgreSQL's count of custom and generic plans)."""
+    with psycopg.connect(pooled_dsn) as conn:
+        rows = conn.execute("SELECT name, generic_plans + custom_plans FROM pg_prepared_statements "
+                            "WHERE name LIKE 'idem\\_%'").fetchall()
+    runs = {}
+    for name, count in rows:
+        base = name.rsplit("_", 1)[0]
+        runs.setdefault(base, []).append(count)
+    return runs
+
+
+def test_a_session_that_keeps_prepared_statements_serves_later_workers(tmp_path):
+    """docs/operations.md's PgBouncer (server_reset_query = RESET ALL) keeps a server session's
+    prepared statements between clients. The first worker prepares its completion while its work
+    runs; the next finds it there and prepares its claim too; from the third on both run
+    prepared, parsed once for the session. Statements are named after a hash of their text, so
+    once PostGIS is dropped (no footprint column: another claim statement) the claim found is
+    not used, and the work still completes."""
+    dsn = pg_fresh_database()
+    ledger = Ledger("postgresql", dsn, lambda: psycopg.connect(dsn))
+    bouncer = PgBouncer(_pg_dsn(), pool_size=1).start()  # one server session for every worker
+    try:
+        pooled = bouncer.socket_dsn_for(dsn)
+        src = make_source(tmp_path / "src.tif")
+        logs = _warp_tiles(src, tmp_path, pooled, 4, "kept")
+        assert PREPARED not in logs[0]
+        assert all(PREPARED in log for log in logs[1:])
+        runs = _statement_runs(pooled)
+        assert runs["idem_complete_async"] == [4]
+        assert runs["idem_claim_unless_completed"] == [2]
+        assert len(ledger.completed()) == 4
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP EXTENSION postgis CASCADE")
+        logs = _warp_tiles(src, tmp_path, pooled, 3, "no_postgis")
+        runs = _statement_runs(pooled)
+        assert runs["idem_complete_async"] == [7]
+        # The claim with a footprint ran no more; the one without it was prepared by the first
+        # worker after the drop and ran for the next two.
+        assert sorted(runs["idem_claim_unless_completed"]) == [2, 2]
+        assert len(ledger.completed()) == 7
+        assert all("footprint" not in row for row in ledger.rows())  # the column went too
+    finally:
+        bouncer.stop()
+
+
+def test_a_session_reset_with_discard_all_prepares_nothing_for_later_workers(tmp_path):
+    """PgBouncer's default reset, DISCARD ALL (a pooler shared with other applications), drops
+    prepared statements: each worker finds none, prepares only the completion it runs itself,
+    and completes as usual."""
+    dsn = pg_fresh_database()
+    ledger = Ledger("postgresql", dsn, lambda: psycopg.connect(dsn))
+    bouncer = PgBouncer(_pg_dsn(), pool_size=1, reset_query="DISCARD ALL").start()
+    try:
+        pooled = bouncer.socket_dsn_for(dsn)
+        src = make_source(tmp_path / "src.tif")
+        logs = _warp_tiles(src, tmp_path, pooled, 3, "discarded")
+        assert not any(PREPARED in log for log in logs)
+        assert _statement_runs(pooled) == {}
+        assert len(ledger.completed()) == 3
+    finally:
+        bouncer.stop()

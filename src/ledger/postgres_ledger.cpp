@@ -126,7 +126,11 @@ constexpr const char* k_schema_versions_sql =
     "(SELECT string_agg(version::text, ',' ORDER BY version) FROM idem.schema_version)";
 constexpr const char* k_schema_state_sql_rest =
     ", (SELECT string_agg(extname, ',') FROM pg_extension "
-    "WHERE extname = ANY (string_to_array($1, ',')))";
+    "WHERE extname = ANY (string_to_array($1, ',')))"
+    // The ledger's statements already prepared in this server session: an earlier client of a
+    // pooler that keeps them (docs/operations.md) left them; their names carry a hash of their
+    // text (statement_name), so a name found is the very statement.
+    ", (SELECT string_agg(name, ',') FROM pg_prepared_statements WHERE name LIKE 'idem\\_%')";
 // sql/postgres/0002_footprint.sql adds the footprint column (in the transaction that records
 // its version): rows carry a footprint when this version is applied and PostGIS is still there
 // (DROP EXTENSION postgis CASCADE drops the column but not the version's record).
@@ -379,6 +383,7 @@ public:
         }
         result.outcome = ClaimOutcome::k_claimed;
         result.claim_token = result.row.claim_token;
+        prepare_ahead();
         return result;
       }
       std::optional<LedgerRow> row = lookup_locked(request.work_key);
@@ -850,6 +855,8 @@ private:
     m_statement_uses.clear();
     m_postgis_load = PostgisLoad::k_not_started;
     m_read_ahead = ReadAhead{};
+    m_session_keeps_statements = false;
+    m_prepare_ahead = PrepareAhead{};
     const bool skip_gss = ledger_detail::skip_gss_encryption(m_dsn);
     auto connect_now = [this](bool without_gss) {
       const auto parameters = ledger_detail::connect_parameters(m_dsn, without_gss);
@@ -901,6 +908,7 @@ private:
   void ensure_connected() {
     finish_postgis_load();
     finish_read_ahead();
+    finish_prepare_ahead();
     if (!m_connection || PQstatus(m_connection.get()) != CONNECTION_OK) {
       connect();
       use_schema(read_schema_state(false));
@@ -933,6 +941,68 @@ private:
     PgResult answer = take_answer();
     if (answer && PQresultStatus(answer.get()) != PGRES_COMMAND_OK) {
       CPLDebug("IDEM", "PostGIS load ahead of the claim: %s", PQresultErrorMessage(answer.get()));
+    }
+  }
+
+  // Right after a claim, while its work runs: the completion this process sends next is
+  // prepared, and in a server session that keeps prepared statements (a pooler's, see
+  // m_session_keeps_statements) the first claim too, for the next client. One query, not waited
+  // for; finish_prepare_ahead reads its answer before the next statement. A statement prepared
+  // costs the server no more than one sent unprepared; in a kept session, later clients skip
+  // its parsing, and once it has run a few times PostgreSQL may reuse a generic plan.
+  void prepare_ahead() {
+    if (m_prepare_ahead.pending) {
+      return;
+    }
+    const bool durable = CPLTestBool(CPLGetConfigOption("IDEM_DURABLE_COMPLETION", "NO"));
+    std::vector<std::pair<std::string, const std::string*>> wanted;
+    const std::string complete_sql = durable ? k_complete_sql : k_complete_async_sql;
+    wanted.emplace_back(
+        statement_name(durable ? "idem_complete" : "idem_complete_async", complete_sql),
+        &complete_sql);
+    if (m_session_keeps_statements) {
+      wanted.emplace_back(
+          statement_name("idem_claim_unless_completed", m_claim_unless_completed_sql),
+          &m_claim_unless_completed_sql);
+    }
+    std::string query;
+    PrepareAhead ahead;
+    for (const auto& [name, sql] : wanted) {
+      const auto known = m_statement_uses.find(name);
+      if (known != m_statement_uses.end() && known->second == 2) {
+        continue;  // prepared already
+      }
+      query += "PREPARE " + name + " AS " + *sql + ";";
+      ahead.names.push_back(name);
+    }
+    if (ahead.names.empty() || PQsendQuery(m_connection.get(), query.c_str()) != 1) {
+      return;
+    }
+    ahead.pending = true;
+    m_prepare_ahead = std::move(ahead);
+  }
+
+  void finish_prepare_ahead() {
+    if (!m_prepare_ahead.pending) {
+      return;
+    }
+    m_prepare_ahead.pending = false;
+    size_t prepared = 0;
+    std::string error;
+    while (PGresult* raw = PQgetResult(m_connection.get())) {
+      PgResult result(raw);
+      if (PQresultStatus(result.get()) == PGRES_COMMAND_OK) {
+        if (prepared < m_prepare_ahead.names.size()) {
+          m_statement_uses[m_prepare_ahead.names[prepared]] = 2;
+        }
+        ++prepared;
+      } else if (error.empty()) {
+        error = PQresultErrorMessage(result.get());
+      }
+    }
+    if (!error.empty()) {
+      // Nothing lost: a statement not prepared runs unprepared.
+      CPLDebug("IDEM", "ledger: preparing ahead: %s", error.c_str());
     }
   }
 
@@ -1038,17 +1108,32 @@ private:
     return checked_answer;
   }
 
+  // The name a statement is prepared under: `base_name` and a hash of `sql`, so that a statement
+  // found prepared in a pooled server session (an earlier client's) is this very text.
+  static std::string statement_name(const char* base_name, const std::string& sql) {
+    uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a, 64 bits
+    for (const unsigned char c : sql) {
+      hash = (hash ^ c) * 0x100000001b3ULL;
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
+    return std::string(base_name) + "_" + hex;
+  }
+
   // Runs one of the ledger's fixed statements by name. Its first use on a connection sends it
   // unprepared (one round trip: a one-shot process pays nothing at open); the second prepares
   // it, and later uses run the prepared statement (parsed once per connection). A `meanwhile`
   // that is set runs while the server works on the statement (exec_overlapped); such a use
   // never prepares (a PREPARE would be a round trip of its own before the overlap), it runs the
-  // statement prepared only when an earlier use prepared it, else unprepared.
-  PgResult exec_statement(const char* name, const std::string& sql, const Params& params,
-                          const std::string& what,
-                          std::function<void()>* meanwhile = nullptr) {
+  // statement prepared only when an earlier use prepared it, else unprepared. A statement found
+  // prepared in the server session (read_schema_state) or prepared ahead (prepare_ahead) runs
+  // prepared from its first use.
+  PgResult exec_statement(const char* base_name, const std::string& sql, const Params& params,
+                          const std::string& what, std::function<void()>* meanwhile = nullptr) {
     const bool overlapped = meanwhile != nullptr && *meanwhile;
-    int& uses = m_statement_uses[name];
+    const std::string prepared_name = statement_name(base_name, sql);
+    const char* name = prepared_name.c_str();
+    int& uses = m_statement_uses[prepared_name];
     if (overlapped) {
       if (uses == 2) {
         return exec_overlapped(name, sql, params, what, *meanwhile);
@@ -1134,6 +1219,17 @@ private:
     if (!cells.is_null(1)) {
       for (const std::string& name : split_commas(PQgetvalue(result.get(), 0, 1))) {
         state.extensions.insert(name);
+      }
+    }
+    if (!cells.is_null(2)) {
+      const std::vector<std::string> names = split_commas(PQgetvalue(result.get(), 0, 2));
+      for (const std::string& name : names) {
+        m_statement_uses[name] = 2;
+      }
+      if (!m_session_keeps_statements) {
+        m_session_keeps_statements = true;
+        CPLDebug("IDEM", "ledger: %zu of its statements already prepared in this server session",
+                 names.size());
       }
     }
     return state;
@@ -1317,17 +1413,19 @@ private:
   }
 
   // A statement prepared under the schema's old shape must not be reused.
-  void forget_prepared_if_changed(const char* name, std::string& current,
+  void forget_prepared_if_changed(const char* base_name, std::string& current,
                                   const std::string& sql) {
     if (sql == current) {
       return;
     }
-    const auto prepared = m_statement_uses.find(name);
-    if (prepared != m_statement_uses.end() && prepared->second == 2) {
-      checked(PQexec(m_connection.get(), (std::string("DEALLOCATE ") + name).c_str()),
-              "reading the schema");
+    if (!current.empty()) {
+      const std::string name = statement_name(base_name, current);
+      const auto prepared = m_statement_uses.find(name);
+      if (prepared != m_statement_uses.end() && prepared->second == 2) {
+        checked(PQexec(m_connection.get(), ("DEALLOCATE " + name).c_str()), "reading the schema");
+      }
+      m_statement_uses.erase(name);
     }
-    m_statement_uses.erase(name);
     current = sql;
   }
 
@@ -1409,6 +1507,16 @@ private:
     PgResult answer;
   };
   ReadAhead m_read_ahead;
+  // The server session had statements of the ledger prepared when this connection began: its
+  // pooler keeps them between clients, so preparing one serves the clients after this one.
+  bool m_session_keeps_statements = false;
+  // prepare_ahead's PREPAREs, sent in one query while the work runs (pending: their answers not
+  // read yet), in the order of `names`.
+  struct PrepareAhead {
+    std::vector<std::string> names;
+    bool pending = false;
+  };
+  PrepareAhead m_prepare_ahead;
   PostgresDigestCache m_digest_cache;
 };
 
