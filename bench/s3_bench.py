@@ -191,7 +191,9 @@ def main():
         "/vsiidem//vsis3/bucket/z/x/y.tif`. Source digest cached; "
         f"{B.TILE_ROUNDS} rounds. In each, for each ledger in turn (shuffled), every tile is "
         "warped by plain gdalwarp and by IDEM one right after the other (which first drawn for "
-        "each pair), and each IDEM process is compared with its pair's plain process.",
+        "each pair), and each IDEM process is compared with its pair's plain process. "
+        "PgBouncer: session mode, `server_reset_query = RESET ALL` (autotest/pgbouncer.py, as "
+        "docs/operations.md recommends).",
         "",
         f"Plain to /vsis3/: {B.spread([1000 * t for t in base_times], fmt='{:.0f}', unit=' ms')}"
         " per tile (a whole process).",
