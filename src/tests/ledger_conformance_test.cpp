@@ -1295,6 +1295,10 @@ TEST_F(LedgerPostgres, LostConnectionIsAClearErrorAndTheNextCallReconnects) {
   auto ledger = Ledger::open(dsn);
   const ClaimRequest request = make_request("lost-" + random_token(), 60s);
   ASSERT_EQ(ledger->claim(request).outcome, ClaimOutcome::k_claimed);
+  // A call after the claim reads the answer of the completion's PREPARE sent ahead, so that the
+  // connection is idle when it is cut: a loss found while reading that answer, before the next
+  // call sends anything, is reconnected without an error (nothing of that call was sent).
+  ASSERT_EQ(ledger->lookup(request.work_key).state, RowState::k_in_flight);
   pg_exec(admin.get(),
           "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
           "WHERE application_name = 'gdal-idem' AND pid <> pg_backend_pid()");
