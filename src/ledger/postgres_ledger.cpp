@@ -420,14 +420,12 @@ public:
                 std::optional<int64_t> feature_count) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    const bool durable = CPLTestBool(CPLGetConfigOption("IDEM_DURABLE_COMPLETION", "NO"));
-    PgResult result = exec_statement(
-        durable ? "idem_complete" : "idem_complete_async",
-        durable ? k_complete_sql : k_complete_async_sql,
-        {work_key, claim_token, std::to_string(fingerprint.size),
-         std::to_string(fingerprint.mtime_ns), fingerprint.sha256, fingerprint.etag,
-         text_param(feature_count)},
-        "complete");
+    const CompletionStatement statement = completion_statement();
+    PgResult result = exec_statement(statement.base_name, statement.sql,
+                                     {work_key, claim_token, std::to_string(fingerprint.size),
+                                      std::to_string(fingerprint.mtime_ns), fingerprint.sha256,
+                                      fingerprint.etag, text_param(feature_count)},
+                                     "complete");
     if (std::string(PQgetvalue(result.get(), 0, 0)) == "1") {
       return true;
     }
@@ -944,6 +942,18 @@ private:
     }
   }
 
+  // complete()'s statement, as IDEM_DURABLE_COMPLETION chooses it.
+  struct CompletionStatement {
+    const char* base_name;
+    const char* sql;
+  };
+  static CompletionStatement completion_statement() {
+    if (CPLTestBool(CPLGetConfigOption("IDEM_DURABLE_COMPLETION", "NO"))) {
+      return {"idem_complete", k_complete_sql};
+    }
+    return {"idem_complete_async", k_complete_async_sql};
+  }
+
   // Right after a claim, while its work runs: the completion this process sends next is
   // prepared, and in a server session that keeps prepared statements (a pooler's, see
   // m_session_keeps_statements) the first claim too, for the next client. One query, not waited
@@ -954,12 +964,10 @@ private:
     if (m_prepare_ahead.pending) {
       return;
     }
-    const bool durable = CPLTestBool(CPLGetConfigOption("IDEM_DURABLE_COMPLETION", "NO"));
+    const CompletionStatement completion = completion_statement();
+    const std::string complete_sql = completion.sql;
     std::vector<std::pair<std::string, const std::string*>> wanted;
-    const std::string complete_sql = durable ? k_complete_sql : k_complete_async_sql;
-    wanted.emplace_back(
-        statement_name(durable ? "idem_complete" : "idem_complete_async", complete_sql),
-        &complete_sql);
+    wanted.emplace_back(statement_name(completion.base_name, complete_sql), &complete_sql);
     if (m_session_keeps_statements) {
       wanted.emplace_back(
           statement_name("idem_claim_unless_completed", m_claim_unless_completed_sql),
@@ -1412,7 +1420,8 @@ private:
                                claim_unless_completed_sql);
   }
 
-  // A statement prepared under the schema's old shape must not be reused.
+  // A statement's text changed with the schema's shape: the new text has a name of its own
+  // (statement_name), and the old one, if prepared on this connection, is deallocated.
   void forget_prepared_if_changed(const char* base_name, std::string& current,
                                   const std::string& sql) {
     if (sql == current) {
