@@ -7,7 +7,7 @@ setup docs/operations.md recommends."""
 import psycopg
 
 from idem_testlib import Ledger, _pg_dsn, env_with, make_source, pg_fresh_database, run
-from pgbouncer import PgBouncer
+from pgbouncer import DEFAULT_RESET_QUERY, PgBouncer
 
 
 def test_pgbouncer_serves_hundreds_of_connections_one_after_another():
@@ -119,7 +119,7 @@ def test_a_session_reset_with_discard_all_prepares_nothing_for_later_workers(tmp
     and completes as usual."""
     dsn = pg_fresh_database()
     ledger = Ledger("postgresql", dsn, lambda: psycopg.connect(dsn))
-    bouncer = PgBouncer(_pg_dsn(), pool_size=1, reset_query="DISCARD ALL").start()
+    bouncer = PgBouncer(_pg_dsn(), pool_size=1, reset_query=DEFAULT_RESET_QUERY).start()
     try:
         pooled = bouncer.socket_dsn_for(dsn)
         src = make_source(tmp_path / "src.tif")
