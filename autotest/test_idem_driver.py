@@ -295,6 +295,7 @@ def test_idem_warp_reuses_the_source_the_key_opened(sqlite_ledger, source, tmp_p
 
 
 ADOPTED = "warp options and transformer taken from the warped VRT"
+RUN_BY_THE_VRTS_OPERATION = "warp run by the warped VRT's warp operation"
 CUTLINE = ('{"type": "FeatureCollection", "crs": {"type": "name", "properties": {"name": '
            '"urn:ogc:def:crs:EPSG::32633"}}, "features": [{"type": "Feature", "properties": {}, '
            '"geometry": {"type": "Polygon", "coordinates": [[[500800, 4649200], [504500, 4648700], '
@@ -317,9 +318,9 @@ ADOPTION_CASES = {
 
 @pytest.mark.parametrize("case", sorted(ADOPTION_CASES))
 def test_idem_warp_uses_gdalwarps_transformer_with_its_pixels(source, tmp_path, case):
-    """The warp runs with the options and transformer gdalwarp gave its VRT, not a second
-    transformer rebuilt from their serialisation: the same pixels as a direct gdalwarp, and the
-    same as with IDEM_WARP_REUSE_TRANSFORMER=NO (which rebuilds it), under the same key."""
+    """The warp runs on the warp operation, options and transformer gdalwarp gave its VRT, not a
+    second pair rebuilt from their serialisation: the same pixels as a direct gdalwarp, and the
+    same as with IDEM_WARP_REUSE_TRANSFORMER=NO (which rebuilds them), under the same key."""
     cutline = tmp_path / "cutline.geojson"
     cutline.write_text(CUTLINE)
     args = [str(cutline) if a == "CUTLINE" else a for a in ADOPTION_CASES[case]]
@@ -333,6 +334,7 @@ def test_idem_warp_uses_gdalwarps_transformer_with_its_pixels(source, tmp_path, 
                    env=env_with(IDEM_LEDGER=ledger.dsn, CPL_DEBUG="IDEM",
                                 IDEM_WARP_REUSE_TRANSFORMER=reuse), check=True)
         assert (ADOPTED in proc.stderr) == (reuse == "YES"), proc.stderr
+        assert (RUN_BY_THE_VRTS_OPERATION in proc.stderr) == (reuse == "YES"), proc.stderr
         assert "the dataset opened for the key" in proc.stderr
         outputs[reuse] = (out.rename(tmp_path / f"reuse_{reuse}.tif"),
                           ledger.completed()[0]["work_key"])
@@ -375,6 +377,7 @@ def test_idem_python_warps_use_their_vrts_transformer(source, tmp_path, kind):
                    env=env_with(IDEM_LEDGER=ledger.dsn, CPL_DEBUG="IDEM",
                                 IDEM_WARP_REUSE_TRANSFORMER=reuse), check=True)
         assert (ADOPTED in proc.stderr) == (reuse == "YES"), proc.stderr
+        assert (RUN_BY_THE_VRTS_OPERATION in proc.stderr) == (reuse == "YES"), proc.stderr
         outputs.append(out)
     assert_same_pixels(*outputs)
 

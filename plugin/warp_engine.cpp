@@ -120,6 +120,33 @@ class WarpOptionsOwner {
   bool m_owns_transformer;
 };
 
+// Lends an initialised warp operation the datasets and progress of `ours` for a scope, and gives
+// it its own back afterwards. The operation keeps what Initialize() derived from the options and
+// the transformer; neither depends on which dataset objects it reads and writes.
+class OperationDatasets {
+ public:
+  OperationDatasets(GDALWarpOperation* operation, const GDALWarpOptions& ours)
+      // GetOptions() hands out the operation's own (non-const) copy of its options, read-only.
+      : m_theirs(const_cast<GDALWarpOptions*>(operation->GetOptions())), m_saved(*m_theirs) {
+    m_theirs->hSrcDS = ours.hSrcDS;
+    m_theirs->hDstDS = ours.hDstDS;
+    m_theirs->pfnProgress = ours.pfnProgress;
+    m_theirs->pProgressArg = ours.pProgressArg;
+  }
+  ~OperationDatasets() {
+    m_theirs->hSrcDS = m_saved.hSrcDS;
+    m_theirs->hDstDS = m_saved.hDstDS;
+    m_theirs->pfnProgress = m_saved.pfnProgress;
+    m_theirs->pProgressArg = m_saved.pProgressArg;
+  }
+  OperationDatasets(const OperationDatasets&) = delete;
+  OperationDatasets& operator=(const OperationDatasets&) = delete;
+
+ private:
+  GDALWarpOptions* m_theirs;
+  GDALWarpOptions m_saved;  // a shallow copy: only the four fields above are read back
+};
+
 // Silences GDAL errors within a scope and restores the error state afterwards.
 class QuietErrors {
  public:
@@ -309,12 +336,17 @@ void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
 
 class PreparedWarp {
  public:
-  explicit PreparedWarp(GDALWarpOptions* options, bool owns_transformer = true)
-      : m_options(options, owns_transformer) {}
+  explicit PreparedWarp(GDALWarpOptions* options, bool owns_transformer = true,
+                        GDALWarpOperation* initialized = nullptr)
+      : m_options(options, owns_transformer), m_initialized(initialized) {}
   WarpOptionsOwner& options() { return m_options; }
+  // The warped VRT's own warp operation, initialised with the options these were cloned from
+  // (borrowed: the VRT outlives the warp); null when the warp initialises one of its own.
+  GDALWarpOperation* initialized_operation() const { return m_initialized; }
 
  private:
   WarpOptionsOwner m_options;
+  GDALWarpOperation* m_initialized;
 };
 
 void PreparedWarpDeleter::operator()(PreparedWarp* warp) const { delete warp; }
@@ -338,11 +370,13 @@ template struct VrtWarperMember<&VRTWarpedDataset::m_poWarper>;
 
 // The warp options gdalwarp (or rasterio, or any caller of GDALCreateWarpedVRT) gave the warped
 // VRT, with the transformer it built: cloned, the transformer borrowed (the VRT, CreateCopy's
-// source, outlives the warp), the source replaced by `kept`, the dataset the key digested. What
-// the transformer does is what its serialisation in the VRT says, which is in the key; the warp
-// then runs with gdalwarp's own transformer instead of a second one rebuilt from that
-// serialisation (PROJ's operation search again: ~2 ms, most of IDEM's work for a tile).
-// nullptr when that is not possible; the caller deserialises the options then.
+// source, outlives the warp), the source replaced by `kept`, the dataset the key digested; and
+// the VRT's warp operation, initialised with them, which warp_direct() runs. What the
+// transformer does is what its serialisation in the VRT says, which is in the key; the warp then
+// runs with gdalwarp's own transformer and operation instead of a second pair rebuilt from that
+// serialisation (PROJ's operation search again, ~2 ms, and Initialize()'s, ~0.3 ms: most of
+// IDEM's work for a tile). nullptr when that is not possible; the caller deserialises the options
+// then.
 PreparedWarpPtr adopt_vrt_warp(GDALDataset* vrt, GDALDataset* kept) {
 #ifdef IDEM_ADOPTS_VRT_WARPER
   if (kept == nullptr || !CPLTestBool(CPLGetConfigOption("IDEM_WARP_REUSE_TRANSFORMER", "YES"))) {
@@ -362,7 +396,7 @@ PreparedWarpPtr adopt_vrt_warp(GDALDataset* vrt, GDALDataset* kept) {
     CPLDebug(k_debug_category, "the warped VRT's source is not the one the key opened");
     return nullptr;
   }
-  PreparedWarpPtr prepared(new PreparedWarp(GDALCloneWarpOptions(theirs), false));
+  PreparedWarpPtr prepared(new PreparedWarp(GDALCloneWarpOptions(theirs), false, warper));
   WarpOptionsOwner& options = prepared->options();
   options->hDstDS = nullptr;
   kept->Reference();
@@ -447,15 +481,24 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDrive
   // -multi is not serialised (fact 12); NUM_THREADS is the warp's own request for threads.
   const bool multi = CSLFetchNameValue(options->papszWarpOptions, "NUM_THREADS") != nullptr ||
                      CPLTestBool(CPLGetConfigOption("IDEM_WARP_MULTI", "NO"));
+  const auto run = [&](GDALWarpOperation& operation) {
+    return multi ? operation.ChunkAndWarpMulti(0, 0, output->GetRasterXSize(),
+                                               output->GetRasterYSize())
+                 : operation.ChunkAndWarpImage(0, 0, output->GetRasterXSize(),
+                                               output->GetRasterYSize());
+  };
   CPLErr status = CE_Failure;
-  {
+  if (GDALWarpOperation* initialized = warp.initialized_operation()) {
+    // The VRT's operation, initialised by gdalwarp with these very options, runs with the kept
+    // source and the output in place of its own, which it gets back afterwards.
+    OperationDatasets swapped(initialized, *options.get());
+    CPLDebug(k_debug_category, "warp run by the warped VRT's warp operation");
+    status = run(*initialized);
+  } else {
     GDALWarpOperation operation;
     status = operation.Initialize(options.get());
     if (status == CE_None) {
-      status = multi ? operation.ChunkAndWarpMulti(0, 0, output->GetRasterXSize(),
-                                                   output->GetRasterYSize())
-                     : operation.ChunkAndWarpImage(0, 0, output->GetRasterXSize(),
-                                                   output->GetRasterYSize());
+      status = run(operation);
     }
   }
   options->hDstDS = nullptr;

@@ -236,15 +236,19 @@ class IdemDebugLines {
   std::vector<std::string> m_lines;
 };
 
-// With the source the key opened at hand, the warp takes the VRT's own options and transformer
-// (borrowed, never destroyed: the VRT still warps with it afterwards, and frees it once) and
-// gives the pixels of a rebuilt transformer and of a direct warp.
+// With the source the key opened at hand, the warp runs on the VRT's own warp operation, its
+// options and transformer (borrowed, never destroyed: the VRT still warps with them afterwards,
+// with its own source again, and frees them once) and gives the pixels of a rebuilt transformer
+// and of a direct warp.
 TEST_F(WarpEngineTest, WarpWithTheVrtsTransformerLeavesItToTheVrt) {
   const std::vector<std::string> args = {"-t_srs", "EPSG:3857", "-r", "cubic"};
   GDALDatasetUniquePtr vrt = warped_vrt(args);
   ASSERT_TRUE(vrt);
+  // The VRT's serialisation names its warp operation's source: the kept source is opened under
+  // another spelling of the name, which must not stay behind in it.
+  const std::string vrt_xml_before = vrt->GetMetadata("xml:VRT")[0];
   idem::KeptSources kept;
-  kept.keep("src.tif", GDALDataset::FromHandle(GDALOpen("src.tif", GA_ReadOnly)));
+  kept.keep("src.tif", GDALDataset::FromHandle(GDALOpen("./src.tif", GA_ReadOnly)));
 
   // The warp prepared with IDEM_WARP_REUSE_TRANSFORMER=`reuse`, written to `output`.
   const auto warp_with = [&](const char* reuse, const char* output) {
@@ -256,7 +260,10 @@ TEST_F(WarpEngineTest, WarpWithTheVrtsTransformerLeavesItToTheVrt) {
               EQUAL(reuse, "YES"));
     auto request = request_for(vrt.get(), "GTiff", output);
     request.prepared_warp = warp.get();
-    return idem::materialise(request);
+    GDALDatasetUniquePtr result = idem::materialise(request);
+    EXPECT_EQ(debug.contains("warp run by the warped VRT's warp operation"), EQUAL(reuse, "YES"));
+    EXPECT_TRUE(debug.contains("source ./src.tif: the dataset opened for the key"));
+    return result;
   };
   GDALDatasetUniquePtr adopted = warp_with("YES", "adopted.tif");
   GDALDatasetUniquePtr rebuilt = warp_with("NO", "rebuilt.tif");
@@ -266,11 +273,19 @@ TEST_F(WarpEngineTest, WarpWithTheVrtsTransformerLeavesItToTheVrt) {
   ASSERT_TRUE(direct);
   EXPECT_EQ(differing_pixels(adopted.get(), direct.get()), 0);
 
-  // The VRT's transformer is alive: reading the VRT warps a block with it.
-  std::vector<GByte> block(64 * 64);
-  EXPECT_EQ(vrt->GetRasterBand(1)->RasterIO(GF_Read, 0, 0, 64, 64, block.data(), 64, 64, GDT_Byte,
-                                            0, 0, nullptr),
-            CE_None);
+  // The VRT's warp operation has its own source back, and its transformer is alive: reading
+  // the VRT warps a block with it, as a VRT that lent nothing does.
+  EXPECT_EQ(vrt->GetMetadata("xml:VRT")[0], vrt_xml_before);
+  const auto first_block = [](GDALDataset* dataset) {
+    std::vector<GByte> block(64 * 64);
+    EXPECT_EQ(dataset->GetRasterBand(1)->RasterIO(GF_Read, 0, 0, 64, 64, block.data(), 64, 64,
+                                                  GDT_Byte, 0, 0, nullptr),
+              CE_None);
+    return block;
+  };
+  GDALDatasetUniquePtr untouched = warped_vrt(args);
+  ASSERT_TRUE(untouched);
+  EXPECT_EQ(first_block(vrt.get()), first_block(untouched.get()));
   vrt.reset();  // frees the transformer once
 }
 
