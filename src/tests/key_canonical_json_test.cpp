@@ -33,6 +33,12 @@ TEST(KeyCanonicalJson, InsertionOrderDoesNotMatter) {
 TEST(KeyCanonicalJson, EscapesStrings) {
   EXPECT_EQ(JsonValue::string("a\"b\\c\n\t\x01").dump(), R"("a\"b\\c\n\t\u0001")");
   EXPECT_EQ(JsonValue::string("d\xc3\xa9j\xc3\xa0").dump(), "\"d\xc3\xa9j\xc3\xa0\"");
+  // Escapes at either end, side by side, and every short form; runs between them kept whole.
+  EXPECT_EQ(JsonValue::string("").dump(), R"("")");
+  EXPECT_EQ(JsonValue::string("\"\\").dump(), R"("\"\\")");
+  EXPECT_EQ(JsonValue::string("\r\b\fx\x1f\x7f").dump(), "\"\\r\\b\\fx\\u001f\x7f\"");
+  EXPECT_EQ(JsonValue::string(std::string("a\0b", 3)).dump(), R"("a\u0000b")");
+  EXPECT_EQ(JsonValue::object({{"k\n", JsonValue::string("v")}}).dump(), R"({"k\n":"v"})");
 }
 
 TEST(KeyCanonicalJson, DoublesAreShortestRoundTrip) {
