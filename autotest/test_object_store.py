@@ -4,11 +4,13 @@ the upload, a zombie's late upload, workers racing on one key through PostgreSQL
 overwritten out of band, the re-upload edge case of source ETags, verify / forget / reap."""
 
 import hashlib
+import json
 import os
 import signal
 import sqlite3
 import subprocess
 import time
+import urllib.parse
 import uuid
 
 import pytest
@@ -373,6 +375,119 @@ def test_s3_bad_bucket_or_credentials_fail_cleanly(s3, sqlite_ledger, source, lo
     rows = sqlite_ledger.rows()
     assert rows and all(r["completed_at"] is None and r["released_at"] is not None for r in rows)
     assert temp_dirs(local_tmp) == []
+
+
+def listings_of(requests, directory_key):
+    """The LIST requests (GET /bucket/?prefix=...) of `directory_key`'s contents."""
+    found = []
+    for method, path, *_ in requests:
+        parsed = urllib.parse.urlparse(path)
+        prefix = urllib.parse.parse_qs(parsed.query).get("prefix", [None])[0]
+        if method == "GET" and prefix == directory_key + "/":
+            found.append(path)
+    return found
+
+
+def test_s3_gdalwarp_first_run_sends_a_request_fewer_than_plain(s3, sqlite_ledger, source,
+                                                                local_tmp, prefix):
+    """gdalwarp looks at its output before warping; GDAL's CreateCopy then probes the output
+    with an open, which on object storage lists the output's directory. /vsiidem/ answers that
+    open from gdalwarp's look moments before, so a first run sends one request fewer than plain
+    gdalwarp to /vsis3/ (which lists the directory before creating its output)."""
+    bucket, folder = prefix.split("/", 1)
+    plain_uri = f"/vsis3/{prefix}/plain/12/2200/1343.tif"
+    idem_uri = f"/vsis3/{prefix}/idem/12/2200/1343.tif"
+    mark = s3.mark()
+    run(["gdalwarp", "-overwrite", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear",
+         source, plain_uri],
+        env=s3_env(s3, sqlite_ledger, local_tmp, CPL_VSIL_USE_TEMP_FILE_FOR_RANDOM_WRITE="YES"),
+        check=True)
+    plain = s3.requests_since(mark)
+    mark = s3.mark()
+    proc = run(warp_cmd(source, "/vsiidem/" + idem_uri),
+               env=s3_env(s3, sqlite_ledger, local_tmp, CPL_DEBUG="VSIIDEM"), check=True)
+    idem = s3.requests_since(mark)
+    assert len(listings_of(plain, f"{folder}/plain/12/2200")) == 1, plain
+    assert listings_of(idem, f"{folder}/idem/12/2200") == [], idem
+    assert len(idem) == len(plain) - 1, (plain, idem)
+    assert idem[-1][:2] == ("PUT", idem_uri[len("/vsis3"):])
+    assert f"{idem_uri}: missing, as a Stat" in proc.stderr
+    rows = sqlite_ledger.completed()
+    assert [r["output_uri"] for r in rows] == [idem_uri]
+    assert (read_pixels(idem_uri) == read_pixels(plain_uri)).all()
+
+
+# One process: a Stat through /vsiidem/ finds an object missing, something happens, and the
+# object is opened for reading through /vsiidem/. Prints what each open read (null: missing).
+LOOK_THEN_OPEN = """
+import json, subprocess, sys, time
+from osgeo import gdal
+bucket, endpoint = sys.argv[1], sys.argv[2]
+PUT = ("import sys; from osgeo import gdal; f = gdal.VSIFOpenL(sys.argv[1], 'wb'); "
+       "gdal.VSIFWriteL(sys.argv[2].encode(), 1, len(sys.argv[2]), f); gdal.VSIFCloseL(f)")
+
+def looks_missing(uri):
+    return gdal.VSIStatL("/vsiidem/" + uri) is None
+
+def read(uri):
+    f = gdal.VSIFOpenL("/vsiidem/" + uri, "rb")
+    if f is None:
+        return None
+    data = gdal.VSIFReadL(1, 100, f)
+    gdal.VSIFCloseL(f)
+    return data.decode()
+
+def write(path, text):
+    f = gdal.VSIFOpenL(path, "wb")
+    gdal.VSIFWriteL(text.encode(), 1, len(text), f)
+    gdal.VSIFCloseL(f)
+
+results = {}
+uri = f"/vsis3/{bucket}/here/written.bin"  # written by this process, straight to /vsis3/
+assert looks_missing(uri)
+write(uri, "here")
+results["written here"] = read(uri)
+
+uri = f"/vsis3/{bucket}/published/written.bin"  # published through /vsiidem/, GDAL's cache then cleared
+assert looks_missing(uri)
+write("/vsiidem/" + uri, "published")
+gdal.VSICurlClearCache()
+results["published here"] = read(uri)
+
+uri = f"/vsis3/{bucket}/elsewhere/written.bin"  # written by another process
+assert looks_missing(uri)
+subprocess.run([sys.executable, "-c", PUT, uri, "elsewhere"], check=True)
+results["elsewhere, at once"] = read(uri)
+results["elsewhere, GDAL's own Stat"] = gdal.VSIStatL(uri) is not None
+assert looks_missing(uri)  # GDAL still answers from its cache
+time.sleep(2.2)
+results["elsewhere, 2 s after the look"] = read(uri)
+
+uri = f"/vsis3/{bucket}/unreachable/written.bin"  # the look failed: the store could not be reached
+gdal.SetConfigOption("AWS_S3_ENDPOINT", "127.0.0.1:1")
+assert looks_missing(uri)
+gdal.SetConfigOption("AWS_S3_ENDPOINT", endpoint)
+subprocess.run([sys.executable, "-c", PUT, uri, "unreachable"], check=True)
+results["after a failed look"] = read(uri)
+print(json.dumps(results))
+"""
+
+
+def test_s3_open_after_a_look_that_found_nothing(s3, local_tmp, prefix):
+    """A read-open through /vsiidem/ of an object a Stat found missing less than 2 s before is
+    answered from that Stat, unless this process wrote the object since (straight to /vsis3/,
+    or published through /vsiidem/); a look that could not reach the store answers nothing."""
+    env = env_with(CPL_TMPDIR=local_tmp, **s3.config())
+    proc = run(["/usr/bin/python3", "-c", LOOK_THEN_OPEN, prefix, s3.config()["AWS_S3_ENDPOINT"]],
+               env=env, check=True)
+    assert json.loads(proc.stdout) == {
+        "written here": "here",
+        "published here": "published",
+        "elsewhere, at once": None,
+        "elsewhere, GDAL's own Stat": False,
+        "elsewhere, 2 s after the look": "elsewhere",
+        "after a failed look": "unreachable",
+    }
 
 
 def test_s3_returned_dataset_has_its_sidecars_without_listing_the_bucket(s3, sqlite_ledger,

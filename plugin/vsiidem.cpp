@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -112,8 +113,20 @@ std::string real_absolute(const char* vsi_path) {
   return absolute_path(strip_prefix(vsi_path));
 }
 
+// How long a Stat that found an object missing answers a read-open of it (see
+// VsiIdemFilesystemHandler::Open).
+constexpr std::chrono::seconds k_missing_look_lifetime{2};
+
 VSIFilesystemHandler* handler_for(const std::string& real_path) {
   return VSIFileManager::GetHandler(real_path.c_str());
+}
+
+// Whether GDAL's cache of an object's properties knows it to exist (no request is sent): true
+// after this process wrote it, through any path.
+bool cached_as_existing(const std::string& real) {
+  VSIStatBufL info;
+  const int cached_only = VSI_STAT_EXISTS_FLAG | VSI_STAT_CACHE_ONLY;
+  return handler_for(real)->Stat(real.c_str(), &info, cached_only) == 0;
 }
 
 bool local_path(const std::string& path) {
@@ -232,6 +245,13 @@ class VsiIdemState {
   // how many closes publish there at once. Publishing runs outside m_mutex: an upload can take
   // seconds, and other threads' /vsiidem/ calls must not wait for it.
   std::map<std::string, int> m_publishing;
+  // Objects a Stat just found missing, each with when and m_changes then. A read-open of one
+  // takes its entry out (see VsiIdemFilesystemHandler::Open).
+  struct MissingLook {
+    std::chrono::steady_clock::time_point when;
+    uint64_t changes = 0;
+  };
+  std::map<std::string, MissingLook> m_missing_looks;
   CUnlinkHook m_hook = nullptr;
   void* m_hook_data = nullptr;
   bool m_exit_flush_registered = false;
@@ -265,6 +285,35 @@ class VsiIdemState {
       m_pending_unlinks.clear();
       m_pending_pid = self;
     }
+  }
+
+  // Record what a Stat of the object `real` answered. Caller holds m_mutex.
+  void note_object_look(const std::string& real, bool missing) {
+    if (!missing) {
+      m_missing_looks.erase(real);
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (m_missing_looks.size() >= 64) {  // a process that looks at many objects: keep it small
+      for (auto it = m_missing_looks.begin(); it != m_missing_looks.end();) {
+        it = now - it->second.when > k_missing_look_lifetime ? m_missing_looks.erase(it)
+                                                             : std::next(it);
+      }
+    }
+    m_missing_looks[real] = MissingLook{now, m_changes};
+  }
+
+  // Takes out the entry of `real` and tells whether it still stands: recent, and nothing this
+  // process did has changed files since. Caller holds m_mutex.
+  bool take_missing_look(const std::string& real) {
+    const auto it = m_missing_looks.find(real);
+    if (it == m_missing_looks.end()) {
+      return false;
+    }
+    const MissingLook look = it->second;
+    m_missing_looks.erase(it);
+    return look.changes == m_changes &&
+           std::chrono::steady_clock::now() - look.when <= k_missing_look_lifetime;
   }
 
   // The live (not discarded) in-flight entry for `real`, or nullptr. Caller holds m_mutex.
@@ -657,6 +706,7 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::Open(const char* filename, const cha
       return open_for_write(real, access, set_error, options);
     }
     std::string target = real;
+    bool looked_missing = false;
     {
       auto& shared = state();
       std::lock_guard<std::mutex> lock(shared.m_mutex);
@@ -668,7 +718,24 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::Open(const char* filename, const cha
           VSIError(VSIE_FileError, "%s: No such file or directory", filename);
         }
         return nullptr;
+      } else if (is_object_store_path(real)) {
+        looked_missing = shared.take_missing_look(real);
       }
+    }
+    if (looked_missing && !cached_as_existing(real)) {
+      // An object a Stat found missing moments ago is not asked for again, unless this process
+      // wrote it since. gdalwarp looks at its output, then GDAL's CreateCopy probes it with an
+      // open, which on object storage lists the output's directory: a request per tile whose
+      // answer the IDEM driver does not use (its ledger decides). docs/vsiidem.md has the rules.
+      CPLDebug(k_debug_category,
+               "%s: missing, as a Stat %lld s or less ago found (open answered without a "
+               "request)",
+               real.c_str(), static_cast<long long>(k_missing_look_lifetime.count()));
+      errno = ENOENT;
+      if (set_error) {
+        VSIError(VSIE_FileError, "%s: No such file or directory", filename);
+      }
+      return nullptr;
     }
     return handler_for(target)->Open(target.c_str(), access, set_error, options);
   } catch (const std::exception& error) {
@@ -790,7 +857,18 @@ int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, 
         return -1;
       }
     }
-    return handler_for(target)->Stat(target.c_str(), stat_buf, flags);
+    errno = 0;
+    const int result = handler_for(target)->Stat(target.c_str(), stat_buf, flags);
+    const int stat_errno = errno;
+    if (target == real && is_object_store_path(real) && (flags & VSI_STAT_CACHE_ONLY) == 0) {
+      // GDAL reports a missing object with errno 0 (or ENOENT), a failed request with the
+      // request's errno: only the former is a look that found it missing.
+      auto& shared = state();
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      shared.note_object_look(real, result != 0 && (stat_errno == 0 || stat_errno == ENOENT));
+    }
+    errno = stat_errno;
+    return result;
   } catch (const std::exception& error) {
     CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
     errno = EIO;
