@@ -463,6 +463,12 @@ assert looks_missing(uri)  # GDAL still answers from its cache
 time.sleep(2.2)
 results["elsewhere, 2 s after the look"] = read(uri)
 
+uri = f"/vsis3/{bucket}/many/written.bin"  # looks at 70 more objects: the first look still stands
+assert looks_missing(uri)
+subprocess.run([sys.executable, "-c", PUT, uri, "many"], check=True)
+assert not any(not looks_missing(f"/vsis3/{bucket}/many/other-{i}.bin") for i in range(70))
+results["elsewhere, after 70 more looks"] = read(uri)
+
 uri = f"/vsis3/{bucket}/unreachable/written.bin"  # the look failed: the store could not be reached
 gdal.SetConfigOption("AWS_S3_ENDPOINT", "127.0.0.1:1")
 assert looks_missing(uri)
@@ -486,6 +492,7 @@ def test_s3_open_after_a_look_that_found_nothing(s3, local_tmp, prefix):
         "elsewhere, at once": None,
         "elsewhere, GDAL's own Stat": False,
         "elsewhere, 2 s after the look": "elsewhere",
+        "elsewhere, after 70 more looks": None,
         "after a failed look": "unreachable",
     }
 

@@ -252,6 +252,7 @@ class VsiIdemState {
     uint64_t changes = 0;
   };
   std::map<std::string, MissingLook> m_missing_looks;
+  size_t m_missing_looks_prune_at = 64;  // its size at which expired entries are dropped
   CUnlinkHook m_hook = nullptr;
   void* m_hook_data = nullptr;
   bool m_exit_flush_registered = false;
@@ -294,11 +295,14 @@ class VsiIdemState {
       return;
     }
     const auto now = std::chrono::steady_clock::now();
-    if (m_missing_looks.size() >= 64) {  // a process that looks at many objects: keep it small
+    if (m_missing_looks.size() >= m_missing_looks_prune_at) {
+      // A process that looks at many objects: expired entries go, and the next pass waits for
+      // the map to double, so a burst of looks costs amortised constant time each.
       for (auto it = m_missing_looks.begin(); it != m_missing_looks.end();) {
         it = now - it->second.when > k_missing_look_lifetime ? m_missing_looks.erase(it)
                                                              : std::next(it);
       }
+      m_missing_looks_prune_at = std::max<size_t>(64, 2 * m_missing_looks.size());
     }
     m_missing_looks[real] = MissingLook{now, m_changes};
   }
