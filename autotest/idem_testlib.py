@@ -92,6 +92,10 @@ class Ledger:
         self.dsn = dsn
         self._connect = connect
 
+    def connect(self):
+        """A connection to the ledger's database itself (never through a pooler)."""
+        return self._connect()
+
     def rows(self, where="TRUE", params=()):
         table = "ledger" if self.backend == "sqlite" else "idem.ledger"
         if self.backend == "sqlite":

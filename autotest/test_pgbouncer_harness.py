@@ -81,9 +81,10 @@ def _statement_runs(pooled_dsn):
 def test_a_session_that_keeps_prepared_statements_serves_later_workers(tmp_path):
     """docs/operations.md's PgBouncer (server_reset_query = RESET ALL) keeps a server session's
     prepared statements between clients. The first worker prepares its completion while its work
-    runs; the next finds it there and prepares its claim too; from the third on both run
-    prepared, parsed once for the session. Statements are named after a hash of their text, so
-    once PostGIS is dropped (no footprint column: another claim statement) the claim found is
+    runs; the next finds it there and prepares its claim too (the form that does not wait for
+    the flush, idem_claim_unless_deferred: the driver confirms its claims); from the third on
+    both run prepared, parsed once for the session. Statements are named after a hash of their
+    text, so once PostGIS is dropped (no footprint column: another claim statement) the claim found is
     not used, and the work still completes."""
     dsn = pg_fresh_database()
     ledger = Ledger("postgresql", dsn, lambda: psycopg.connect(dsn))
@@ -96,7 +97,7 @@ def test_a_session_that_keeps_prepared_statements_serves_later_workers(tmp_path)
         assert all(PREPARED in log for log in logs[1:])
         runs = _statement_runs(pooled)
         assert runs["idem_complete_async"] == [4]
-        assert runs["idem_claim_unless_completed"] == [2]
+        assert runs["idem_claim_unless_deferred"] == [2]
         assert len(ledger.completed()) == 4
 
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -106,7 +107,7 @@ def test_a_session_that_keeps_prepared_statements_serves_later_workers(tmp_path)
         assert runs["idem_complete_async"] == [7]
         # The claim with a footprint ran no more; the one without it was prepared by the first
         # worker after the drop and ran for the next two.
-        assert sorted(runs["idem_claim_unless_completed"]) == [2, 2]
+        assert sorted(runs["idem_claim_unless_deferred"]) == [2, 2]
         assert len(ledger.completed()) == 7
         assert all("footprint" not in row for row in ledger.rows())  # the column went too
     finally:

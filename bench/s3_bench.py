@@ -87,40 +87,45 @@ def main():
                                                plain_env)
             return seconds, cpu
 
-        def idem_tile(dsn, prefix, namespace, tile):
-            env = dict(base_env, IDEM_LEDGER=dsn, CPL_DEBUG="IDEM")
+        def idem_tile(dsn, prefix, namespace, tile, extra=None):
+            env = dict(base_env, IDEM_LEDGER=dsn, CPL_DEBUG="IDEM", **(extra or {}))
             seconds, cpu, err = B.timed_with_cpu(
                 ["gdalwarp", "-q", "-overwrite"] + B.idem_opts(namespace) +
                 B.tile_args(src, tile[3], "/vsiidem/" + uri(prefix, tile)), env)
             return seconds, cpu, B.timing_lines(err)
 
-        def idem_batch(dsn, prefix, namespace):
+        def idem_batch(dsn, extra, prefix, namespace):
             start = time.perf_counter()
             for tile in tiles:
-                idem_tile(dsn, prefix, namespace, tile)
+                idem_tile(dsn, prefix, namespace, tile, extra)
             return time.perf_counter() - start
 
-        ledgers = [(name, dsn) for name, dsn in (
-            ("SQLite ledger", sqlite_dsn),
-            ("PostgreSQL ledger", pg_dsn),
-            ("PostgreSQL through PgBouncer (Unix socket)", pooled_dsn),
+        # (name, DSN, IDEM's extra configuration). IDEM_DURABLE_CLAIM=YES: the claim waits for
+        # the server's WAL flush before the work, as every claim did before claims were
+        # confirmed during the work (docs/operations.md).
+        ledgers = [(name, dsn, extra) for name, dsn, extra in (
+            ("SQLite ledger", sqlite_dsn, {}),
+            ("PostgreSQL ledger", pg_dsn, {}),
+            ("PostgreSQL through PgBouncer (Unix socket)", pooled_dsn, {}),
+            ("PostgreSQL through PgBouncer (Unix socket), IDEM_DURABLE_CLAIM=YES", pooled_dsn,
+             {"IDEM_DURABLE_CLAIM": "YES"}),
             ("PostgreSQL through PgBouncer (Unix socket), synchronous_commit = off",
-             pooled_async_dsn))
+             pooled_async_dsn, {}))
             if dsn]
         B.log("s3: warm-up")
         warm = uuid.uuid4().hex[:8]
         for tile in tiles[:4]:
             plain_tile("warm-" + warm, tile)
-            for k, (_, dsn) in enumerate(ledgers):
-                idem_tile(dsn, f"warm-idem-{warm}-{k}", f"warm{warm}{k}", tile)
+            for k, (_, dsn, extra) in enumerate(ledgers):
+                idem_tile(dsn, f"warm-idem-{warm}-{k}", f"warm{warm}{k}", tile, extra)
         # Pairs: one tile warped by plain gdalwarp and by IDEM, one right after the other (which
         # first is drawn for each pair). The VM's slow spells last seconds, so pairs this close
         # share them; whole batches (seconds apart) did not. Each ledger gets a run of pairs of
         # its own: mixed in one sequence, whichever process followed a direct PostgreSQL run
         # paid for the server backend it left exiting.
         # [(idem s, plain s, steps, idem CPU s, plain CPU s)] per pair
-        results = {name: [] for name, _ in ledgers}
-        round_ratios = {name: [] for name, _ in ledgers}
+        results = {name: [] for name, _, _ in ledgers}
+        round_ratios = {name: [] for name, _, _ in ledgers}
         base_times = []
         draw = random.Random(8)
         for r in range(B.TILE_ROUNDS):
@@ -128,16 +133,16 @@ def main():
             for k in draw.sample(range(len(ledgers)), len(ledgers)):
                 # Keys and objects of their own per ledger: PostgreSQL and PgBouncer share a
                 # database, and no run may find another's output.
-                name, dsn = ledgers[k]
+                name, dsn, extra = ledgers[k]
                 ratios = []
                 for tile in tiles:
                     if draw.random() < 0.5:
                         plain_seconds, plain_cpu = plain_tile(f"plain-{tag}-{k}", tile)
                         seconds, cpu, steps = idem_tile(dsn, f"idem-{tag}-{k}", f"s3{tag}{k}",
-                                                        tile)
+                                                        tile, extra)
                     else:
                         seconds, cpu, steps = idem_tile(dsn, f"idem-{tag}-{k}", f"s3{tag}{k}",
-                                                        tile)
+                                                        tile, extra)
                         plain_seconds, plain_cpu = plain_tile(f"plain-{tag}-{k}", tile)
                     base_times.append(plain_seconds)
                     results[name].append((seconds, plain_seconds, steps, cpu, plain_cpu))
@@ -147,13 +152,13 @@ def main():
 
         # Skips: the same batch again, after it completed.
         skip_rows = []
-        for name, dsn in ledgers:
+        for name, dsn, extra in ledgers:
             tag = uuid.uuid4().hex[:8]
             mark = server.mark()
-            first = idem_batch(dsn, "skip-" + tag, "skip" + tag)
+            first = idem_batch(dsn, extra, "skip-" + tag, "skip" + tag)
             first_requests = len(server.requests_since(mark)) / n
             mark = server.mark()
-            again = idem_batch(dsn, "skip-" + tag, "skip" + tag)
+            again = idem_batch(dsn, extra, "skip-" + tag, "skip" + tag)
             requests = server.requests_since(mark)
             methods = {}
             for method, *_ in requests:
@@ -193,7 +198,10 @@ def main():
         "warped by plain gdalwarp and by IDEM one right after the other (which first drawn for "
         "each pair), and each IDEM process is compared with its pair's plain process. "
         "PgBouncer: session mode, `server_reset_query = RESET ALL` (autotest/pgbouncer.py, as "
-        "docs/operations.md recommends).",
+        "docs/operations.md recommends). `IDEM_DURABLE_CLAIM=YES`: the claim waits for the "
+        "server's write-ahead-log flush before the work, where by default it is confirmed "
+        "during the work; `synchronous_commit = off`: the database's commits wait for no flush "
+        "(docs/operations.md).",
         "",
         f"Plain to /vsis3/: {B.spread([1000 * t for t in base_times], fmt='{:.0f}', unit=' ms')}"
         " per tile (a whole process).",

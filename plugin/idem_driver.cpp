@@ -660,6 +660,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   request.lease = m_options.lease;
   request.worker_host = worker_host_name();
   request.worker_pid = getpid();
+  request.confirm_before_publishing = true;  // run_claimed confirms it before the commit
 
   // Computed before the first question, which is the claim itself even when the work turns
   // out completed: the footprint only for a ledger that stores it (a Web Mercator grid's from
@@ -848,6 +849,14 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     }
 
     CPLDebug("IDEM", "timing: materialise %.2f ms", lap_ms(m_lap));
+    // Nothing is published under a claim the ledger could still lose (docs/ledger.md): the claim
+    // committed without waiting for its flush, which was asked for while the work ran. Before
+    // the lease's check, which then follows any long wait for it.
+    if (!m_ledger->confirm_claim(m_work.key, token)) {
+      throw Error(ErrorKind::k_ledger,
+                  "the ledger no longer has the claim on this work (a crash of its database "
+                  "server lost it, or it was forgotten), so nothing was published; run again");
+    }
     // Renewed unless the claim or the last renewal is recent (a tile: no ledger write).
     if (!keeper.ensure_held()) {
       throw Error(ErrorKind::k_ledger, "the claim on this work was lost before publishing "

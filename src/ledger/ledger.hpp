@@ -47,6 +47,11 @@ struct ClaimRequest {
   int64_t worker_pid = 0;
   // Footprint of the work in EPSG:4326 as WKT (MULTI)POLYGON, stored when PostGIS is present.
   std::optional<std::string> footprint_wkt;
+  // The caller calls Ledger::confirm_claim() before it publishes anything: the claim may then be
+  // acknowledged before the database has it on disk, and made durable while the work runs
+  // (PostgreSQL: its commit does not wait for the write-ahead log's flush). Only
+  // claim_unless_completed() heeds it. False: the claim is durable when the call returns.
+  bool confirm_before_publishing = false;
 };
 
 enum class RowState { k_absent, k_in_flight, k_completed };
@@ -178,6 +183,14 @@ public:
   // to its lease unless the caller releases request.claim_token.
   virtual ClaimResult claim_unless_completed(const ClaimRequest& request,
                                              const std::function<void()>& meanwhile);
+  // For a claim made with request.confirm_before_publishing: returns true once the claim is as
+  // durable as a commit of the database (what a claim without that flag is on return), false
+  // when the ledger no longer has it (a crash of the database server lost it, or it was
+  // forgotten): the caller must not publish then. Whether the token still holds the claim is
+  // heartbeat()'s and complete()'s question, not this one's. Throws k_ledger when the database
+  // cannot answer. True at once for any other claim, and for a ledger whose claims are durable
+  // when made (SQLite).
+  virtual bool confirm_claim(const std::string& work_key, const std::string& claim_token);
   // Renew the lease; false when the token no longer holds the claim.
   virtual bool heartbeat(const std::string& work_key, const std::string& claim_token,
                          std::chrono::seconds lease) = 0;

@@ -79,6 +79,25 @@ constexpr const char* k_complete_async_sql =
     IDEM_COMPLETE_SQL ", set_config('synchronous_commit', 'off', true)";
 #undef IDEM_COMPLETE_SQL
 
+// What confirms a claim made without waiting for the flush of its commit (confirm_claim): sent
+// on the claim's connection right after it, this transaction writes one record to the
+// write-ahead log (a transactional logical message, which any role may emit and which changes no
+// table; a transaction that writes nothing, such as one that only calls txid_current(), commits
+// without a flush) and commits with the durability the session has: flushed, or replicated when
+// synchronous_standby_names asks for it. A commit made durable makes every record written before
+// it durable, the claim's too. So an answer read on that connection means the claim is on disk;
+// no answer (the connection or the server lost) tells nothing.
+constexpr const char* k_confirm_ahead_sql =
+    "BEGIN;SELECT pg_logical_emit_message(true, 'gdal-idem', '');COMMIT;";
+constexpr int k_confirm_ahead_results = 3;
+
+// The confirmation when that answer is missing: the claim's row rewritten as it is, in a
+// transaction of the session's durability. It finds the row only if the ledger still has the
+// claim (a server that crashed before flushing it has not).
+constexpr const char* k_confirm_claim_sql =
+    "UPDATE idem.ledger SET lease_expires_at = lease_expires_at "
+    "WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL";
+
 constexpr const char* k_completed_by_sql =
     "SELECT 1 FROM idem.ledger WHERE work_key = $1 AND claim_token = $2 "
     "AND completed_at IS NOT NULL";
@@ -343,6 +362,34 @@ public:
     return with_footprint_fallback([&] { return claim_locked(request, true, &once); });
   }
 
+  // Whether a claim that its caller will confirm commits without waiting for the flush
+  // (IDEM_DURABLE_CLAIM=YES: it waits, as every other claim does).
+  static bool claims_may_wait_for_confirmation() {
+    return !CPLTestBool(CPLGetConfigOption("IDEM_DURABLE_CLAIM", "NO"));
+  }
+
+  bool confirm_claim(const std::string& work_key, const std::string& claim_token) override {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    auto found = m_confirmations.find(claim_token);
+    if (found == m_confirmations.end()) {
+      return true;  // a claim durable when made
+    }
+    if (found->second == Confirmation::k_pending) {
+      finish_prepare_ahead();  // reads the confirmation's answer
+      found = m_confirmations.find(claim_token);
+    }
+    if (found->second == Confirmation::k_confirmed) {
+      m_confirmations.erase(found);
+      return true;
+    }
+    CPLDebug("IDEM", "ledger: confirming the claim by rewriting its row");
+    ensure_connected();
+    PgResult result = exec_statement("idem_confirm_claim", k_confirm_claim_sql,
+                                     {work_key, claim_token}, "confirming the claim");
+    m_confirmations.erase(claim_token);
+    return affected(result) == 1;
+  }
+
   // `unless_completed`: the first round runs the claim behind a look at the row
   // (m_claim_unless_completed_sql), so completed work is answered in the same round trip;
   // `meanwhile` (when set) runs while the server works on it.
@@ -366,11 +413,12 @@ public:
     if (m_has_footprint) {
       params.push_back(footprint_ewkt(request.footprint_wkt));
     }
+    const bool deferred = request.confirm_before_publishing && claims_may_wait_for_confirmation();
     for (int round = 0; round < ledger_detail::k_claim_rounds; ++round) {
       const bool guarded = unless_completed && round == 0;
       PgResult claimed =
-          guarded ? exec_statement("idem_claim_unless_completed", m_claim_unless_completed_sql,
-                                   params, "claim", meanwhile)
+          guarded ? exec_statement(claim_unless_completed_name(deferred),
+                                   claim_unless_completed_sql(deferred), params, "claim", meanwhile)
                   : exec_statement("idem_claim", m_claim_sql, params, "claim");
       if (PQntuples(claimed.get()) == 1) {
         ClaimResult result;
@@ -383,7 +431,12 @@ public:
         }
         result.outcome = ClaimOutcome::k_claimed;
         result.claim_token = result.row.claim_token;
-        prepare_ahead();
+        if (guarded && deferred) {
+          m_confirmations[result.claim_token] = Confirmation::k_unknown;
+          prepare_ahead(result.claim_token);
+        } else {
+          prepare_ahead(std::string());
+        }
         return result;
       }
       std::optional<LedgerRow> row = lookup_locked(request.work_key);
@@ -420,6 +473,7 @@ public:
                 std::optional<int64_t> feature_count) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
+    m_confirmations.erase(claim_token);
     const CompletionStatement statement = completion_statement();
     PgResult result = exec_statement(statement.base_name, statement.sql,
                                      {work_key, claim_token, std::to_string(fingerprint.size),
@@ -438,6 +492,7 @@ public:
   bool release(const std::string& work_key, const std::string& claim_token) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
+    m_confirmations.erase(claim_token);
     return affected(exec_statement("idem_release", k_release_sql, {work_key, claim_token},
                                    "release")) == 1;
   }
@@ -855,6 +910,11 @@ private:
     m_read_ahead = ReadAhead{};
     m_session_keeps_statements = false;
     m_prepare_ahead = PrepareAhead{};
+    for (auto& [token, confirmation] : m_confirmations) {
+      if (confirmation == Confirmation::k_pending) {
+        confirmation = Confirmation::k_unknown;  // its answer went with the old connection
+      }
+    }
     const bool skip_gss = ledger_detail::skip_gss_encryption(m_dsn);
     auto connect_now = [this](bool without_gss) {
       const auto parameters = ledger_detail::connect_parameters(m_dsn, without_gss);
@@ -954,27 +1014,34 @@ private:
     return {"idem_complete_async", k_complete_async_sql};
   }
 
-  // Right after a claim, while its work runs: the completion this process sends next is
-  // prepared, and in a server session that keeps prepared statements (a pooler's, see
+  // Right after a claim, while its work runs: the claim made without waiting for its flush is
+  // confirmed (`confirm_token` set: k_confirm_ahead_sql), the completion this process sends next
+  // is prepared, and in a server session that keeps prepared statements (a pooler's, see
   // m_session_keeps_statements) the first claim too, for the next client. One query, not waited
   // for; finish_prepare_ahead reads its answer before the next statement. A statement prepared
   // costs the server no more than one sent unprepared; in a kept session, later clients skip
   // its parsing, and once it has run a few times PostgreSQL may reuse a generic plan.
-  void prepare_ahead() {
+  void prepare_ahead(const std::string& confirm_token) {
     if (m_prepare_ahead.pending) {
-      return;
+      return;  // a confirmation not sent is made by confirm_claim
     }
     const CompletionStatement completion = completion_statement();
     const std::string complete_sql = completion.sql;
     std::vector<std::pair<std::string, const std::string*>> wanted;
     wanted.emplace_back(statement_name(completion.base_name, complete_sql), &complete_sql);
     if (m_session_keeps_statements) {
-      wanted.emplace_back(
-          statement_name("idem_claim_unless_completed", m_claim_unless_completed_sql),
-          &m_claim_unless_completed_sql);
+      // The driver's first claim (its claims are confirmed before publishing).
+      const bool deferred = claims_may_wait_for_confirmation();
+      wanted.emplace_back(statement_name(claim_unless_completed_name(deferred),
+                                         claim_unless_completed_sql(deferred)),
+                          &claim_unless_completed_sql(deferred));
     }
     std::string query;
     PrepareAhead ahead;
+    if (!confirm_token.empty()) {
+      query = k_confirm_ahead_sql;
+      ahead.confirm_token = confirm_token;
+    }
     for (const auto& [name, sql] : wanted) {
       const auto known = m_statement_uses.find(name);
       if (known != m_statement_uses.end() && known->second == 2) {
@@ -983,10 +1050,13 @@ private:
       query += "PREPARE " + name + " AS " + *sql + ";";
       ahead.names.push_back(name);
     }
-    if (ahead.names.empty() || PQsendQuery(m_connection.get(), query.c_str()) != 1) {
+    if (query.empty() || PQsendQuery(m_connection.get(), query.c_str()) != 1) {
       return;
     }
     ahead.pending = true;
+    if (!ahead.confirm_token.empty()) {
+      m_confirmations[ahead.confirm_token] = Confirmation::k_pending;
+    }
     m_prepare_ahead = std::move(ahead);
   }
 
@@ -995,21 +1065,42 @@ private:
       return;
     }
     m_prepare_ahead.pending = false;
+    // The confirmation's BEGIN, SELECT and COMMIT come first, then one result per PREPARE; an
+    // error ends the query (the statements after it do not run).
+    const bool confirming = !m_prepare_ahead.confirm_token.empty();
+    const int first_prepare = confirming ? k_confirm_ahead_results : 0;
+    bool confirmed = false;
+    int index = 0;
     size_t prepared = 0;
     std::string error;
     while (PGresult* raw = PQgetResult(m_connection.get())) {
       PgResult result(raw);
-      if (PQresultStatus(result.get()) == PGRES_COMMAND_OK) {
+      const ExecStatusType status = PQresultStatus(result.get());
+      const bool ok = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+      if (index < first_prepare) {
+        // A COMMIT of a failed transaction answers ROLLBACK.
+        confirmed = index == first_prepare - 1 && ok &&
+                    std::strcmp(PQcmdStatus(result.get()), "COMMIT") == 0;
+      } else if (ok) {
         if (prepared < m_prepare_ahead.names.size()) {
           m_statement_uses[m_prepare_ahead.names[prepared]] = 2;
         }
         ++prepared;
-      } else if (error.empty()) {
+      }
+      if (!ok && error.empty()) {
         error = PQresultErrorMessage(result.get());
+      }
+      ++index;
+    }
+    if (confirming) {
+      const auto found = m_confirmations.find(m_prepare_ahead.confirm_token);
+      if (found != m_confirmations.end()) {
+        found->second = confirmed ? Confirmation::k_confirmed : Confirmation::k_unknown;
       }
     }
     if (!error.empty()) {
-      // Nothing lost: a statement not prepared runs unprepared.
+      // Nothing lost: a statement not prepared runs unprepared, and a claim not confirmed here
+      // is confirmed by confirm_claim.
       CPLDebug("IDEM", "ledger: preparing ahead: %s", error.c_str());
     }
   }
@@ -1409,15 +1500,29 @@ private:
     // returned as it stands (flag false), read in the statement's snapshot, and neither
     // updated nor locked. A completion committed after the snapshot makes the claim return
     // nothing, as the plain claim does.
-    const std::string claim_unless_completed_sql =
-        std::string("WITH current AS (SELECT ") + k_row_columns +
-        ", false FROM idem.ledger WHERE work_key = $1 AND completed_at IS NOT NULL "
-        "AND superseded_at IS NULL), claimed AS (INSERT INTO idem.ledger AS l (" + columns +
-        ") SELECT " + values + " WHERE NOT EXISTS (SELECT FROM current)" + on_conflict +
-        ", true) SELECT * FROM claimed UNION ALL SELECT * FROM current";
+    // `condition` is added to the claim's own: the deferred one's set_config runs only when the
+    // claim is attempted (the answer "completed" writes nothing).
+    const auto claim_unless_completed = [&](const char* condition) {
+      return std::string("WITH current AS (SELECT ") + k_row_columns +
+             ", false FROM idem.ledger WHERE work_key = $1 AND completed_at IS NOT NULL "
+             "AND superseded_at IS NULL), claimed AS (INSERT INTO idem.ledger AS l (" +
+             columns + ") SELECT " + values + " WHERE NOT EXISTS (SELECT FROM current)" +
+             condition + on_conflict +
+             ", true) SELECT * FROM claimed UNION ALL SELECT * FROM current";
+    };
     forget_prepared_if_changed("idem_claim", m_claim_sql, claim_sql);
     forget_prepared_if_changed("idem_claim_unless_completed", m_claim_unless_completed_sql,
-                               claim_unless_completed_sql);
+                               claim_unless_completed(""));
+    forget_prepared_if_changed(
+        "idem_claim_unless_deferred", m_claim_unless_completed_deferred_sql,
+        claim_unless_completed(" AND set_config('synchronous_commit', 'off', true) IS NOT NULL"));
+  }
+
+  const char* claim_unless_completed_name(bool deferred) const {
+    return deferred ? "idem_claim_unless_deferred" : "idem_claim_unless_completed";
+  }
+  const std::string& claim_unless_completed_sql(bool deferred) const {
+    return deferred ? m_claim_unless_completed_deferred_sql : m_claim_unless_completed_sql;
   }
 
   // A statement's text changed with the schema's shape: the new text has a name of its own
@@ -1506,6 +1611,8 @@ private:
   std::unordered_map<std::string, int> m_statement_uses;
   std::string m_claim_sql;
   std::string m_claim_unless_completed_sql;
+  // The same, committed without waiting for the flush (claims that their caller confirms).
+  std::string m_claim_unless_completed_deferred_sql;
   bool m_has_footprint = false;
   enum class PostgisLoad { k_not_started, k_pending, k_done };
   PostgisLoad m_postgis_load = PostgisLoad::k_not_started;  // on this connection
@@ -1523,9 +1630,15 @@ private:
   // read yet), in the order of `names`.
   struct PrepareAhead {
     std::vector<std::string> names;
+    std::string confirm_token;  // the claim it confirms first (k_confirm_ahead_sql), if any
     bool pending = false;
   };
   PrepareAhead m_prepare_ahead;
+  // Claims made without waiting for their flush, by token, until confirm_claim, complete or
+  // release: k_pending while prepare_ahead's confirmation is unread, k_unknown when it is
+  // missing (not sent, failed, or lost with its connection).
+  enum class Confirmation { k_pending, k_confirmed, k_unknown };
+  std::unordered_map<std::string, Confirmation> m_confirmations;
   PostgresDigestCache m_digest_cache;
 };
 

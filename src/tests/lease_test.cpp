@@ -43,7 +43,9 @@ protected:
     ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
     const double before = lease_end(key);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    LeaseKeeper keeper(*m_ledger, key, request.claim_token, request.lease, held_since);
+    // No renewal thread: one started now would renew too, racing with the checks below.
+    LeaseKeeper keeper(*m_ledger, key, request.claim_token, request.lease, held_since,
+                       LeaseKeeper::Start::k_when_work_is_long);
     EXPECT_TRUE(keeper.ensure_held());
     EXPECT_GT(lease_end(key), before);
     const double renewed = lease_end(key);

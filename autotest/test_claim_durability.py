@@ -1,0 +1,208 @@
+"""A PostgreSQL ledger's claim commits without waiting for its flush, and the worker publishes only
+once the claim is durable (docs/ledger.md, "When a claim is durable"). To hold a commit's
+durability back for as long as a test needs, the cluster is given a synchronous standby that
+never connects: every commit made with synchronous_commit = on then waits, in the server, until
+the setting is removed. A commit made with synchronous_commit off or local does not wait."""
+
+import contextlib
+import subprocess
+import threading
+import time
+
+import psycopg
+import pytest
+from osgeo import gdal
+
+from idem_testlib import (_pg_dsn, env_with, make_ledger, make_source, run,  # noqa: F401
+                          temp_dirs_beside)
+
+
+@pytest.fixture
+def source(tmp_path):
+    return make_source(tmp_path / "scene.tif", size=512)
+
+
+def warp_cmd(src, dst):
+    return ["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-r", "bilinear", src,
+            "/vsiidem/" + str(dst)]
+
+
+def admin_execute(sql, params=()):
+    """One statement as the cluster's superuser; its rows, if it returns any. Its own commit
+    never waits for the standby."""
+    with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = local")
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description else None
+
+
+def set_standby_names(names):
+    """Set (or, with None, reset) synchronous_standby_names and wait until the server uses it."""
+    if names:
+        admin_execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+    else:
+        admin_execute("ALTER SYSTEM RESET synchronous_standby_names")
+    admin_execute("SELECT pg_reload_conf()")
+    deadline = time.time() + 10
+    while admin_execute("SHOW synchronous_standby_names")[0][0] != (names or ""):
+        assert time.time() < deadline, "the server did not reload synchronous_standby_names"
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def commits_held_back():
+    """Commits that wait for their durability wait until the block ends."""
+    set_standby_names("idem_ghost")
+    try:
+        yield
+    finally:
+        set_standby_names(None)
+
+
+CONFIRMATION = "BEGIN;SELECT pg_logical_emit_message(true, 'gdal-idem', '');COMMIT;"
+
+
+def waiting_for_durability(query_start):
+    """Server processes whose commit waits for the standby, running a query that begins so."""
+    rows = admin_execute("SELECT pid, query FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+    return [pid for pid, query in rows if query.startswith(query_start)]
+
+
+def wait_for(predicate, what, timeout=30):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+class Worker:
+    """A gdalwarp run whose debug output is collected as it comes."""
+
+    def __init__(self, cmd, env):
+        self.proc = subprocess.Popen([str(c) for c in cmd], env=dict(env, CPL_DEBUG="IDEM"),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def said(self, text):
+        return any(text in line for line in self.lines)
+
+    def finish(self, timeout=120):
+        rc = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return rc, "".join(self.lines)
+
+
+@pytest.fixture(params=["postgresql", "pgbouncer"])
+def pg_ledger(request, tmp_path, source):
+    ledger = make_ledger(request.param, tmp_path)
+    # The schema is made (and the server sessions warmed) before any test holds commits back.
+    run(warp_cmd(source, tmp_path / "first.tif"), env=env_with(IDEM_LEDGER=ledger.dsn),
+        check=True)
+    return ledger
+
+
+def rows_for(ledger, out):
+    return ledger.rows("output_uri = %s", (str(out),))
+
+
+@contextlib.contextmanager
+def worker_waiting_for_its_confirmation(ledger, src, out):
+    """A worker whose warp ran and whose claim's confirmation waits in the server, for as long
+    as the block runs."""
+    with commits_held_back():
+        worker = Worker(warp_cmd(src, out), env_with(IDEM_LEDGER=ledger.dsn))
+        try:
+            # The claim did not wait, so the warp ran; the claim's confirmation, sent right
+            # after it, waits in the server.
+            wait_for(lambda: worker.said("timing: materialise"), "the warp")
+            wait_for(lambda: waiting_for_durability(CONFIRMATION),
+                     "the claim's confirmation to wait for the standby")
+            yield worker
+        except BaseException:
+            worker.proc.kill()
+            raise
+
+
+def test_the_worker_publishes_only_once_its_claim_is_durable(pg_ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    with worker_waiting_for_its_confirmation(pg_ledger, source, out) as worker:
+        time.sleep(1.0)
+        assert worker.proc.poll() is None
+        assert not out.exists(), "the output was published under a claim not yet durable"
+        rows = rows_for(pg_ledger, out)
+        assert len(rows) == 1 and rows[0]["completed_at"] is None and rows[0]["attempt"] == 1
+    rc, stderr = worker.finish()
+    assert rc == 0, stderr
+    assert "confirming the claim by rewriting its row" not in stderr
+    assert gdal.Open(str(out)).RasterXSize > 0
+    rows = rows_for(pg_ledger, out)
+    assert len(rows) == 1 and rows[0]["completed_at"] is not None
+
+
+def test_a_claim_the_ledger_lost_before_its_confirmation_publishes_nothing(pg_ledger, source,
+                                                                           tmp_path):
+    out = tmp_path / "out.tif"
+    with worker_waiting_for_its_confirmation(pg_ledger, source, out) as worker:
+        # What a crash of the server before the claim's flush leaves: no claim, and the
+        # connection that would have confirmed it gone.
+        conn = pg_ledger.connect()
+        try:
+            conn.execute("SET synchronous_commit = local")
+            conn.execute("DELETE FROM idem.ledger WHERE output_uri = %s", (str(out),))
+            conn.commit()
+        finally:
+            conn.close()
+        for pid in waiting_for_durability(CONFIRMATION):
+            admin_execute("SELECT pg_terminate_backend(%s)", (pid,))
+        rc, stderr = worker.finish()
+    assert rc != 0
+    assert "the ledger no longer has the claim on this work" in stderr
+    assert "confirming the claim by rewriting its row" in stderr
+    assert not out.exists()
+    assert temp_dirs_beside(out) == []
+    assert rows_for(pg_ledger, out) == []
+    # The work is done by the next run.
+    run(warp_cmd(source, out), env=env_with(IDEM_LEDGER=pg_ledger.dsn), check=True)
+    assert len(rows_for(pg_ledger, out)) == 1 and gdal.Open(str(out)) is not None
+
+
+def test_a_confirmation_lost_with_its_connection_is_made_again(pg_ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    with worker_waiting_for_its_confirmation(pg_ledger, source, out) as worker:
+        for pid in waiting_for_durability(CONFIRMATION):
+            admin_execute("SELECT pg_terminate_backend(%s)", (pid,))
+        # On a new connection the claim's row is rewritten, and that commit waits in turn.
+        wait_for(lambda: waiting_for_durability("UPDATE idem.ledger SET lease_expires_at = "
+                                                "lease_expires_at"),
+                 "the second confirmation to wait for the standby")
+        time.sleep(0.5)
+        assert worker.proc.poll() is None
+        assert not out.exists()
+    rc, stderr = worker.finish()
+    assert rc == 0, stderr
+    assert "confirming the claim by rewriting its row" in stderr
+    rows = rows_for(pg_ledger, out)
+    assert len(rows) == 1 and rows[0]["completed_at"] is not None and rows[0]["attempt"] == 1
+    assert gdal.Open(str(out)) is not None
+
+
+def test_durable_claim_waits_for_the_flush_before_any_work(pg_ledger, source, tmp_path):
+    out = tmp_path / "out.tif"
+    with commits_held_back():
+        worker = Worker(warp_cmd(source, out),
+                        env_with(IDEM_LEDGER=pg_ledger.dsn, IDEM_DURABLE_CLAIM="YES"))
+        wait_for(lambda: waiting_for_durability("WITH current AS"),
+                 "the claim to wait for the standby")
+        time.sleep(1.0)
+        assert worker.proc.poll() is None
+        assert not worker.said("timing: claim")
+        assert not worker.said("timing: materialise")
+    rc, stderr = worker.finish()
+    assert rc == 0, stderr
+    assert rows_for(pg_ledger, out)[0]["completed_at"] is not None
