@@ -5,16 +5,18 @@ never connects: every commit made with synchronous_commit = on then waits, in th
 the setting is removed. A commit made with synchronous_commit off or local does not wait."""
 
 import contextlib
+import os
 import subprocess
 import threading
 import time
+import uuid
 
 import psycopg
 import pytest
 from osgeo import gdal
 
-from idem_testlib import (_pg_dsn, env_with, make_ledger, make_source, run,  # noqa: F401
-                          temp_dirs_beside)
+from idem_testlib import (ROOT, _pg_dsn, env_with, make_ledger, make_source,  # noqa: F401
+                          run, temp_dirs_beside)
 
 
 @pytest.fixture
@@ -206,3 +208,34 @@ def test_durable_claim_waits_for_the_flush_before_any_work(pg_ledger, source, tm
     rc, stderr = worker.finish()
     assert rc == 0, stderr
     assert rows_for(pg_ledger, out)[0]["completed_at"] is not None
+
+
+def test_a_worker_that_may_not_emit_the_message_confirms_by_rewriting_its_row(source, tmp_path):
+    """A server that revokes pg_logical_emit_message from the workers (docs/ledger.md): each claim
+    is confirmed by rewriting its row, and the work is published as usual."""
+    ledger = make_ledger("postgresql", tmp_path)
+    run(warp_cmd(source, tmp_path / "first.tif"), env=env_with(IDEM_LEDGER=ledger.dsn),
+        check=True)  # the schema, made by its owner
+    login = "idem_nomsg_" + uuid.uuid4().hex[:8]
+    with open(os.path.join(ROOT, "sql", "postgres", "worker_role.sql")) as f:
+        worker_role_sql = f.read()
+    with psycopg.connect(ledger.dsn, autocommit=True) as conn:
+        conn.execute(worker_role_sql)
+        conn.execute(f"CREATE ROLE {login} LOGIN PASSWORD 'Secret-1' IN ROLE idem_worker")
+        for args in ("boolean, text, text", "boolean, text, bytea"):
+            conn.execute(f"REVOKE EXECUTE ON FUNCTION pg_logical_emit_message({args}) FROM PUBLIC")
+    dsn = " ".join(part for part in ledger.dsn.split()
+                   if not part.startswith(("user=", "password="))) + \
+        f" user={login} password=Secret-1"
+    out = tmp_path / "out.tif"
+    try:
+        rc, stderr = Worker(warp_cmd(source, out), env_with(IDEM_LEDGER=dsn)).finish()
+    finally:
+        with psycopg.connect(ledger.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP ROLE {login}")
+    assert rc == 0, stderr
+    assert "permission denied for function pg_logical_emit_message" in stderr
+    assert "confirming the claim by rewriting its row" in stderr
+    rows = rows_for(ledger, out)
+    assert len(rows) == 1 and rows[0]["completed_at"] is not None
+    assert gdal.Open(str(out)).RasterXSize > 0

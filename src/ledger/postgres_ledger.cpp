@@ -1092,6 +1092,12 @@ private:
       }
       ++index;
     }
+    // An error inside the confirmation's BEGIN ... COMMIT (a role that may not emit the message)
+    // leaves its transaction open and aborted, and every later statement would fail.
+    const PGTransactionStatusType state = PQtransactionStatus(m_connection.get());
+    if (state == PQTRANS_INERROR || state == PQTRANS_INTRANS) {
+      PgResult rollback(PQexec(m_connection.get(), "ROLLBACK"));
+    }
     if (confirming) {
       const auto found = m_confirmations.find(m_prepare_ahead.confirm_token);
       if (found != m_confirmations.end()) {
