@@ -1,5 +1,5 @@
 """A PostgreSQL ledger's claim commits without waiting for its flush, and the worker publishes only
-once the claim is durable (docs/ledger.md, "When a claim is durable"). To hold a commit's
+once the claim is durable (docs/ledger.md, confirm_claim; docs/operations.md). To hold a commit's
 durability back for as long as a test needs, the cluster is given a synchronous standby that
 never connects: every commit made with synchronous_commit = on then waits, in the server, until
 the setting is removed. A commit made with synchronous_commit off or local does not wait."""
