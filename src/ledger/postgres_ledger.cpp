@@ -53,26 +53,30 @@ constexpr const char* k_history_columns =
     "output_uri, output_size, output_mtime_ns, output_sha256, output_etag, feature_count, "
     "work_json";
 
+// The rows a claim token holds: its claim, neither completed nor released (the fence of every
+// statement that writes as the claim's holder).
+#define IDEM_HELD_BY_TOKEN \
+  "WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL"
+
 constexpr const char* k_heartbeat_sql =
     "UPDATE idem.ledger SET lease_expires_at = "
-    "GREATEST(now() + make_interval(secs => $3), claimed_at) "
-    "WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL";
+    "GREATEST(now() + make_interval(secs => $3), claimed_at) " IDEM_HELD_BY_TOKEN;
 
 // complete()'s statement. The worker's own completion (k_complete_async_sql, the default) also
 // turns synchronous_commit off for its transaction alone: the server acknowledges it before its
 // write-ahead log reaches the disk. A completion lost in a crash of the server leaves the work in
 // flight under a lease, so it is redone: never a completion of work that was not done.
 // IDEM_DURABLE_COMPLETION=YES leaves the server's setting (docs/operations.md).
-#define IDEM_COMPLETE_SQL                                                                      \
-  "WITH done AS ("                                                                             \
-  " UPDATE idem.ledger SET completed_at = GREATEST(now(), claimed_at), output_size = $3,"      \
-  " output_mtime_ns = $4, output_sha256 = $5, output_etag = $6, feature_count = $7"            \
-  " WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL" \
-  " RETURNING output_uri, completed_at),"                                                      \
-  " superseded AS ("                                                                           \
-  " UPDATE idem.ledger AS older SET superseded_at = done.completed_at FROM done"               \
-  " WHERE older.output_uri = done.output_uri AND older.work_key <> $1"                         \
-  " AND older.completed_at IS NOT NULL AND older.superseded_at IS NULL RETURNING 1)"           \
+#define IDEM_COMPLETE_SQL                                                                 \
+  "WITH done AS ("                                                                        \
+  " UPDATE idem.ledger SET completed_at = GREATEST(now(), claimed_at), output_size = $3," \
+  " output_mtime_ns = $4, output_sha256 = $5, output_etag = $6, feature_count = $7"       \
+  " " IDEM_HELD_BY_TOKEN                                                                  \
+  " RETURNING output_uri, completed_at),"                                                 \
+  " superseded AS ("                                                                      \
+  " UPDATE idem.ledger AS older SET superseded_at = done.completed_at FROM done"          \
+  " WHERE older.output_uri = done.output_uri AND older.work_key <> $1"                    \
+  " AND older.completed_at IS NOT NULL AND older.superseded_at IS NULL RETURNING 1)"      \
   " SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM superseded)"
 constexpr const char* k_complete_sql = IDEM_COMPLETE_SQL;
 constexpr const char* k_complete_async_sql =
@@ -95,8 +99,7 @@ constexpr int k_confirm_ahead_results = 3;
 // transaction of the session's durability. It finds the row only if the ledger still has the
 // claim (a server that crashed before flushing it has not).
 constexpr const char* k_confirm_claim_sql =
-    "UPDATE idem.ledger SET lease_expires_at = lease_expires_at "
-    "WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL";
+    "UPDATE idem.ledger SET lease_expires_at = lease_expires_at " IDEM_HELD_BY_TOKEN;
 
 constexpr const char* k_completed_by_sql =
     "SELECT 1 FROM idem.ledger WHERE work_key = $1 AND claim_token = $2 "
@@ -104,8 +107,8 @@ constexpr const char* k_completed_by_sql =
 
 constexpr const char* k_release_sql =
     "UPDATE idem.ledger SET lease_expires_at = GREATEST(now(), claimed_at), "
-    "released_at = GREATEST(now(), claimed_at) "
-    "WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NULL AND released_at IS NULL";
+    "released_at = GREATEST(now(), claimed_at) " IDEM_HELD_BY_TOKEN;
+#undef IDEM_HELD_BY_TOKEN
 
 constexpr const char* k_invalidate_sql =
     "UPDATE idem.ledger SET completed_at = NULL, superseded_at = NULL, "
@@ -431,12 +434,7 @@ public:
         }
         result.outcome = ClaimOutcome::k_claimed;
         result.claim_token = result.row.claim_token;
-        if (guarded && deferred) {
-          m_confirmations[result.claim_token] = Confirmation::k_unknown;
-          prepare_ahead(result.claim_token);
-        } else {
-          prepare_ahead(std::string());
-        }
+        prepare_ahead(guarded && deferred ? result.claim_token : std::string());
         return result;
       }
       std::optional<LedgerRow> row = lookup_locked(request.work_key);
@@ -1022,6 +1020,9 @@ private:
   // costs the server no more than one sent unprepared; in a kept session, later clients skip
   // its parsing, and once it has run a few times PostgreSQL may reuse a generic plan.
   void prepare_ahead(const std::string& confirm_token) {
+    if (!confirm_token.empty()) {
+      m_confirmations[confirm_token] = Confirmation::k_unknown;  // until its answer is sent
+    }
     if (m_prepare_ahead.pending) {
       return;  // a confirmation not sent is made by confirm_claim
     }
