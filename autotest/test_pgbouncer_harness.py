@@ -84,8 +84,8 @@ def test_a_session_that_keeps_prepared_statements_serves_later_workers(tmp_path)
     runs; the next finds it there and prepares its claim too (the form that does not wait for
     the flush, idem_claim_unless_deferred: the driver confirms its claims); from the third on
     both run prepared, parsed once for the session. Statements are named after a hash of their
-    text, so once PostGIS is dropped (no footprint column: another claim statement) the claim found is
-    not used, and the work still completes."""
+    text, so once PostGIS is dropped (no footprint column: another claim statement) the claim
+    found is not used, and the work still completes."""
     dsn = pg_fresh_database()
     ledger = Ledger("postgresql", dsn, lambda: psycopg.connect(dsn))
     bouncer = PgBouncer(_pg_dsn(), pool_size=1).start()  # one server session for every worker

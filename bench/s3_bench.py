@@ -94,7 +94,7 @@ def main():
                 B.tile_args(src, tile[3], "/vsiidem/" + uri(prefix, tile)), env)
             return seconds, cpu, B.timing_lines(err)
 
-        def idem_batch(dsn, extra, prefix, namespace):
+        def idem_batch(dsn, prefix, namespace, extra):
             start = time.perf_counter()
             for tile in tiles:
                 idem_tile(dsn, prefix, namespace, tile, extra)
@@ -155,10 +155,10 @@ def main():
         for name, dsn, extra in ledgers:
             tag = uuid.uuid4().hex[:8]
             mark = server.mark()
-            first = idem_batch(dsn, extra, "skip-" + tag, "skip" + tag)
+            first = idem_batch(dsn, "skip-" + tag, "skip" + tag, extra)
             first_requests = len(server.requests_since(mark)) / n
             mark = server.mark()
-            again = idem_batch(dsn, extra, "skip-" + tag, "skip" + tag)
+            again = idem_batch(dsn, "skip-" + tag, "skip" + tag, extra)
             requests = server.requests_since(mark)
             methods = {}
             for method, *_ in requests:
