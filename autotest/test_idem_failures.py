@@ -263,6 +263,22 @@ def test_idem_full_disk_fails_cleanly_and_releases(sqlite_ledger, source, mount_
     assert all(r["released_at"] is not None for r in rows)
 
 
+def test_idem_full_disk_keeps_the_previous_output(sqlite_ledger, source, mount_point):
+    """A rebuild over a completed output that runs out of space fails, and the completed output
+    and its row are still there, untouched (the pre-delete is cancelled, not carried out)."""
+    mount_or_skip(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)])
+    out = mount_point / "o.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    run(warp_cmd(source, out, "-ts", "32", "32"), env=env, check=True)
+    before = file_state(out)
+    proc = run(warp_cmd(source, out), env=env)
+    assert proc.returncode != 0
+    assert file_state(out) == before
+    assert temp_dirs_beside(out) == []
+    completed = [r for r in sqlite_ledger.rows() if r["completed_at"] is not None]
+    assert len(completed) == 1 and completed[0]["output_size"] == before[2]
+
+
 def test_idem_unreachable_ledger_fails_without_password(source, tmp_path):
     out = tmp_path / "o.tif"
     proc = run(warp_cmd(source, out),

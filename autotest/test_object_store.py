@@ -214,7 +214,7 @@ def test_s3_zombie_upload_after_takeover_cannot_make_the_ledger_lie(s3, sqlite_l
     assert len(done) == 1 and done[0]["attempt"] == 2
     # ...then the zombie wakes up, uploads, and its completion is refused.
     _, err = zombie.communicate(timeout=60)
-    assert zombie.returncode != 0 and "taken over" in err
+    assert zombie.returncode != 0 and "took it over" in err, err
     done = sqlite_ledger.completed()
     assert len(done) == 1 and done[0]["attempt"] == 2
     # Whatever the zombie uploaded, the ledger's fingerprint is checked against the object.

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "gdal_priv.h"
 #include "gdal_proxy.h"
 #include "ogr_spatialref.h"
+#include "vrtdataset.h"
 #include "ledger/ledger.hpp"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
@@ -141,6 +143,10 @@ GDALDriver* find_format_driver(const std::string& format) {
     throw Error(ErrorKind::k_usage, "FORMAT=" + format +
                                         " is not a GDAL raster driver here; `gdalinfo --formats` "
                                         "lists them (e.g. GTiff, COG, PNG)");
+  }
+  if (EQUAL(driver->GetDescription(), "MEM")) {
+    throw Error(ErrorKind::k_usage, "FORMAT=MEM writes no file, and IDEM publishes and records "
+                                    "files: name a driver that writes one (GTiff, COG, PNG...)");
   }
   if (driver->GetMetadataItem(GDAL_DCAP_CREATE) == nullptr &&
       driver->GetMetadataItem(GDAL_DCAP_CREATECOPY) == nullptr) {
@@ -295,6 +301,86 @@ void check_destination_directory(const std::string& destination) {
   }
 }
 
+// An output path that names a directory ("/vsiidem/" alone, "out/") is refused before any claim.
+void check_destination_is_a_file(const char* filename, const std::string& destination) {
+  const std::string given = filename;
+  VSIStatBufL info;
+  const bool is_directory =
+      given.empty() || given.back() == '/' || destination == "/" ||
+      (!is_object_store_path(destination) && VSIStatL(destination.c_str(), &info) == 0 &&
+       VSI_ISDIR(info.st_mode));
+  if (is_directory) {
+    throw Error(ErrorKind::k_usage, "the output '" + given + "' names a directory (" +
+                                        destination +
+                                        "), not a file: give the output file's name, e.g. "
+                                        "/vsiidem/tiles/out.tif");
+  }
+}
+
+// An output written over one of its own sources would replace its input, and every rerun would
+// work on its own output: refused before any claim, comparing real paths and device + inode.
+void check_destination_is_not_a_source(const std::string& destination,
+                                       const std::vector<std::string>& source_files) {
+  struct stat output {};
+  const bool local = !is_vsi_path(destination);
+  const bool output_exists = local && ::stat(destination.c_str(), &output) == 0;
+  char* resolved = local ? ::realpath(destination.c_str(), nullptr) : nullptr;
+  const std::string real_destination = resolved != nullptr ? resolved : destination;
+  std::free(resolved);
+  for (const std::string& file : source_files) {
+    struct stat input {};
+    bool same = absolute_path(file) == destination || file == real_destination;
+    if (!same && output_exists && !is_vsi_path(file) && ::stat(file.c_str(), &input) == 0) {
+      same = input.st_dev == output.st_dev && input.st_ino == output.st_ino;
+    }
+    if (same) {
+      throw Error(ErrorKind::k_usage, "the output " + destination + " is one of the sources (" +
+                                          file + "): the work would replace its own input; "
+                                          "write the output to another path");
+    }
+  }
+}
+
+// The datasets the CreateCopy source reads its pixels through, as the caller holds them: the
+// source itself, a warped VRT's source, and the sources of a VRT made in memory (gdal_translate's,
+// gdal.Translate's) that the caller opened. One open for update may hold changes not yet written
+// to its files (pixels in GDAL's block cache, a georeferencing set but not saved): they are
+// written now, so that the key, which identifies the files' bytes, and the warp, which reads the
+// files, see what GDAL would read through the handle (docs/keys.md, "Sources open for update").
+void write_pending_changes_of_sources(GDALDataset* source) {
+  std::vector<GDALDataset*> held{source};
+  if (GDALDataset* warped_from = warped_vrt_source(source)) {
+    held.push_back(warped_from);
+  }
+  const std::string description = source->GetDescription();
+  if (dynamic_cast<VRTDataset*>(source) != nullptr &&
+      dynamic_cast<VRTWarpedDataset*>(source) == nullptr &&
+      (description.empty() || description[0] == '<')) {
+    for (int i = 1; i <= source->GetRasterCount(); ++i) {
+      auto* band = dynamic_cast<VRTSourcedRasterBand*>(source->GetRasterBand(i));
+      for (int s = 0; band != nullptr && s < band->nSources; ++s) {
+        if (!band->papoSources[s]->IsSimpleSource()) {
+          continue;
+        }
+        auto* simple = static_cast<VRTSimpleSource*>(band->papoSources[s]);
+        GDALRasterBand* from = simple->GetRasterBand();
+        if (from != nullptr && from->GetDataset() != nullptr) {
+          held.push_back(from->GetDataset());
+        }
+      }
+    }
+  }
+  std::set<GDALDataset*> written;
+  for (GDALDataset* dataset : held) {
+    if (dataset != nullptr && dataset->GetAccess() == GA_Update &&
+        written.insert(dataset).second) {
+      CPLDebug("IDEM", "writing the pending changes of %s, open for update, before keying it",
+               dataset->GetDescription());
+      dataset->FlushCache(false);
+    }
+  }
+}
+
 // GDAL's pre-delete recorded every file of the dataset (sidecars too): keep them all.
 void keep_dataset_files(GDALDataset* dataset) {
   char** files = dataset->GetFileList();
@@ -303,6 +389,40 @@ void keep_dataset_files(GDALDataset* dataset) {
   }
   CSLDestroy(files);
 }
+
+// GDAL's pre-delete of this call's destination, deferred by /vsiidem/ and resolved by this call
+// (vsiidem.hpp): a skip, a failure or a dry run leaves every file as it was; a publish removes
+// the files of the replaced output that the new one does not have, before the completion.
+class PreDelete {
+public:
+  explicit PreDelete(const char* filename)
+      : m_adoption(filename != nullptr && is_vsiidem_path(filename)
+                       ? vsiidem_adopt_pre_delete(vsiidem_absolute_path(filename))
+                       : 0) {}
+  ~PreDelete() {
+    if (!m_resolved) {
+      vsiidem_resolve_pre_delete(m_adoption, false);
+    }
+  }
+  PreDelete(const PreDelete&) = delete;
+  PreDelete& operator=(const PreDelete&) = delete;
+
+  // After the new output's `files` are in place.
+  void published(const std::vector<std::string>& files) {
+    m_resolved = true;
+    const std::vector<std::string> failed = vsiidem_resolve_pre_delete(m_adoption, true, files);
+    if (!failed.empty()) {
+      throw Error(ErrorKind::k_io,
+                  "the new output was published, but " + failed.front() +
+                      ", a file of the output it replaced, could not be removed, so the work is "
+                      "not recorded as completed; remove that file and run again");
+    }
+  }
+
+private:
+  uint64_t m_adoption;
+  bool m_resolved = false;
+};
 
 // `published`: every file this attempt published. GDAL then takes the output's sidecars from that
 // list instead of listing the directory (on object storage a LIST request per tile), and never
@@ -557,6 +677,7 @@ int CPL_STDCALL relay_progress(double complete, const char* message, void* data)
 
 class IdemCreator {
 public:
+  explicit IdemCreator(PreDelete& pre_delete) : m_pre_delete(pre_delete) {}
   GDALDataset* create(const char* filename, GDALDataset* source, CSLConstList creation_options,
                       GDALProgressFunc progress, void* progress_data);
 
@@ -568,6 +689,7 @@ private:
                            GDALDataset* source, GDALDriver* format_driver,
                            GDALProgressFunc progress, void* progress_data);
 
+  PreDelete& m_pre_delete;
   IdemOptions m_options;
   std::string m_destination;  // absolute real path
   bool m_via_vsiidem = false;
@@ -600,6 +722,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
                                         "/vsigs/, /vsiaz/, ...) can be published atomically");
   }
   m_destination = absolute_path(real_path);
+  check_destination_is_a_file(filename, m_destination);
   if (!m_options.dry_run) {
     check_destination_directory(m_destination);
   }
@@ -612,6 +735,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   key_options.digest_policy = m_options.digest_policy;
   key_options.include_gdal_version = m_options.include_gdal_version;
 
+  write_pending_changes_of_sources(source);
   if (m_options.dry_run) {
     InMemoryDigestCache cache;
     key_options.digest_cache = &cache;
@@ -630,7 +754,10 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   CPLDebug("IDEM", "timing: ledger open %.2f ms", lap_ms(m_lap));
   key_options.digest_cache = &m_ledger->digest_cache();
   key_options.kept_sources = &m_kept_sources;
+  std::vector<std::string> source_files;
+  key_options.source_files = &source_files;
   m_work = describe_work(source, key_options);
+  check_destination_is_not_a_source(m_destination, source_files);
   CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", lap_ms(m_lap));
   if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG")) {
     for (const char* name : {"TILING_SCHEME", "TARGET_SRS", "RES", "EXTENT"}) {
@@ -804,7 +931,16 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
   CPLDebug("IDEM", "claimed %s (attempt %lld)", m_work.key.c_str(),
            static_cast<long long>(claim.attempt));
   try {
-    AtomicOutput output(m_destination, token);
+    // The directory carries the work's mark: a later worker that takes this work over removes
+    // it, as this one removes those of the attempts it replaced.
+    const std::string owner = m_work.key.substr(0, 16);
+    AtomicOutput output(m_destination, temp_token(token, owner));
+    if (claim.attempt > 1) {
+      const int removed = remove_abandoned_temp_dirs(m_destination, owner, output.temp_dir());
+      if (removed > 0) {
+        CPLDebug("IDEM", "removed %d temporary directories of earlier attempts", removed);
+      }
+    }
     // Large work renews from a thread of its own from the start; the rest starts it only once
     // it has run for a second (lease.hpp), so a tile never has a second thread.
     const bool large = raw_size_of(*source) >= k_early_sync_min_bytes;
@@ -864,12 +1000,21 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     }
     keeper.poll();  // the upload or rename reports no progress
     test_pause("before_commit");
-    // The new files replace what GDAL's pre-delete recorded; a stale sidecar of the old output
-    // that the new one does not have stays recorded and is deleted at the end of the process.
-    published = output.commit(m_options.durable);
-    for (const auto& file : published) {
-      vsiidem_cancel_unlink(file);
+    // The new files replace what GDAL's pre-delete recorded; a file of the replaced output that
+    // the new one does not have (a stale sidecar) is removed now, before the completion.
+    try {
+      published = output.commit(m_options.durable);
+    } catch (const Error&) {
+      VSIStatBufL info;
+      if (VSIStatL(output.temp_dir().c_str(), &info) != 0) {
+        throw Error(ErrorKind::k_ledger,
+                    "the claim on this work was lost before publishing: another worker took it "
+                    "over (lease expired) and removed this attempt's temporary files; nothing "
+                    "was published");
+      }
+      throw;
     }
+    m_pre_delete.published(published);
     CPLDebug("IDEM", "timing: heartbeat+commit %.2f ms", lap_ms(m_lap));
     // An object's ETag is predicted from the bytes uploaded where the store allows it, which
     // saves asking the store for it (object_store.hpp); else it is asked.
@@ -912,7 +1057,8 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
 GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*strict*/,
                               char** options, GDALProgressFunc progress, void* progress_data) {
   try {
-    IdemCreator creator;
+    PreDelete pre_delete(filename);  // first: whatever fails below leaves the files as they were
+    IdemCreator creator(pre_delete);
     return creator.create(filename, source, options, progress, progress_data);
   } catch (const Error& error) {
     CPLError(CE_Failure, error.kind() == ErrorKind::k_usage ? CPLE_IllegalArg : CPLE_AppDefined,
@@ -923,17 +1069,26 @@ GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*s
   return nullptr;
 }
 
-// Deferred unlinks carried out at the end of a process delete the ledger rows first.
+// A deferred unlink carried out at the end of a process (a user's own delete through /vsiidem/)
+// first invalidates the completed rows whose fingerprint is the file about to go (vsiidem checked
+// it is still the file the unlink saw); rows of other files and rows in flight stay.
 bool forget_before_unlink(const std::string& real_path) {
   const char* dsn = CPLGetConfigOption("IDEM_LEDGER", "");
-  if (dsn[0] == '\0') {
-    VSIStatBufL info;
-    if (VSIStatL(Ledger::default_sqlite_path().c_str(), &info) != 0) {
-      return true;  // no ledger was ever made here, so no row records this output
-    }
-  }
   try {
-    Ledger::open(dsn)->forget_output(real_path);
+    const std::optional<std::string> sqlite_path = Ledger::sqlite_path_of(dsn);
+    VSIStatBufL info;
+    if (sqlite_path && VSIStatL(sqlite_path->c_str(), &info) != 0) {
+      return true;  // no ledger was ever made there, so no row records this output
+    }
+    const std::unique_ptr<Ledger> ledger = Ledger::open(dsn);
+    Ledger::RowFilter filter;
+    filter.output_uri = real_path;
+    filter.state = RowState::k_completed;
+    for (const LedgerRow& row : ledger->rows(filter)) {
+      if (row.fingerprint && output_matches(real_path, *row.fingerprint, nullptr)) {
+        ledger->invalidate(row.work_key, row.claim_token);
+      }
+    }
     return true;
   } catch (const Error& error) {
     CPLError(CE_Warning, CPLE_AppDefined,

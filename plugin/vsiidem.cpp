@@ -61,6 +61,10 @@ constexpr const char* k_domain_unlink_pending = "IDEM_UNLINK_PENDING";  // get: 
 constexpr const char* k_domain_cancel_unlink = "IDEM_CANCEL_UNLINK";    // set
 constexpr const char* k_domain_flush_unlinks = "IDEM_FLUSH_UNLINKS";    // set
 constexpr const char* k_domain_unlink_hook = "IDEM_UNLINK_HOOK";        // set: CALLBACK, USER_DATA
+// get on a destination: ADOPTION=<n> (0: nothing pending)
+constexpr const char* k_domain_adopt_pre_delete = "IDEM_ADOPT_PRE_DELETE";
+// set: ADOPTION=<n>, PUBLISHED=YES|NO, FILE_<i>=<published file>; get back: FAILED_<i>
+constexpr const char* k_domain_resolve_pre_delete = "IDEM_RESOLVE_PRE_DELETE";
 
 // The hook crosses between copies of this code as a plain C function pointer and its data.
 using CUnlinkHook = int (*)(const char* real_path, void* user_data);
@@ -223,17 +227,96 @@ struct InFlight {
 
 void flush_at_exit();
 
+// What an unlink saw at a path, so that a deferred unlink removes that file and no other.
+// Local files: device, inode, size and mtime. Objects: size and the store's ETag.
+struct FileIdentity {
+  int64_t size = -1;
+  int64_t mtime_ns = 0;
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  std::string etag;
+  bool operator==(const FileIdentity& other) const {
+    return size == other.size && mtime_ns == other.mtime_ns && device == other.device &&
+           inode == other.inode && etag == other.etag;
+  }
+};
+
+FileIdentity local_identity(const VSIStatBufL& info) {
+  FileIdentity identity;
+  identity.size = static_cast<int64_t>(info.st_size);
+  identity.mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+  identity.device = static_cast<uint64_t>(info.st_dev);
+  identity.inode = static_cast<uint64_t>(info.st_ino);
+  return identity;
+}
+
+// What is at `real` now, asked of its file system (an object store: of the store, not of
+// GDAL's cache: a request). nullopt when nothing is there, or no ETag to tell objects apart.
+std::optional<FileIdentity> current_identity(const std::string& real) {
+  if (local_path(real)) {
+    VSIStatBufL info;
+    if (::stat64(real.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+      return std::nullopt;
+    }
+    return local_identity(info);
+  }
+  const std::optional<ObjectHeaders> headers = object_headers(real, true);
+  if (!headers || headers->etag.empty()) {
+    return std::nullopt;
+  }
+  FileIdentity identity;
+  identity.size = headers->size;
+  identity.etag = headers->etag;
+  return identity;
+}
+
+// A deferred unlink: its number (m_unlink_count), the thread that asked for it, what it saw, and
+// the IDEM call (adoption number) that resolves it, 0 when none does.
+struct PendingUnlink {
+  uint64_t number = 0;
+  std::thread::id thread;
+  std::optional<FileIdentity> observed;
+  uint64_t adoption = 0;
+};
+
+// Whether the file at `path` is the one the deferred unlink saw (nothing unknown is deleted).
+bool still_observed(const std::string& path, const PendingUnlink& pending) {
+  if (!pending.observed) {
+    return false;
+  }
+  const std::optional<FileIdentity> now = current_identity(path);
+  return now && *now == *pending.observed;
+}
+
+// Whether `path` is one of the files of the dataset at `destination` as GDAL names them: the
+// destination itself, or a file beside it whose name is the destination's stem and a dot
+// (a.tif -> a.tif.aux.xml, a.tif.ovr, a.tfw, a.aux.xml).
+bool in_dataset_group(const std::string& destination, const std::string& path) {
+  if (path == destination) {
+    return true;
+  }
+  if (dirname_of(path) != dirname_of(destination)) {
+    return false;
+  }
+  const std::string name = basename_of(path);
+  std::string stem = basename_of(destination);
+  const size_t dot = stem.rfind('.');
+  if (dot != std::string::npos && dot > 0) {
+    stem.resize(dot);
+  }
+  return name.size() > stem.size() + 1 && name.compare(0, stem.size() + 1, stem + ".") == 0;
+}
+
 // Process-wide state of the handler this copy installed. Leaked on purpose: it must outlive
 // static destruction, since the flush can run from atexit or from GDAL's cleanup.
 class VsiIdemState {
  public:
   std::mutex m_mutex;
   std::map<std::string, std::shared_ptr<InFlight>> m_in_flight;  // by absolute final path
-  // Deferred unlinks by absolute real path, each with the number of its latest Unlink (from
-  // m_unlink_count), so a publisher can tell an unlink made while it published (which stays)
-  // from one made before its close (which the published file replaces).
-  std::map<std::string, uint64_t> m_pending_unlinks;
+  // Deferred unlinks by absolute real path (see PendingUnlink).
+  std::map<std::string, PendingUnlink> m_pending_unlinks;
   uint64_t m_unlink_count = 0;
+  uint64_t m_adoption_count = 0;
   // The process the pending unlinks belong to: a child forked from it inherits them, but they
   // are its parent's to carry out (or cancel), never the child's (see own_pending_unlinks).
   pid_t m_pending_pid = 0;
@@ -266,12 +349,57 @@ class VsiIdemState {
     }
   }
 
-  // Record a deferred unlink of `real`, numbered after every earlier one. Caller holds m_mutex.
-  void defer_unlink(const std::string& real) {
+  // Record a deferred unlink of `real`, numbered after every earlier one, with what it saw there.
+  // Caller holds m_mutex.
+  void defer_unlink(const std::string& real, const std::optional<FileIdentity>& observed) {
     register_exit_flush();
     own_pending_unlinks();
-    m_pending_unlinks[real] = ++m_unlink_count;
-    CPLDebug(k_debug_category, "unlink of %s deferred to the end of the process", real.c_str());
+    PendingUnlink& pending = m_pending_unlinks[real];
+    pending = PendingUnlink{};
+    pending.number = ++m_unlink_count;
+    pending.thread = std::this_thread::get_id();
+    pending.observed = observed;
+    CPLDebug(k_debug_category, "unlink of %s deferred", real.c_str());
+  }
+
+  // The deferred unlinks that GDAL's pre-delete of `destination` made on this thread: the
+  // destination's own and those of its dataset's other files (same directory, names starting
+  // with its stem and a dot), made since the destination's; marked as the IDEM call's, which
+  // resolves them (resolve_adopted). Returns the adoption's number, 0 when nothing was pending.
+  // Caller holds m_mutex.
+  uint64_t adopt(const std::string& destination) {
+    own_pending_unlinks();
+    const auto primary = m_pending_unlinks.find(destination);
+    const auto self = std::this_thread::get_id();
+    if (primary == m_pending_unlinks.end() || primary->second.adoption != 0 ||
+        primary->second.thread != self) {
+      return 0;
+    }
+    const uint64_t since = primary->second.number;
+    const uint64_t adoption = ++m_adoption_count;
+    for (auto& [path, pending] : m_pending_unlinks) {
+      if (pending.adoption == 0 && pending.thread == self && pending.number >= since &&
+          in_dataset_group(destination, path)) {
+        pending.adoption = adoption;
+        CPLDebug(k_debug_category, "unlink of %s left to the IDEM call writing %s", path.c_str(),
+                 destination.c_str());
+      }
+    }
+    return adoption;
+  }
+
+  // Take the adoption's deferred unlinks out (caller holds m_mutex): the files stay as they are.
+  std::vector<std::pair<std::string, PendingUnlink>> take_adopted(uint64_t adoption) {
+    std::vector<std::pair<std::string, PendingUnlink>> taken;
+    for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+      if (adoption != 0 && it->second.adoption == adoption) {
+        taken.emplace_back(it->first, it->second);
+        it = m_pending_unlinks.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return taken;
   }
 
   // In a forked child, forget the pending unlinks inherited from the parent. Caller holds
@@ -334,20 +462,28 @@ class VsiIdemState {
   // files can be deleted there.
   enum class FlushPoint { k_running, k_exit, k_exit_local_only, k_gdal_cleanup };
 
-  // Carry out every pending unlink: hook first (ledger rows), then the file. Each path is
-  // taken out of the set before it is handled, so every unlink runs at most once.
+  // Carry out every pending unlink that no IDEM call holds: only when the file is still the one
+  // the unlink saw, hook first (ledger rows), then the file. Each path is taken out of the set
+  // before it is handled, so every unlink runs at most once.
   void flush(FlushPoint point) {
-    std::map<std::string, uint64_t> paths;
+    std::map<std::string, PendingUnlink> paths;
     CUnlinkHook hook = nullptr;
     void* hook_data = nullptr;
     {
       std::lock_guard<std::mutex> lock(m_mutex);
       own_pending_unlinks();
-      paths.swap(m_pending_unlinks);
+      for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+        if (it->second.adoption != 0) {
+          ++it;  // an IDEM call in progress resolves it
+        } else {
+          paths.insert(*it);
+          it = m_pending_unlinks.erase(it);
+        }
+      }
       hook = m_hook;
       hook_data = m_hook_data;
     }
-    for (const auto& [path, unlink_number] : paths) {
+    for (const auto& [path, pending] : paths) {
       if (!local_path(path) && point == FlushPoint::k_gdal_cleanup) {
         // GDAL's file manager is being torn down: no VSI call is safe any more.
         std::fprintf(stderr, "gdal-idem: deferred delete of %s skipped at GDAL cleanup\n",
@@ -359,6 +495,26 @@ class VsiIdemState {
                      "gdal-idem: deferred delete of %s skipped at exit: no thread could be "
                      "started to reach it\n",
                      path.c_str());
+        continue;
+      }
+      if (!pending.observed) {
+        continue;  // nothing was seen there: nothing to delete
+      }
+      const std::optional<FileIdentity> now = current_identity(path);
+      if (!now && !local_path(path)) {
+        // The store did not answer (or the object is gone): nothing is deleted unchecked.
+        std::fprintf(stderr,
+                     "gdal-idem: deferred delete of %s failed: the object could not be checked "
+                     "to be the one the delete saw (the store did not answer, or it is gone), "
+                     "so nothing was deleted\n",
+                     path.c_str());
+        continue;
+      }
+      if (!now || !(*now == *pending.observed)) {
+        CPLDebug(k_debug_category,
+                 "deferred unlink of %s not carried out: the file there is not the one the "
+                 "unlink saw",
+                 path.c_str());
         continue;
       }
       if (hook != nullptr && hook(path.c_str(), hook_data) == 0) {
@@ -571,7 +727,8 @@ int VsiIdemWriteHandle::Close() {
     // Publish without the lock. Meanwhile the path shows what it showed before this close
     // (the previous file, or nothing while an unlink is pending), and a rename of it is refused.
     const auto pending = shared.m_pending_unlinks.find(m_real);
-    const uint64_t unlink_before = pending == shared.m_pending_unlinks.end() ? 0 : pending->second;
+    const uint64_t unlink_before =
+        pending == shared.m_pending_unlinks.end() ? 0 : pending->second.number;
     ++shared.m_publishing[m_real];
     lock.unlock();
     try {
@@ -603,9 +760,13 @@ void VsiIdemWriteHandle::end_publishing(VsiIdemState& shared, bool published,
     shared.m_publishing.erase(publishing);
   }
   const auto pending = shared.m_pending_unlinks.find(m_real);
-  if (published && pending != shared.m_pending_unlinks.end() &&
-      pending->second == unlink_before) {
-    shared.m_pending_unlinks.erase(pending);
+  if (published && pending != shared.m_pending_unlinks.end()) {
+    if (pending->second.number == unlink_before) {
+      shared.m_pending_unlinks.erase(pending);
+    } else if (!pending->second.observed) {
+      // Unlinked while this close published: what it removes is the file just published.
+      pending->second.observed = current_identity(m_real);
+    }
   }
 }
 
@@ -690,6 +851,60 @@ class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
   VSIVirtualHandle* open_for_write(const std::string& real, const char* access, bool set_error,
                                    CSLConstList options);
 };
+
+// Resolves the deferred unlinks an IDEM call adopted (`request`: ADOPTION, PUBLISHED, FILE_<i>).
+// Not published: they are dropped, and every file stays as it was. Published: the files the new
+// output replaced are gone already (renamed over); the others of the replaced output are removed
+// now, each only if it is still the file its unlink saw. Returns FAILED_<i>=<path> for each that
+// could not be removed.
+CPLStringList resolve_adopted(CSLConstList request) {
+  const uint64_t adoption =
+      std::strtoull(CSLFetchNameValueDef(request, "ADOPTION", "0"), nullptr, 10);
+  const bool published = CPLTestBool(CSLFetchNameValueDef(request, "PUBLISHED", "NO"));
+  std::set<std::string> kept;
+  for (int i = 0;; ++i) {
+    const char* file = CSLFetchNameValue(request, ("FILE_" + std::to_string(i)).c_str());
+    if (file == nullptr) {
+      break;
+    }
+    kept.insert(vsiidem_absolute_path(file));
+  }
+  auto& shared = state();
+  std::vector<std::pair<std::string, PendingUnlink>> adopted;
+  {
+    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    adopted = shared.take_adopted(adoption);
+  }
+  CPLStringList failed;
+  if (!published) {
+    for (const auto& entry : adopted) {
+      CPLDebug(k_debug_category, "deferred unlink of %s dropped: the IDEM call kept the file",
+               entry.first.c_str());
+    }
+    return failed;
+  }
+  for (const auto& [path, pending] : adopted) {
+    if (kept.count(path) != 0) {
+      continue;  // replaced by the new output's file of that name
+    }
+    if (!still_observed(path, pending)) {
+      CPLDebug(k_debug_category, "%s is not the file the pre-delete saw: left in place",
+               path.c_str());
+      continue;
+    }
+    const int result = local_path(path) ? ::unlink(path.c_str()) : VSIUnlink(path.c_str());
+    {
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      ++shared.m_changes;
+    }
+    if (result != 0 && errno != ENOENT) {
+      failed.SetNameValue(("FAILED_" + std::to_string(failed.size())).c_str(), path.c_str());
+    } else {
+      CPLDebug(k_debug_category, "removed %s, a file of the replaced output", path.c_str());
+    }
+  }
+  return failed;
+}
 
 // Runs when GDAL tears its file manager down (GDALDestroyDriverManager, at the end of gdalwarp
 // and gdal_translate): the last moment this process can carry out its deferred unlinks.
@@ -885,6 +1100,9 @@ int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, 
 int VsiIdemFilesystemHandler::Unlink(const char* filename) {
   try {
     const std::string real = real_absolute(filename);
+    // An object's identity (its ETag) is asked of the store before the lock is taken.
+    const std::optional<FileIdentity> object_seen =
+        is_object_store_path(real) ? current_identity(real) : std::nullopt;
     auto& shared = state();
     std::unique_lock<std::mutex> lock(shared.m_mutex);
     const std::optional<FileLook> look = look_at(real, lock, [&] {
@@ -896,15 +1114,18 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
       existed = true;
     }
     if (shared.m_publishing.count(real) != 0) {
-      // A close is putting a new file there: this unlink comes after it and removes it.
-      shared.defer_unlink(real);
+      // A close is putting a new file there: this unlink comes after it and removes it (the
+      // file is looked at when the unlink is carried out, once the close has published).
+      shared.defer_unlink(real, std::nullopt);
       existed = true;
     } else if (shared.m_pending_unlinks.count(real) == 0 && look->exists) {
       if (VSI_ISDIR(look->info.st_mode)) {
         errno = EISDIR;
         return -1;
       }
-      shared.defer_unlink(real);
+      shared.defer_unlink(real, local_path(real) ? std::optional<FileIdentity>(
+                                                       local_identity(look->info))
+                                                 : object_seen);
       existed = true;
     }
     if (!existed) {
@@ -1059,6 +1280,16 @@ char** VsiIdemFilesystemHandler::GetFileMetadata(const char* filename, const cha
       return result.StealList();
     }
     const std::string real = real_absolute(filename);
+    if (domain != nullptr && EQUAL(domain, k_domain_adopt_pre_delete)) {
+      auto& shared = state();
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      CPLStringList result;
+      result.SetNameValue("ADOPTION", std::to_string(shared.adopt(real)).c_str());
+      return result.StealList();
+    }
+    if (domain != nullptr && EQUAL(domain, k_domain_resolve_pre_delete)) {
+      return resolve_adopted(options).StealList();
+    }
     if (domain != nullptr && EQUAL(domain, k_domain_unlink_pending)) {
       auto& shared = state();
       std::lock_guard<std::mutex> lock(shared.m_mutex);
@@ -1202,6 +1433,38 @@ void vsiidem_cancel_unlink(const std::string& real_path) {
   install_vsiidem_handler();
   const char* const nothing[] = {nullptr};
   VSISetFileMetadata(control_path(real_path).c_str(), nothing, k_domain_cancel_unlink, nullptr);
+}
+
+uint64_t vsiidem_adopt_pre_delete(const std::string& destination) {
+  install_vsiidem_handler();
+  const CPLStringList result(VSIGetFileMetadata(control_path(destination).c_str(),
+                                                k_domain_adopt_pre_delete, nullptr));
+  return std::strtoull(result.FetchNameValueDef("ADOPTION", "0"), nullptr, 10);
+}
+
+std::vector<std::string> vsiidem_resolve_pre_delete(uint64_t adoption, bool published,
+                                                    const std::vector<std::string>& files) {
+  std::vector<std::string> failed;
+  if (adoption == 0) {
+    return failed;
+  }
+  CPLStringList request;
+  request.SetNameValue("ADOPTION", std::to_string(adoption).c_str());
+  request.SetNameValue("PUBLISHED", published ? "YES" : "NO");
+  for (size_t i = 0; i < files.size(); ++i) {
+    request.SetNameValue(("FILE_" + std::to_string(i)).c_str(), files[i].c_str());
+  }
+  const CPLStringList result(
+      VSIGetFileMetadata(k_vsiidem_prefix, k_domain_resolve_pre_delete, request.List()));
+  for (int i = 0; i < result.size(); ++i) {
+    char* name = nullptr;
+    const char* value = CPLParseNameValue(result[i], &name);
+    if (value != nullptr) {
+      failed.emplace_back(value);
+    }
+    CPLFree(name);
+  }
+  return failed;
 }
 
 void vsiidem_set_unlink_hook(UnlinkHook hook) {

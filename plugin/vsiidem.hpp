@@ -5,8 +5,10 @@
 // (DESIGN.md fact 9).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace idem {
 
@@ -29,9 +31,26 @@ std::string vsiidem_absolute_path(const std::string& path);
 bool vsiidem_unlink_pending(const std::string& real_path);
 void vsiidem_cancel_unlink(const std::string& real_path);
 
+// GDAL's pre-delete of an IDEM destination (docs/vsiidem.md, "What a deferred delete removes").
+// GDAL deletes an existing output before it calls the driver; /vsiidem/ defers those unlinks,
+// and the IDEM call they belong to resolves them, never the end of the process:
+// - adopt: takes the deferred unlinks of `destination` and of its dataset's other files (same
+//   directory, named after its stem and a dot) that this thread made, starting with the
+//   destination's own. Returns the adoption's number (0: no unlink of the destination was
+//   pending). Adopted unlinks stay hidden and are never carried out by a flush.
+// - resolve, not published (skip, failure, dry run): the unlinks are dropped, the files stay as
+//   they were. Published (`files`: every file the new output published): the replaced files are
+//   gone already; each other adopted file is removed, if it is still the file its unlink saw.
+//   Returns the paths that could not be removed.
+uint64_t vsiidem_adopt_pre_delete(const std::string& destination);
+std::vector<std::string> vsiidem_resolve_pre_delete(uint64_t adoption, bool published,
+                                                    const std::vector<std::string>& files = {});
+
 // Called for each deferred unlink that is carried out (at process end or on flush), BEFORE the
-// file is removed; used to delete the ledger rows recording that output (ledger row first, then
-// the file). If it throws or returns false, the file is kept.
+// file is removed, and only when the file there is still the one the unlink saw (same device,
+// inode, size and mtime; objects: size and Last-Modified); used to invalidate the ledger rows
+// whose fingerprint is that file's (ledger row first, then the file). If it throws or returns
+// false, the file is kept.
 using UnlinkHook = std::function<bool(const std::string& real_path)>;
 void vsiidem_set_unlink_hook(UnlinkHook hook);
 

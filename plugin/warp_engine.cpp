@@ -368,6 +368,22 @@ struct VrtWarperMember {
 template struct VrtWarperMember<&VRTWarpedDataset::m_poWarper>;
 #endif
 
+}  // namespace
+
+GDALDataset* warped_vrt_source(GDALDataset* vrt) {
+#ifdef IDEM_ADOPTS_VRT_WARPER
+  auto* warped = dynamic_cast<VRTWarpedDataset*>(vrt);
+  GDALWarpOperation* warper = warped != nullptr ? warped->*vrt_warper_member() : nullptr;
+  const GDALWarpOptions* options = warper != nullptr ? warper->GetOptions() : nullptr;
+  return options != nullptr ? GDALDataset::FromHandle(options->hSrcDS) : nullptr;
+#else
+  (void)vrt;
+  return nullptr;
+#endif
+}
+
+namespace {
+
 // The warp options gdalwarp (or rasterio, or any caller of GDALCreateWarpedVRT) gave the warped
 // VRT, with the transformer it built: cloned, the transformer borrowed (the VRT, CreateCopy's
 // source, outlives the warp), the source replaced by `kept`, the dataset the key digested; and

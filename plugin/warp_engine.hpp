@@ -21,6 +21,11 @@ struct PreparedWarpDeleter {
 };
 using PreparedWarpPtr = std::unique_ptr<PreparedWarp, PreparedWarpDeleter>;
 
+// The dataset a warped VRT (gdalwarp's, gdal.Warp's, rasterio's WarpedVRT) reads from, as the
+// caller holds it; nullptr when not a warped VRT or where GDAL offers no way to it (GDAL 3.6
+// only, see adopt_vrt_warp in warp_engine.cpp).
+GDALDataset* warped_vrt_source(GDALDataset* vrt);
+
 // The warp options of `source` when it is a warped VRT (`vrt_xml` and `kept_sources` as in
 // MaterialiseRequest), else nullptr. Throws idem::Error as materialise() would.
 PreparedWarpPtr prepare_warp(GDALDataset* source, const std::string* vrt_xml,

@@ -85,6 +85,7 @@ int run_export(const Args& args, const GlobalOptions& global) {
   if (!destination) {
     throw UsageError{k_synopsis};
   }
+  refuse_ledger_as_output(*destination, global);
   const std::string extension = CPLString(CPLGetExtension(destination->c_str())).tolower();
   const char* driver_name = extension == "gpkg"                          ? "GPKG"
                             : extension == "geojson" || extension == "json" ? "GeoJSON"

@@ -116,6 +116,12 @@ int run_forget(const Args& args, const GlobalOptions& global) {
         removal.kept_because = "still recorded by key " + others.front().work_key.substr(0, 12);
       } else {
         for (const std::string& file : dataset_files(output)) {
+          try {
+            refuse_ledger_as_output(file, global);
+          } catch (const UsageError&) {
+            removal.kept_because = "it is the ledger database";
+            continue;
+          }
           if (VSIUnlink(file.c_str()) == 0) {
             removal.deleted.push_back(file);
           }

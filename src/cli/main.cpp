@@ -54,6 +54,34 @@ constexpr const char* k_usage =
     "Durations: 90s, 15m, 2h, 7d or plain seconds.\n"
     "Exit codes: 0 fine, 1 problems found, 2 usage or connection error.\n";
 
+// The global options may also follow the command's name, as users type them
+// (`gdal-idem status --json`): taken out of the command's arguments up to a "--", after which
+// everything belongs to the wrapped command.
+idem::cli::Args take_global_options(const idem::cli::Args& args,
+                                    idem::cli::GlobalOptions& global) {
+  idem::cli::Args rest;
+  bool wrapped = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (wrapped || arg == "--") {
+      wrapped = true;
+      rest.push_back(arg);
+    } else if (arg == "--ledger") {
+      if (i + 1 >= args.size()) {
+        throw idem::cli::UsageError{"--ledger needs a DSN (sqlite:PATH, postgresql://...)"};
+      }
+      global.ledger_dsn = args[++i];
+    } else if (arg == "--json") {
+      global.json = true;
+    } else if (arg == "-q" || arg == "--quiet") {
+      global.quiet = true;
+    } else {
+      rest.push_back(arg);
+    }
+  }
+  return rest;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,8 +117,9 @@ int main(int argc, char** argv) {
     return k_exit_usage;
   }
   const std::string command = argv[i];
-  Args args(argv + i + 1, argv + argc);
+  Args args;
   try {
+    args = take_global_options(Args(argv + i + 1, argv + argc), global);
     using Runner = int (*)(const Args&, const GlobalOptions&);
     static const std::map<std::string, Runner> k_commands = {
         {"init", run_init},       {"key", run_key},         {"status", run_status},

@@ -77,7 +77,7 @@ std::vector<Orphan> find_orphans(const std::set<std::string>& directories,
       if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) {
         continue;
       }
-      if (live_tokens.count(name.substr(prefix.size())) != 0) {
+      if (live_tokens.count(token_of_temp_dir(name)) != 0) {
         continue;  // a live claim's own temporary directory
       }
       const std::string path = (directory == "/" ? "" : directory) + "/" + name;

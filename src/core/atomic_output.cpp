@@ -122,6 +122,52 @@ void remove_tree(const std::string& path) {
 
 }  // namespace
 
+std::string temp_token(const std::string& attempt_token, const std::string& owner) {
+  return owner.empty() ? attempt_token : attempt_token + "." + owner;
+}
+
+std::string token_of_temp_dir(const std::string& name) {
+  const std::string prefix = k_temp_prefix;
+  if (name.rfind(prefix, 0) != 0) {
+    return std::string();
+  }
+  const std::string token = name.substr(prefix.size());
+  return token.substr(0, token.find('.'));
+}
+
+int remove_abandoned_temp_dirs(const std::string& final_path, const std::string& owner,
+                               const std::string& own_temp_dir) {
+  if (owner.empty()) {
+    return 0;
+  }
+  const std::string dir =
+      is_object_store_path(final_path) ? local_temp_root() : parent_directory(final_path);
+  const std::string prefix = k_temp_prefix;
+  const std::string suffix = "." + owner;
+  int removed = 0;
+  DIR* handle = ::opendir(dir.c_str());
+  if (handle == nullptr) {
+    return 0;
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(handle)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(prefix, 0) == 0 && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      names.push_back(name);
+    }
+  }
+  ::closedir(handle);
+  for (const std::string& name : names) {
+    const std::string path = join_path(dir, name);
+    if (path != own_temp_dir) {
+      remove_tree(path);
+      ++removed;
+    }
+  }
+  return removed;
+}
+
 void fsync_path(const std::string& path) {
   // O_RDONLY works for directories and for files alike; fsync through any descriptor of the
   // inode flushes it.

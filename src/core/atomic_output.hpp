@@ -64,6 +64,17 @@ private:
   std::optional<CopiedBytes> m_uploaded_primary;
 };
 
+// The token of a temporary directory that `owner` (the IDEM driver: the work key's first 16
+// digits) marks as its own: "<attempt token>.<owner>"; the attempt token alone without one.
+std::string temp_token(const std::string& attempt_token, const std::string& owner);
+// The attempt token of a temporary directory's name ("" when not one of IDEM's).
+std::string token_of_temp_dir(const std::string& name);
+// Removes the temporary directories beside `final_path` (objects: under local_temp_root()) that
+// `owner` marked, except `own_temp_dir`: those of earlier attempts at the same work, which a
+// worker that took the work over holds the claim of now. Best effort; returns how many.
+int remove_abandoned_temp_dirs(const std::string& final_path, const std::string& owner,
+                               const std::string& own_temp_dir);
+
 // fsync a file or directory by path; throws idem::Error(k_io).
 void fsync_path(const std::string& path);
 

@@ -66,7 +66,7 @@ int CPL_STDCALL relay_progress(double complete, const char* message, void* data)
 class TargetSession {
 public:
   explicit TargetSession(const FeatureTarget& target) : m_target(target) {
-    m_password = ledger_detail::dsn_password(target.conninfo);
+    m_secrets = ledger_detail::dsn_secrets(target.conninfo);
     connect();
   }
 
@@ -123,7 +123,7 @@ public:
   }
 
   std::string scrub(const std::string& message) const {
-    return ledger_detail::scrub_secret(message, m_password);
+    return ledger_detail::scrub_secrets(message, m_secrets);
   }
 
 private:
@@ -144,7 +144,7 @@ private:
   }
 
   const FeatureTarget& m_target;
-  std::string m_password;
+  std::vector<std::string> m_secrets;
   pg::Connection m_connection;
 };
 

@@ -4,13 +4,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include "core/error.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
+#include "cpl_vsi.h"
 
 namespace idem {
 
@@ -38,9 +41,20 @@ void test_pause(const char* point) {
     return;
   }
   const double seconds = CPLAtof(CPLGetConfigOption("IDEM_TEST_PAUSE_SECONDS", "30"));
+  const char* resume_file = CPLGetConfigOption("IDEM_TEST_RESUME_FILE", nullptr);
   std::fprintf(stderr, "IDEM: test pause at %s for %.1f s\n", point, seconds);
   std::fflush(stderr);
-  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+  // With IDEM_TEST_RESUME_FILE the pause ends as soon as that file exists (a test's handshake),
+  // the seconds bounding it only.
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < until) {
+    VSIStatBufL info;
+    if (resume_file != nullptr && VSIStatL(resume_file, &info) == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(resume_file != nullptr ? 5 : 50));
+  }
 }
 
 LeaseKeeper::LeaseKeeper(Ledger& ledger, std::string work_key, std::string token,

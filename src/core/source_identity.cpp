@@ -151,6 +151,9 @@ public:
     if (!m_seen_files.insert(dedup_key(path)).second) {
       return;
     }
+    if (m_options.seen_files != nullptr) {
+      m_options.seen_files->push_back(path);
+    }
     m_files.push_back(
         source_digest_json(digest_source_file(path, m_options.policy, m_options.cache)));
   }

@@ -36,6 +36,7 @@ struct SourceIdentityOptions {
   SourceDigestPolicy policy = SourceDigestPolicy::k_auto;
   DigestCache* cache = nullptr;
   KeptSources* kept_sources = nullptr;  // null: each source is closed once identified
+  std::vector<std::string>* seen_files = nullptr;  // when set, every file identified is added
 };
 
 // Identity of an already open dataset:

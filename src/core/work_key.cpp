@@ -127,6 +127,7 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
   source_options.policy = options.digest_policy;
   source_options.cache = options.digest_cache;
   source_options.kept_sources = options.kept_sources;
+  source_options.seen_files = options.source_files;
 
   JsonValue work = JsonValue::object();
   work.set("format", JsonValue::string(canonical_format(options.format)));

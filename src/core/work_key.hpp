@@ -25,6 +25,7 @@ struct KeyOptions {
   bool include_gdal_version = false;                 // IDEM_KEY_GDAL_VERSION
   DigestCache* digest_cache = nullptr;               // may be null: no caching
   KeptSources* kept_sources = nullptr;               // may be null: sources closed once identified
+  std::vector<std::string>* source_files = nullptr;  // when set, every source file is added
 };
 
 // The target grid of the work, for the ledger's footprint and tile columns.

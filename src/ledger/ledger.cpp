@@ -4,6 +4,7 @@
 
 #include <libpq-fe.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@ namespace idem {
 
 namespace {
 
-constexpr const char* k_redacted = "***";
+constexpr const char* k_redacted = "XXXX";
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
@@ -181,11 +182,12 @@ std::string Ledger::redact_dsn(const std::string& dsn) {
   if (backend_of(dsn) == "sqlite") {
     return dsn;
   }
+  // What the parse of either form leaves is masked again with the secrets found without it.
   if (is_uri(dsn)) {
-    return redact_uri(dsn);
+    return ledger_detail::scrub_secrets(redact_uri(dsn), ledger_detail::dsn_secrets(dsn));
   }
   if (auto redacted = redact_keywords(dsn)) {
-    return *redacted;
+    return ledger_detail::scrub_secrets(*redacted, ledger_detail::dsn_secrets(dsn));
   }
   return "<unparsable PostgreSQL connection string>";
 }
@@ -221,9 +223,9 @@ std::string Ledger::default_sqlite_path() {
   return base + "/gdal-idem/ledger.sqlite";
 }
 
-std::unique_ptr<Ledger> Ledger::open(const std::string& dsn) {
+std::optional<std::string> Ledger::sqlite_path_of(const std::string& dsn) {
   if (backend_of(dsn) == "postgresql") {
-    return ledger_detail::open_postgres_ledger(dsn);
+    return std::nullopt;
   }
   std::string path;
   if (dsn.empty()) {
@@ -239,7 +241,26 @@ std::unique_ptr<Ledger> Ledger::open(const std::string& dsn) {
   if (path.empty()) {
     throw Error(ErrorKind::k_usage, "IDEM_LEDGER=sqlite: needs a path (sqlite:/path/ledger.sqlite)");
   }
-  return ledger_detail::open_sqlite_ledger(path);
+  return path;
+}
+
+std::unique_ptr<Ledger> Ledger::open(const std::string& dsn) {
+  const std::optional<std::string> path = sqlite_path_of(dsn);
+  if (!path) {
+    return ledger_detail::open_postgres_ledger(dsn);
+  }
+  return ledger_detail::open_sqlite_ledger(*path);
+}
+
+std::unique_ptr<Ledger> Ledger::open_existing(const std::string& dsn) {
+  const std::optional<std::string> path = sqlite_path_of(dsn);
+  struct stat info {};
+  if (path && ::stat(path->c_str(), &info) != 0) {
+    throw Error(ErrorKind::k_usage, "there is no ledger at " + *path +
+                                        ": check --ledger or IDEM_LEDGER (sqlite:PATH); "
+                                        "`gdal-idem init` creates a new one");
+  }
+  return open(dsn);
 }
 
 void Ledger::preopen(const std::string& dsn) {
@@ -340,12 +361,6 @@ std::chrono::seconds connect_timeout_of(const std::string& dsn) {
   return std::chrono::seconds(std::max(2L, seconds));  // libpq's minimum
 }
 
-std::string dsn_password(const std::string& dsn) {
-  const auto keywords = dsn_keywords(dsn);
-  const auto password = keywords.find("password");
-  return password == keywords.end() ? std::string() : password->second;
-}
-
 bool skip_gss_encryption(const std::string& dsn) {
   const auto keywords = dsn_keywords(dsn);
   if (keywords.empty() || keywords.count("gssencmode") != 0 || keywords.count("service") != 0 ||
@@ -404,10 +419,125 @@ std::string scrub_secret(std::string message, const std::string& secret) {
   if (secret.empty()) {
     return message;
   }
+  const std::string mask = k_redacted;
   size_t pos = 0;
   while ((pos = message.find(secret, pos)) != std::string::npos) {
-    message.replace(pos, secret.size(), k_redacted);
-    pos += 3;
+    message.replace(pos, secret.size(), mask);
+    pos += mask.size();
+  }
+  return message;
+}
+
+namespace {
+
+std::string percent_decoded(const std::string& text) {
+  std::string result;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      result += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      result += text[i];
+    }
+  }
+  return result;
+}
+
+// A keyword value as written (quotes and backslashes kept), from `start` to its end: the closing
+// quote, else the first blank, else the end of the text.
+std::string raw_keyword_value(const std::string& dsn, size_t start) {
+  size_t end = start;
+  if (end < dsn.size() && dsn[end] == '\'') {
+    for (++end; end < dsn.size(); ++end) {
+      if (dsn[end] == '\\') {
+        ++end;
+      } else if (dsn[end] == '\'') {
+        ++end;
+        break;
+      }
+    }
+  } else {
+    while (end < dsn.size() && !std::isspace(static_cast<unsigned char>(dsn[end]))) {
+      ++end;
+    }
+  }
+  return dsn.substr(start, std::min(end, dsn.size()) - start);
+}
+
+// The forms a written value can take in a message: as written, unquoted, unescaped.
+void add_value_forms(const std::string& raw, std::vector<std::string>& secrets) {
+  secrets.push_back(raw);
+  std::string inner = raw;
+  if (inner.size() >= 1 && inner.front() == '\'') {
+    inner.erase(0, 1);
+    if (!inner.empty() && inner.back() == '\'') {
+      inner.pop_back();
+    }
+    secrets.push_back(inner);
+  }
+  std::string unescaped;
+  for (size_t i = 0; i < inner.size(); ++i) {
+    if (inner[i] == '\\' && i + 1 < inner.size()) {
+      ++i;
+    }
+    unescaped += inner[i];
+  }
+  secrets.push_back(unescaped);
+  secrets.push_back(percent_decoded(inner));
+}
+
+}  // namespace
+
+std::vector<std::string> dsn_secrets(const std::string& dsn) {
+  std::vector<std::string> secrets;
+  const std::string lowered = lower(dsn);
+  // URI user info: everything between "://" and the last '@' before any '?' (or the end), after
+  // the first ':'. Found without parsing the URI, so a malformed one is covered too.
+  const size_t scheme = dsn.find("://");
+  if (scheme != std::string::npos) {
+    const std::string rest = dsn.substr(scheme + 3);
+    const std::string before_query = rest.substr(0, rest.find('?'));
+    const size_t at = before_query.rfind('@');
+    if (at != std::string::npos) {
+      const std::string userinfo = before_query.substr(0, at);
+      const size_t colon = userinfo.find(':');
+      if (colon != std::string::npos) {
+        add_value_forms(userinfo.substr(colon + 1), secrets);
+      }
+    }
+  }
+  // "password" followed by '=' (blanks allowed around it), in keyword strings and URI queries.
+  for (size_t pos = lowered.find("password"); pos != std::string::npos;
+       pos = lowered.find("password", pos + 1)) {
+    size_t i = pos + 8;
+    while (i < dsn.size() && std::isspace(static_cast<unsigned char>(dsn[i]))) {
+      ++i;
+    }
+    if (i >= dsn.size() || dsn[i] != '=') {
+      continue;
+    }
+    ++i;
+    while (i < dsn.size() && std::isspace(static_cast<unsigned char>(dsn[i]))) {
+      ++i;
+    }
+    std::string raw = raw_keyword_value(dsn, i);
+    add_value_forms(raw.substr(0, raw.find('&')), secrets);
+  }
+  secrets.erase(std::remove_if(secrets.begin(), secrets.end(),
+                               [](const std::string& secret) { return secret.empty(); }),
+                secrets.end());
+  // Longest first, so that a secret containing another is masked whole.
+  std::sort(secrets.begin(), secrets.end(), [](const std::string& a, const std::string& b) {
+    return a.size() > b.size();
+  });
+  secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
+  return secrets;
+}
+
+std::string scrub_secrets(std::string message, const std::vector<std::string>& secrets) {
+  for (const std::string& secret : secrets) {
+    message = scrub_secret(std::move(message), secret);
   }
   return message;
 }

@@ -143,6 +143,12 @@ public:
   // Applies pending migrations when the caller has the rights. Throws idem::Error(k_ledger) with a
   // message that never contains a password.
   static std::unique_ptr<Ledger> open(const std::string& dsn);
+  // The same for a ledger that must exist already (every gdal-idem command but init and load): a
+  // SQLite DSN whose file is missing throws idem::Error(k_usage) naming the path, and creates
+  // nothing.
+  static std::unique_ptr<Ledger> open_existing(const std::string& dsn);
+  // The file of a SQLite DSN ("" gives the default one); nullopt for PostgreSQL.
+  static std::optional<std::string> sqlite_path_of(const std::string& dsn);
   // Start opening a PostgreSQL ledger's connection (connect, then ask its schema) without waiting
   // for the server: it answers while the caller does other work, and the next open(dsn) in this
   // process finishes and uses that connection. advance_preopened() moves the attempt on, again

@@ -17,8 +17,6 @@ std::unique_ptr<Ledger> open_sqlite_ledger(const std::string& path);
 std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn);
 void preopen_postgres_ledger(const std::string& dsn);
 
-// The password given in a libpq DSN (URI or keyword string), "" when none or unparsable.
-std::string dsn_password(const std::string& dsn);
 // Whether to connect with gssencmode=disable: the DSN (nor PGGSSENCMODE, nor a service) does not
 // choose, and every host is on this machine (loopback or a Unix socket), where encryption
 // protects nothing. libpq's default (prefer) looks for Kerberos credentials on every connection
@@ -67,6 +65,11 @@ std::optional<Preopened> take_postgres_preopened(const std::string& dsn);
 
 // `message` with every occurrence of `secret` masked (no-op for an empty secret).
 std::string scrub_secret(std::string message, const std::string& secret);
+// Every password a DSN may carry, in each form a message can quote it in (as written, unquoted,
+// unescaped, percent-decoded), found without libpq: a DSN libpq cannot parse is covered too
+// (URI user info, `password=` in keyword strings and URI queries, quoted or not).
+std::vector<std::string> dsn_secrets(const std::string& dsn);
+std::string scrub_secrets(std::string message, const std::vector<std::string>& secrets);
 
 // The filter a history() query runs with (state dropped: history rows are completed ones), or
 // nullopt when the filter cannot match a history row (absent, in flight, expired claims).

@@ -309,7 +309,7 @@ public:
   explicit PostgresLedger(const std::string& dsn)
       : m_dsn(dsn),
         m_redacted(Ledger::redact_dsn(dsn)),
-        m_password(ledger_detail::dsn_password(dsn)),
+        m_secrets(ledger_detail::dsn_secrets(dsn)),
         m_digest_cache(*this) {
     std::lock_guard<std::mutex> lock(m_mutex);
     connect();
@@ -898,7 +898,7 @@ private:
     while (!line.empty() && line.back() == ' ') {
       line.pop_back();
     }
-    return ledger_detail::scrub_secret(line, m_password);
+    return ledger_detail::scrub_secrets(line, m_secrets);
   }
 
   void connect() {
@@ -1610,7 +1610,7 @@ private:
 
   std::string m_dsn;
   std::string m_redacted;
-  std::string m_password;
+  std::vector<std::string> m_secrets;
   std::mutex m_mutex;
   PgConnection m_connection;
   PgResult m_first_schema_answer;  // from the connection opened ahead, until read

@@ -1156,13 +1156,13 @@ INSTANTIATE_TEST_SUITE_P(Backends, LedgerConformance,
 
 TEST(LedgerDsn, RedactionHidesPasswordsInUrisAndKeywordStrings) {
   EXPECT_EQ(Ledger::redact_dsn("postgresql://etl:s3cret@db.example:5432/ledger?sslmode=require"),
-            "postgresql://etl:***@db.example:5432/ledger?sslmode=require");
+            "postgresql://etl:XXXX@db.example:5432/ledger?sslmode=require");
   EXPECT_EQ(Ledger::redact_dsn("postgres://etl@db/ledger?password=s3cret&sslmode=verify-full"),
-            "postgres://etl@db/ledger?password=***&sslmode=verify-full");
+            "postgres://etl@db/ledger?password=XXXX&sslmode=verify-full");
   EXPECT_EQ(Ledger::redact_dsn("host=db dbname=ledger password=s3cret user=etl"),
-            "host=db dbname=ledger password=*** user=etl");
+            "host=db dbname=ledger password=XXXX user=etl");
   EXPECT_EQ(Ledger::redact_dsn("host=db password = 'it\\'s s3cret' user=etl"),
-            "host=db password = *** user=etl");
+            "host=db password = XXXX user=etl");
   EXPECT_EQ(Ledger::redact_dsn("host=db password='unterminated s3cret").find("s3cret"),
             std::string::npos);
   EXPECT_EQ(Ledger::redact_dsn("sqlite:/tmp/ledger.sqlite"), "sqlite:/tmp/ledger.sqlite");
@@ -1267,8 +1267,36 @@ void expect_ledger_error_without(const std::string& dsn, const std::string& secr
     const std::string message = error.what();
     EXPECT_EQ(message.find(secret), std::string::npos) << message;
     EXPECT_NE(message.find(expected_fragment), std::string::npos) << message;
-    EXPECT_NE(message.find("***"), std::string::npos) << message;
+    EXPECT_NE(message.find("XXXX"), std::string::npos) << message;
   }
+}
+
+// libpq quotes a DSN it cannot parse in its message; the password is masked all the same.
+TEST(LedgerDsn, UnparsableDsnsNeverShowTheirPassword) {
+  const std::vector<std::string> dsns = {
+      "postgresql://u:S3cretPW@[::1/ledger",
+      "postgresql://u:S3cret%50W@[::1/ledger",
+      "postgres://u@[::1/ledger?password=S3cretPW&x",
+      "host=db password='S3cretPW",
+      "host=db password = 'S3cret\\'PW' port=x",
+      "host=[::1 password=S3cretPW",
+      "password=S3cretPW port=notaport host=db",
+  };
+  for (const std::string& dsn : dsns) {
+    try {
+      Ledger::open(dsn);
+      ADD_FAILURE() << "expected an error for " << Ledger::redact_dsn(dsn);
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_EQ(message.find("S3cret"), std::string::npos) << message;
+      EXPECT_EQ(message.find("PW"), std::string::npos) << message;
+    }
+    EXPECT_EQ(Ledger::redact_dsn(dsn).find("S3cret"), std::string::npos) << dsn;
+  }
+  EXPECT_EQ(Ledger::redact_dsn("host=db password=s3cret"), "host=db password=XXXX");
+  EXPECT_EQ(ledger_detail::scrub_secrets("a 'S3cret\\'PW' b", ledger_detail::dsn_secrets(
+                                                                 "password='S3cret\\'PW'")),
+            "a XXXX b");
 }
 
 TEST_F(LedgerPostgres, ServerDownGivesClearErrorWithoutPassword) {

@@ -1,0 +1,436 @@
+"""What a failed or superseded attempt leaves behind (docs/concepts.md, "What a failed attempt
+leaves"): GDAL's pre-delete of an IDEM destination is resolved by the IDEM call it belongs to,
+never at the end of the process, so a worker that fails (busy, lost lease, error) leaves every
+file and ledger row it found as it was; a publish removes the replaced output's files that the
+new output lacks at once; a user's own delete through /vsiidem/ removes only the file it saw.
+
+Workers stop at pause points and go on when the test creates their resume file; a lease's end
+is awaited by polling the ledger."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from idem_testlib import (GDAL_IDEM, Ledger, env_with, file_state, make_ledger, make_source,
+                          read_pixels, run, temp_dirs_beside)
+
+OB_TRAN = ("+proj=ob_tran +o_proj=longlat +o_lon_p=0 +o_lat_p=30 +lon_0=0 +datum=WGS84 "
+           "+no_defs")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger(request, tmp_path):
+    return make_ledger(request.param, tmp_path)
+
+
+@pytest.fixture
+def source(tmp_path):
+    return make_source(tmp_path / "scene.tif", size=384)
+
+
+def warp_cmd(src, dst, *extra, resampling="bilinear", srs="EPSG:3857"):
+    return ["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-t_srs", srs, "-r", resampling,
+            *extra, src, "/vsiidem/" + str(dst)]
+
+
+class PausedWorker:
+    """A worker process stopped at a pause point until resume() creates its resume file."""
+
+    def __init__(self, cmd, env, point, tmp_path):
+        self.resume_file = tmp_path / f"resume-{point}-{os.urandom(4).hex()}"
+        env = dict(env, IDEM_TEST_PAUSE_AT=point, IDEM_TEST_PAUSE_SECONDS="600",
+                   IDEM_TEST_RESUME_FILE=str(self.resume_file))
+        self.proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.stderr_head = []
+        for line in self.proc.stderr:
+            self.stderr_head.append(line)
+            if f"test pause at {point}" in line:
+                return
+        self.proc.wait()
+        raise AssertionError(f"worker never reached {point}: rc={self.proc.returncode}\n"
+                             + "".join(self.stderr_head))
+
+    def resume(self):
+        self.resume_file.write_text("go")
+        _, rest = self.proc.communicate(timeout=300)
+        return self.proc.returncode, "".join(self.stderr_head) + rest
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wait_until_leases_expired(ledger, bound_seconds=60):
+    """Polls the ledger until no in-flight lease is live on its own clock (a worker stopped
+    past its lease: its own clock then says so too)."""
+    wait_until_leases_expired_for(ledger, None, bound_seconds)
+
+
+def wait_until_leases_expired_for(ledger, pid, bound_seconds=60):
+    """The same for the claims of one worker process (every worker's when `pid` is None)."""
+    which = "" if pid is None else f" AND worker_pid = {int(pid)}"
+    if ledger.backend == "sqlite":
+        live = ("SELECT count(*) FROM ledger WHERE completed_at IS NULL AND lease_expires_at > "
+                "(julianday('now') - 2440587.5) * 86400.0" + which)
+    else:
+        live = ("SELECT count(*) FROM idem.ledger WHERE completed_at IS NULL "
+                "AND lease_expires_at > now()" + which)
+    polls = int(bound_seconds / 0.05)
+    for _ in range(polls):
+        conn = ledger.connect()
+        try:
+            if conn.execute(live).fetchone()[0] == 0:
+                return
+        finally:
+            conn.close()
+        time.sleep(0.05)  # polling interval, not a wait for the event itself
+    raise AssertionError("a lease never expired")
+
+
+def completed_rows(ledger):
+    return [r for r in ledger.rows() if r["completed_at"] is not None]
+
+
+def test_safety_zombie_failure_keeps_the_successors_output(ledger, source, tmp_path):
+    """A worker stopped past its lease while rebuilding over an older output, taken over and
+    completed by another worker, then resumed: it fails, and the successor's output and row
+    stay (the old exit-time delete removed both)."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(warp_cmd(source, out, resampling="near"), env=env, check=True)  # older completed work
+    zombie = PausedWorker(warp_cmd(source, out), dict(env, IDEM_STALE_SECONDS="2"),
+                          "during_write", tmp_path)
+    try:
+        wait_until_leases_expired(ledger)
+        run(warp_cmd(source, out), env=env, check=True)  # the successor takes over
+        successor = file_state(out)
+        code, stderr = zombie.resume()
+    finally:
+        zombie.kill()
+    assert code != 0
+    assert "lost" in stderr
+    assert file_state(out) == successor
+    rows = {r["attempt"]: r for r in completed_rows(ledger) if "Bilinear" in r["work_json"]}
+    assert list(rows) == [2] and rows[2]["output_size"] == successor[2]
+    assert temp_dirs_beside(out) == []
+
+
+def test_safety_busy_failing_neighbour_removes_nothing(ledger, source, tmp_path):
+    """IDEM_ON_BUSY=FAIL next to a live worker: exit 1, and the older output, its row and the
+    live worker's in-flight row are all still there; the live worker then publishes."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(warp_cmd(source, out, resampling="near"), env=env, check=True)
+    older = file_state(out)
+    rows_before = ledger.rows()
+    live = PausedWorker(warp_cmd(source, out), env, "during_write", tmp_path)
+    try:
+        proc = run(warp_cmd(source, out), env=dict(env, IDEM_ON_BUSY="FAIL"))
+        assert proc.returncode != 0
+        assert "IDEM_ON_BUSY=FAIL" in proc.stderr
+        assert file_state(out) == older
+        rows = ledger.rows()
+        assert len(rows) == 2
+        in_flight = [r for r in rows if r["completed_at"] is None]
+        assert len(in_flight) == 1 and in_flight[0]["worker_pid"] == live.proc.pid
+        assert [r for r in rows if r["completed_at"] is not None] == rows_before
+        code, stderr = live.resume()
+    finally:
+        live.kill()
+    assert code == 0, stderr
+    assert file_state(out) != older
+    assert {r["attempt"] for r in completed_rows(ledger)} == {1}
+    assert len(completed_rows(ledger)) == 2
+
+
+def test_safety_python_worker_failure_resolves_the_pre_delete_at_once(ledger, source, tmp_path):
+    """A long-running Python worker whose gdal.Warp failed busy sees the older output again at
+    once through /vsiidem/, and it is still there, untouched, after the process ends."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(warp_cmd(source, out, resampling="near"), env=env, check=True)
+    older = file_state(out)
+    live = PausedWorker(warp_cmd(source, out), env, "during_write", tmp_path)
+    code = textwrap.dedent(f"""
+        import os
+        from osgeo import gdal
+        gdal.UseExceptions()
+        gdal.SetConfigOption("IDEM_ON_BUSY", "FAIL")
+        try:
+            gdal.Warp({"/vsiidem/" + str(out)!r}, {source!r}, format="IDEM",
+                      dstSRS="EPSG:3857", resampleAlg="bilinear")
+            raise SystemExit("expected a busy failure")
+        except RuntimeError as error:
+            assert "IDEM_ON_BUSY=FAIL" in str(error), error
+        assert gdal.VSIStatL({"/vsiidem/" + str(out)!r}) is not None, "still hidden"
+        print("visible", os.stat({str(out)!r}).st_ino)
+    """)
+    try:
+        proc = run([sys.executable, "-c", code], env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"visible {older[0]}" in proc.stdout
+        assert file_state(out) == older
+        assert len([r for r in ledger.rows() if r["completed_at"] is None]) == 1
+    finally:
+        live.resume()
+        live.kill()
+
+
+def test_safety_publish_removes_the_replaced_outputs_sidecar_at_once(ledger, source, tmp_path):
+    """Work A writes out.tif + out.tif.aux.xml (a CRS GeoTIFF keys cannot hold); work B at the
+    same path writes no sidecar. When B returns, A's sidecar is gone (in the same process), and
+    a skip of B afterwards does not bring it back."""
+    out = tmp_path / "out.tif"
+    sidecar = tmp_path / "out.tif.aux.xml"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    code = textwrap.dedent(f"""
+        import os
+        from osgeo import gdal
+        gdal.UseExceptions()
+        dst, src = {"/vsiidem/" + str(out)!r}, {source!r}
+        gdal.Warp(dst, src, format="IDEM", dstSRS={OB_TRAN!r})
+        assert os.path.exists({str(sidecar)!r}), "work A wrote no sidecar"
+        gdal.Warp(dst, src, format="IDEM", dstSRS="EPSG:3857")
+        print("after B", os.path.exists({str(sidecar)!r}))
+        gdal.Warp(dst, src, format="IDEM", dstSRS="EPSG:3857")  # a skip
+        print("after skip", os.path.exists({str(sidecar)!r}))
+        ds = gdal.Open({str(out)!r})
+        print("crs", ds.GetSpatialRef().GetAuthorityCode(None))
+    """)
+    proc = run([sys.executable, "-c", code], env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "after B False" in proc.stdout
+    assert "after skip False" in proc.stdout
+    assert "crs 3857" in proc.stdout
+    assert not sidecar.exists()
+    assert temp_dirs_beside(out) == []
+
+
+def test_safety_skip_keeps_the_outputs_sidecar(ledger, source, tmp_path):
+    """The rerun of work whose output has a sidecar skips and leaves both files untouched."""
+    out = tmp_path / "out.tif"
+    sidecar = tmp_path / "out.tif.aux.xml"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(warp_cmd(source, out, srs=OB_TRAN), env=env, check=True)
+    before = (file_state(out), file_state(sidecar))
+    run(warp_cmd(source, out, srs=OB_TRAN), env=env, check=True)
+    assert (file_state(out), file_state(sidecar)) == before
+
+
+def test_safety_users_delete_removes_only_the_file_it_saw(ledger, source, tmp_path):
+    """gdal.Unlink through /vsiidem/ is carried out at the end of the process only if the file is
+    still the one it saw: another worker's newer output written meanwhile stays, with its row."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(warp_cmd(source, out, resampling="near"), env=env, check=True)
+    code = textwrap.dedent(f"""
+        import subprocess, sys
+        from osgeo import gdal
+        gdal.UseExceptions()
+        assert gdal.Unlink({"/vsiidem/" + str(out)!r}) == 0
+        # Another worker rebuilds the path with other work before this process ends.
+        subprocess.run({[str(c) for c in warp_cmd(source, out)]!r}, check=True)
+    """)
+    proc = run([sys.executable, "-c", code], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists(), "the deferred delete removed a file it never saw"
+    rows = completed_rows(ledger)
+    newer = [r for r in rows if "Bilinear" in r["work_json"]]
+    assert len(newer) == 1 and newer[0]["output_size"] == out.stat().st_size
+
+
+def test_safety_users_delete_of_an_unchanged_output_invalidates_its_row(ledger, source,
+                                                                       tmp_path):
+    """The same delete with nothing changed meanwhile removes the file and invalidates the row
+    whose fingerprint is that file's, so the next run rebuilds it."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(warp_cmd(source, out), env=env, check=True)
+    code = textwrap.dedent(f"""
+        from osgeo import gdal
+        gdal.UseExceptions()
+        assert gdal.Unlink({"/vsiidem/" + str(out)!r}) == 0
+    """)
+    proc = run([sys.executable, "-c", code], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not out.exists()
+    assert completed_rows(ledger) == []
+    run(warp_cmd(source, out), env=env, check=True)
+    assert out.exists() and len(completed_rows(ledger)) == 1
+
+
+@pytest.mark.parametrize("output", ["/vsiidem/", "/vsiidem", "/vsiidem/sub/"])
+def test_safety_directory_output_is_refused_before_a_claim(output, source, tmp_path):
+    (tmp_path / "sub").mkdir()
+    ledger = make_ledger("sqlite", tmp_path)
+    cmd = ["gdal_translate", "-of", "IDEM", source, output]
+    proc = run(cmd, env=env_with(IDEM_LEDGER=ledger.dsn), cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "names a directory" in proc.stderr
+    assert ledger.rows() == []
+
+
+def test_safety_takeover_removes_the_dead_attempts_temporary_directory(ledger, source, tmp_path):
+    """After kill -9 and a takeover, the killed attempt's .idem-tmp-* directory is gone as soon
+    as the successor has claimed; another work's live temporary directory at the same path
+    stays."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    other = PausedWorker(warp_cmd(source, out, resampling="cubic"), env, "during_write",
+                         tmp_path)
+    try:
+        live_dirs = set(temp_dirs_beside(out))
+        dead = PausedWorker(warp_cmd(source, out), dict(env, IDEM_STALE_SECONDS="2"),
+                            "during_write", tmp_path)
+        dead.proc.kill()
+        dead.proc.wait()
+        assert len(temp_dirs_beside(out)) == 2
+        wait_until_leases_expired_for(ledger, dead.proc.pid)
+        run(warp_cmd(source, out), env=env, check=True)  # takes the killed attempt's work over
+        assert set(temp_dirs_beside(out)) == live_dirs
+        rows = [r for r in completed_rows(ledger) if "Bilinear" in r["work_json"]]
+        assert len(rows) == 1 and rows[0]["attempt"] == 2
+    finally:
+        other.resume()
+        other.kill()
+    assert temp_dirs_beside(out) == []
+
+
+def test_safety_export_onto_the_ledger_is_refused(source, tmp_path):
+    """`gdal-idem export` never writes over the ledger database or its -wal file."""
+    gpkg = tmp_path / "ledger.gpkg"
+    ledger = Ledger("sqlite", "sqlite:" + str(gpkg), lambda: sqlite3.connect(str(gpkg)))
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(warp_cmd(source, tmp_path / "out.tif"), env=env, check=True)
+    rows = ledger.rows()
+    for target in (gpkg, tmp_path / "ledger.gpkg-wal", tmp_path / "." / "ledger.gpkg"):
+        before = gpkg.read_bytes()
+        proc = run([GDAL_IDEM, "export", target], env=env)
+        assert proc.returncode == 2, proc.stderr
+        assert "is the ledger database itself" in proc.stderr
+        assert gpkg.read_bytes() == before
+    os.link(gpkg, tmp_path / "hardlink.gpkg")
+    proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "export", tmp_path / "hardlink.gpkg"])
+    assert proc.returncode == 2
+    assert ledger.rows() == rows
+
+
+UNPARSABLE_DSNS = [
+    "postgresql://u:S3cretPW@[::1/ledger",
+    "postgres://u@[::1/ledger?password=S3cretPW",
+    "host=db password='S3cretPW",
+    "host=[::1 password=S3cretPW",
+    "password = S3cretPW port=notaport",
+]
+
+
+@pytest.mark.parametrize("dsn", UNPARSABLE_DSNS)
+def test_safety_unparsable_dsn_never_prints_its_password(dsn, source, tmp_path):
+    proc = run([GDAL_IDEM, "--ledger", dsn, "status"])
+    assert proc.returncode == 2
+    assert "S3cret" not in proc.stderr + proc.stdout
+    assert proc.stderr.startswith("gdal-idem status: ")
+    proc = run(warp_cmd(source, tmp_path / "out.tif"), env=env_with(IDEM_LEDGER=dsn))
+    assert proc.returncode != 0
+    assert "S3cret" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "out.tif").exists()
+
+
+@pytest.mark.parametrize("command", [["status"], ["inflight"], ["verify"], ["reap"],
+                                     ["explain", "--last", "/x.tif"], ["forget", "abc"],
+                                     ["prune", "--keep-latest"], ["export", "x.gpkg"]])
+def test_safety_read_only_commands_create_no_ledger(command, tmp_path):
+    missing = tmp_path / "typo.sqlite"
+    proc = run([GDAL_IDEM, "--ledger", "sqlite:" + str(missing), *command], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert f"there is no ledger at {missing}" in proc.stderr
+    assert not missing.exists()
+    assert not (tmp_path / "x.gpkg").exists()
+
+
+def test_safety_global_options_follow_the_command_too(source, tmp_path):
+    ledger = make_ledger("sqlite", tmp_path)
+    run(warp_cmd(source, tmp_path / "out.tif"), env=env_with(IDEM_LEDGER=ledger.dsn),
+        check=True)
+    proc = run([GDAL_IDEM, "status", "--json", "--ledger", ledger.dsn, "-q"])
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["completed"] == 1
+
+
+def test_safety_format_mem_is_refused(source, tmp_path):
+    ledger = make_ledger("sqlite", tmp_path)
+    proc = run(["gdal_translate", "-of", "IDEM", "-co", "FORMAT=MEM", source,
+                "/vsiidem/" + str(tmp_path / "out.tif")], env=env_with(IDEM_LEDGER=ledger.dsn))
+    assert proc.returncode != 0
+    assert "FORMAT=MEM writes no file" in proc.stderr
+    assert ledger.rows() == []
+
+
+@pytest.mark.parametrize("how", ["same path", "hard link", "inside a VRT"])
+def test_safety_output_that_is_a_source_is_refused(how, ledger, source, tmp_path):
+    """The real destination is a file of the sources' file lists: refused before anything is
+    deleted, the source untouched, no row."""
+    before = file_state(source)
+    src = source
+    if how == "hard link":
+        src = str(tmp_path / "alias.tif")
+        os.link(source, src)
+    elif how == "inside a VRT":
+        src = str(tmp_path / "mosaic.vrt")
+        run(["gdalbuildvrt", "-q", src, source], check=True)
+    proc = run(warp_cmd(src, source), env=env_with(IDEM_LEDGER=ledger.dsn), cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "is one of the sources" in proc.stderr
+    assert file_state(source) == before
+    assert ledger.rows() == []
+
+
+PY_TRANSLATE_EDITED = r"""
+import sys
+from osgeo import gdal
+gdal.UseExceptions()
+src, dst, what = sys.argv[1:4]
+ds = gdal.Open(src, gdal.GA_Update)
+if what == "pixels":
+    ds.GetRasterBand(1).Fill(77)                         # in GDAL's block cache only
+else:
+    ds.SetGeoTransform([400000.0, 20.0, 0.0, 4600000.0, 0.0, -20.0])  # not saved yet
+options = {"outputType": gdal.GDT_Int16} if "vrt" in sys.argv[4:] else {}
+out = gdal.Translate(dst, ds, format="IDEM", **options)
+print("band1 max", int(out.GetRasterBand(1).ComputeRasterMinMax(False)[1]))
+print("geotransform", list(out.GetGeoTransform()))
+"""
+
+
+@pytest.mark.parametrize("what", ["pixels", "geotransform"])
+@pytest.mark.parametrize("path", ["source", "vrt"])
+def test_safety_source_with_unwritten_changes_is_never_skipped_onto(what, path, tmp_path):
+    """gdal.Translate of a dataset open for update whose changes are not written yet, to a path
+    where the translation of the file as it was is completed: the output shows what the handle
+    shows (77s, the new geotransform), as plain GDAL's does, never the old output."""
+    source = make_source(tmp_path / "scene.tif", size=64, bands=1)
+    ledger = make_ledger("sqlite", tmp_path)
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    out = tmp_path / "out.tif"
+    extra = ["-ot", "Int16"] if path == "vrt" else []
+    run(["gdal_translate", "-q", "-of", "IDEM", *extra, source, "/vsiidem/" + str(out)], env=env,
+        check=True)
+    proc = run([sys.executable, "-c", PY_TRANSLATE_EDITED, source, "/vsiidem/" + str(out), what,
+                path], env=env)
+    assert proc.returncode == 0, proc.stderr
+    if what == "pixels":
+        assert "band1 max 77" in proc.stdout
+        assert int(read_pixels(out)[0].min()) == 77
+    else:
+        from osgeo import gdal
+        assert list(gdal.Open(str(out)).GetGeoTransform()) == [400000.0, 20.0, 0.0, 4600000.0,
+                                                                0.0, -20.0]
+    assert len(completed_rows(ledger)) == 2
