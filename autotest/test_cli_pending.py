@@ -195,8 +195,12 @@ def test_pending_leaves_outputs_sidecars_and_rows_untouched(ledger, batch, tmp_p
     sidecar.write_text("<PAMDataset><Metadata><MDI key=\"note\">kept</MDI></Metadata>"
                        "</PAMDataset>\n")
     before = file_state(out), file_state(sidecar), len(ledger.completed())
-    assert printed(pending(env, write_batch(tmp_path, [lines[0]]))) == []
+    # A sidecar that joined the output after its completion makes the work pending (the driver
+    # would rebuild rather than serve an output whose files changed), and pending changes nothing.
+    assert printed(pending(env, write_batch(tmp_path, [lines[0]]))) == [lines[0]]
     assert (file_state(out), file_state(sidecar), len(ledger.completed())) == before
+    sidecar.unlink()
+    assert printed(pending(env, write_batch(tmp_path, [lines[0]]))) == []
 
 
 def test_pending_gdal_translate_lines(sqlite_ledger, batch, tmp_path):

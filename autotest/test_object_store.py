@@ -657,3 +657,22 @@ def test_python_process_ends_when_the_store_is_gone_at_exit(tmp_path):
     finally:
         if not stopped:
             server.stop()
+
+
+def test_s3_zombie_upload_refused_does_not_leave_its_object(s3, sqlite_ledger, source,
+                                                          local_tmp, prefix, tmp_path):
+    """The object-storage fallback of the fenced publish (s3rver honours no conditional write):
+    a worker whose claim was taken over elsewhere uploads, its completion is refused, and it
+    deletes the object it uploaded, so the key never holds pixels no completed row describes."""
+    from test_safety import PausedWorker, take_over_in_sql
+    uri = f"/vsis3/{prefix}/zombie2.tif"
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    zombie = PausedWorker(warp_cmd(source, "/vsiidem/" + uri), env, "before_commit", tmp_path)
+    try:
+        take_over_in_sql(sqlite_ledger, zombie.proc.pid)
+        code, stderr = zombie.resume()
+    finally:
+        zombie.kill()
+    assert code != 0 and "taken over by another worker" in stderr
+    assert not object_exists(uri)
+    assert [r["claim_token"] for r in sqlite_ledger.completed()] == ["taken-over-elsewhere"]

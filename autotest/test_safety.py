@@ -280,28 +280,22 @@ def test_safety_directory_output_is_refused_before_a_claim(output, source, tmp_p
 
 def test_safety_takeover_removes_the_dead_attempts_temporary_directory(ledger, source, tmp_path):
     """After kill -9 and a takeover, the killed attempt's .idem-tmp-* directory is gone as soon
-    as the successor has claimed; another work's live temporary directory at the same path
-    stays."""
+    as the successor has claimed; a temporary directory without the work's mark stays (for
+    `gdal-idem reap`)."""
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
-    other = PausedWorker(warp_cmd(source, out, resampling="cubic"), env, "during_write",
-                         tmp_path)
-    try:
-        live_dirs = set(temp_dirs_beside(out))
-        dead = PausedWorker(warp_cmd(source, out), dict(env, IDEM_STALE_SECONDS="2"),
-                            "during_write", tmp_path)
-        dead.proc.kill()
-        dead.proc.wait()
-        assert len(temp_dirs_beside(out)) == 2
-        wait_until_leases_expired_for(ledger, dead.proc.pid)
-        run(warp_cmd(source, out), env=env, check=True)  # takes the killed attempt's work over
-        assert set(temp_dirs_beside(out)) == live_dirs
-        rows = [r for r in completed_rows(ledger) if "Bilinear" in r["work_json"]]
-        assert len(rows) == 1 and rows[0]["attempt"] == 2
-    finally:
-        other.resume()
-        other.kill()
-    assert temp_dirs_beside(out) == []
+    foreign = tmp_path / ".idem-tmp-foreign"
+    foreign.mkdir()
+    dead = PausedWorker(warp_cmd(source, out), dict(env, IDEM_STALE_SECONDS="2"),
+                        "during_write", tmp_path)
+    dead.proc.kill()
+    dead.proc.wait()
+    assert len(temp_dirs_beside(out)) == 2
+    wait_until_leases_expired_for(ledger, dead.proc.pid)
+    run(warp_cmd(source, out), env=env, check=True)  # takes the killed attempt's work over
+    assert temp_dirs_beside(out) == [foreign.name]
+    rows = completed_rows(ledger)
+    assert len(rows) == 1 and rows[0]["attempt"] == 2
 
 
 def test_safety_export_onto_the_ledger_is_refused(source, tmp_path):
@@ -434,3 +428,172 @@ def test_safety_source_with_unwritten_changes_is_never_skipped_onto(what, path, 
         assert list(gdal.Open(str(out)).GetGeoTransform()) == [400000.0, 20.0, 0.0, 4600000.0,
                                                                 0.0, -20.0]
     assert len(completed_rows(ledger)) == 2
+
+
+def png_cmd(src, dst):
+    return ["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-co", "FORMAT=PNG", "-t_srs",
+            "EPSG:3857", "-ts", "64", "64", src, "/vsiidem/" + str(dst)]
+
+
+def pending_lines(ledger, lines, tmp_path):
+    batch = tmp_path / "batch.txt"
+    batch.write_text("".join(__import__("shlex").join(line) + "\n" for line in lines))
+    proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "pending", batch])
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.parametrize("change", ["deleted", "edited", "deleted and added back different"])
+def test_safety_a_changed_sidecar_is_never_skipped_onto(change, ledger, source, tmp_path):
+    """FORMAT=PNG keeps the georeferencing in p.png.aux.xml. Whatever happens to that file after
+    completion, the rerun rebuilds (the PNG is never served without its georeferencing), and
+    `pending` and `verify` say so too."""
+    out = tmp_path / "p.png"
+    sidecar = tmp_path / "p.png.aux.xml"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(png_cmd(source, out), env=env, check=True)
+    assert sidecar.exists()
+    original = sidecar.read_bytes()
+    if change == "deleted":
+        sidecar.unlink()
+    elif change == "edited":
+        sidecar.write_bytes(original.replace(b"EPSG", b"epsg"))
+    else:
+        sidecar.unlink()
+        sidecar.write_bytes(original + b"\n")
+    assert pending_lines(ledger, [png_cmd(source, out)], tmp_path) != []
+    verify = run([GDAL_IDEM, "--ledger", ledger.dsn, "verify", "--dry-run"])
+    assert verify.returncode == 1
+    run(png_cmd(source, out), env=env, check=True)
+    assert sidecar.read_bytes() == original
+    from osgeo import gdal
+    assert gdal.Open(str(out)).GetSpatialRef().GetAuthorityCode(None) == "3857"
+    assert [r["attempt"] for r in completed_rows(ledger)] == [2]
+    assert pending_lines(ledger, [png_cmd(source, out)], tmp_path) == []
+
+
+def test_safety_a_sidecar_added_after_completion_is_never_skipped_onto(ledger, source,
+                                                                        tmp_path):
+    """A GeoTIFF completed without a sidecar, then given an out.tif.aux.xml that GDAL reads (here
+    another CRS): the rerun rebuilds, and the added file is gone with the old output."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(warp_cmd(source, out), env=env, check=True)
+    before = file_state(out)
+    from osgeo import gdal
+    ds = gdal.Open(str(out))
+    ds.SetMetadataItem("ADDED", "later")  # written to out.tif.aux.xml on close
+    ds = None
+    assert (tmp_path / "out.tif.aux.xml").exists()
+    run(warp_cmd(source, out), env=env, check=True)
+    assert not (tmp_path / "out.tif.aux.xml").exists()
+    assert file_state(out) != before
+    assert gdal.Open(str(out)).GetMetadataItem("ADDED") is None
+    assert [r["attempt"] for r in completed_rows(ledger)] == [2]
+
+
+def test_safety_rerun_with_untouched_sidecars_skips(ledger, source, tmp_path):
+    out = tmp_path / "p.png"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    run(png_cmd(source, out), env=env, check=True)
+    before = (file_state(out), file_state(tmp_path / "p.png.aux.xml"))
+    run(png_cmd(source, out), env=env, check=True)
+    assert (file_state(out), file_state(tmp_path / "p.png.aux.xml")) == before
+    rows = completed_rows(ledger)
+    assert [r["attempt"] for r in rows] == [1]
+    assert "p.png.aux.xml" in rows[0]["output_members"]
+    assert run([GDAL_IDEM, "--ledger", ledger.dsn, "verify"]).returncode == 0
+
+
+def take_over_in_sql(ledger, pid):
+    """What a takeover and completion by a worker on another host (which cannot reach this
+    host's temporary directory) does to the row of `pid`'s claim: a new token and attempt, and
+    a completion recorded under them."""
+    table = "ledger" if ledger.backend == "sqlite" else "idem.ledger"
+    mark = "?" if ledger.backend == "sqlite" else "%s"
+    now = "(julianday('now') - 2440587.5) * 86400.0" if ledger.backend == "sqlite" else "now()"
+    conn = ledger.connect()
+    try:
+        cur = conn.execute(f"UPDATE {table} SET claim_token = 'taken-over-elsewhere', "
+                           f"attempt = attempt + 1, completed_at = {now}, output_size = 0 "
+                           f"WHERE worker_pid = {mark} AND completed_at IS NULL", (pid,))
+        assert cur.rowcount == 1
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_safety_zombie_never_leaves_its_pixels_over_newer_work_of_another_key(ledger, source,
+                                                                               tmp_path):
+    """Worker A (work K1) stops right before publishing; its claim is taken over; worker C
+    completes K2 (other work, same path); A resumes and publishes: its completion is refused,
+    and C's file is back in place (the same inode), so the path holds what the ledger says."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    zombie = PausedWorker(warp_cmd(source, out), env, "before_commit", tmp_path)
+    try:
+        take_over_in_sql(ledger, zombie.proc.pid)
+        run(warp_cmd(source, out, resampling="cubic"), env=env, check=True)  # C: K2
+        newer = file_state(out)
+        code, stderr = zombie.resume()
+    finally:
+        zombie.kill()
+    assert code != 0
+    assert "taken over by another worker" in stderr
+    assert file_state(out) == newer
+    cubic = [r for r in completed_rows(ledger) if "Cubic" in r["work_json"]]
+    assert len(cubic) == 1 and cubic[0]["output_size"] == newer[2]
+    before = file_state(out)
+    run(warp_cmd(source, out, resampling="cubic"), env=env, check=True)  # skips: K2 is current
+    assert file_state(out) == before
+    assert temp_dirs_beside(out) == []
+
+
+def test_safety_zombie_publishing_where_nothing_was_takes_its_file_back(ledger, source,
+                                                                        tmp_path):
+    """The same with nothing at the path before A publishes: A's file does not stay."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    zombie = PausedWorker(warp_cmd(source, out), env, "before_commit", tmp_path)
+    try:
+        take_over_in_sql(ledger, zombie.proc.pid)
+        code, _ = zombie.resume()
+    finally:
+        zombie.kill()
+    assert code != 0
+    assert not out.exists()
+    assert temp_dirs_beside(out) == []
+
+
+def test_safety_two_works_on_one_output_are_serialised(ledger, source, tmp_path):
+    """Work K2 for an output on which work K1 holds a live claim waits for K1 (IDEM_ON_BUSY=WAIT)
+    or fails at once naming it (FAIL), and never runs beside it; once K1 completes, K2 runs and
+    its completion supersedes K1's."""
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    first = PausedWorker(warp_cmd(source, out), env, "during_write", tmp_path)
+    try:
+        proc = run(warp_cmd(source, out, resampling="cubic"),
+                   env=dict(env, IDEM_ON_BUSY="FAIL"))
+        assert proc.returncode != 0
+        assert "other work" in proc.stderr and f"pid {first.proc.pid}" in proc.stderr
+        assert len(ledger.rows()) == 2  # the refused claim was given back, not left in flight
+        assert [r for r in ledger.rows() if r["completed_at"] is None and
+                r["released_at"] is None and "Cubic" in r["work_json"]] == []
+        second = subprocess.Popen([str(c) for c in warp_cmd(source, out, resampling="cubic")],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        for line in second.stderr:
+            if "waiting for" in line:
+                break
+        assert len(temp_dirs_beside(out)) == 1  # the waiting work has not started
+        code, stderr = first.resume()
+        assert code == 0, stderr
+        assert second.wait(timeout=300) == 0
+    finally:
+        first.kill()
+    rows = completed_rows(ledger)
+    assert len(rows) == 2
+    current = [r for r in rows if r["superseded_at"] is None]
+    assert len(current) == 1 and "Cubic" in current[0]["work_json"]
+    assert current[0]["output_size"] == out.stat().st_size

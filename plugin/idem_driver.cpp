@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/atomic_output.hpp"
+#include "core/canonical_json.hpp"
 #include "core/error.hpp"
 #include "core/lease.hpp"
 #include "core/object_store.hpp"
@@ -424,6 +425,42 @@ private:
   bool m_resolved = false;
 };
 
+// One file of an output's members (output_members_json): a local file's size and mtime, an
+// object's size and ETag.
+JsonValue member_entry(const std::string& path, int64_t size, int64_t mtime_ns,
+                       const std::string* etag) {
+  JsonValue member = JsonValue::object();
+  member.set("path", JsonValue::string(path));
+  member.set("size", JsonValue::integer(size));
+  if (etag != nullptr) {
+    member.set("etag", JsonValue::string(*etag));
+  } else {
+    member.set("mtime_ns", JsonValue::integer(mtime_ns));
+  }
+  return member;
+}
+
+std::string members_text(JsonValue::Array members) {
+  std::sort(members.begin(), members.end(), [](const JsonValue& a, const JsonValue& b) {
+    return a.find("path")->text() < b.find("path")->text();
+  });
+  return JsonValue::array(std::move(members)).dump();
+}
+
+// After a refused completion on object storage (no conditional write is used yet, see
+// docs/object-storage.md): the object this attempt uploaded is deleted if the store still has it,
+// so its pixels do not stay where another worker's completion is recorded.
+void remove_own_object(const std::string& path, const OutputFingerprint& ours) {
+  const auto headers = object_headers(path, true);
+  if (headers && ours.etag && headers->size == ours.size &&
+      match_object_etag(path, *headers, *ours.etag) != EtagMatch::k_different) {
+    if (VSIUnlink(path.c_str()) == 0) {
+      CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost",
+               path.c_str());
+    }
+  }
+}
+
 // `published`: every file this attempt published. GDAL then takes the output's sidecars from that
 // list instead of listing the directory (on object storage a LIST request per tile), and never
 // attaches a stale sidecar that the end of the process deletes.
@@ -683,7 +720,10 @@ public:
 
 private:
   GDALDataset* dry_run(const WorkDescription& work);
-  GDALDataset* skip(const LedgerRow& row, const char* why);
+  GDALDataset* skip(const LedgerRow& row, const char* why, GDALDataset* output);
+  std::optional<LedgerRow> earlier_claim_on_destination(const LedgerRow& ours);
+  std::optional<OutputFingerprint> published_fingerprint(
+      const AtomicOutput& output, const std::vector<std::string>& published) const;
   GDALDataset* run_claimed(const ClaimResult& claim, LeaseKeeper::Clock::time_point claim_sent,
                            PreparedWarp* prepared_warp,
                            GDALDataset* source, GDALDriver* format_driver,
@@ -820,9 +860,16 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
                                   : m_ledger->claim_unless_completed(request);
     read_warp_ahead = false;
     CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
+    std::optional<LedgerRow> rival;
     if (claim.outcome == ClaimOutcome::k_claimed) {
-      return run_claimed(claim, claim_sent, prepared_warp.get(), source, format_driver, progress,
-                         progress_data);
+      rival = earlier_claim_on_destination(claim.row);
+      if (!rival) {
+        return run_claimed(claim, claim_sent, prepared_warp.get(), source, format_driver,
+                           progress, progress_data);
+      }
+      // Another work holds a claim on this output from before ours: the two are serialised,
+      // so this claim is given back and the other work goes first (docs/concepts.md).
+      m_ledger->release(m_work.key, request.claim_token);
     }
     if (claim.outcome == ClaimOutcome::k_completed) {
       const LedgerRow& row = claim.row;
@@ -831,15 +878,21 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
                static_cast<long long>(row.fingerprint ? row.fingerprint->size : -1),
                static_cast<long long>(row.fingerprint ? row.fingerprint->mtime_ns : -1));
       std::string store_etag;
-      if (completed_output_is_current(row, m_destination, &store_etag)) {
+      GDALDatasetUniquePtr existing;
+      if (completed_output_is_current(row, m_destination, &store_etag, &existing) &&
+          existing->GetRasterXSize() == m_work.grid.x_size &&
+          existing->GetRasterYSize() == m_work.grid.y_size) {
         if (!store_etag.empty() &&
             !m_ledger->replace_etag(m_work.key, row.claim_token, *row.fingerprint->etag,
                                     store_etag)) {
           CPLDebug("IDEM", "the row changed before the store's ETag could be recorded");
         }
-        return skip(row, announced_wait ? "completed by another worker while this one waited"
-                                        : "already completed");
+        return skip(row,
+                    announced_wait ? "completed by another worker while this one waited"
+                                   : "already completed",
+                    existing.release());
       }
+      existing.reset();
       if (!m_via_vsiidem && !fingerprint_of(m_destination)) {
         CPLError(CE_Warning, CPLE_AppDefined,
                  "IDEM: this work was completed before, but GDAL deleted %s before calling the "
@@ -853,19 +906,22 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       m_ledger->invalidate(m_work.key, row.claim_token);
       continue;
     }
-    const LedgerRow& holder = claim.row;
+    const LedgerRow& holder = rival ? *rival : claim.row;
     const std::string holder_text =
         holder.worker_host + " pid " + std::to_string(holder.worker_pid) + " (attempt " +
         std::to_string(holder.attempt) + ", lease left " +
         std::to_string(static_cast<long>(holder.lease_left_seconds.value_or(0))) + " s)";
+    const std::string what =
+        rival ? "other work (key " + holder.work_key.substr(0, 12) + ") for the same output"
+              : std::string("this work");
     if (m_options.fail_when_busy) {
-      throw Error(ErrorKind::k_ledger, "work " + m_work.key.substr(0, 12) + " for " +
-                                           m_destination + " is being done by " + holder_text +
-                                           "; IDEM_ON_BUSY=FAIL");
+      throw Error(ErrorKind::k_ledger,
+                  "work " + m_work.key.substr(0, 12) + " for " + m_destination + ": " + what +
+                      " is being done by " + holder_text + "; IDEM_ON_BUSY=FAIL");
     }
     if (!announced_wait) {
-      CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds this work",
-               holder_text.c_str());
+      CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds %s",
+               holder_text.c_str(), what.c_str());
       announced_wait = true;
     }
     // Back off from 50 ms to 1 s: short tiles finish within a few polls, long work costs the
@@ -875,6 +931,26 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     wait_backoff = std::min(wait_backoff * 2, 1.0);
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(pause * 1000)));
   }
+}
+
+// A live claim of other work on the same output that came before `ours` (by claim time, then
+// key: every worker orders two claims the same way, so exactly one of them goes on).
+std::optional<LedgerRow> IdemCreator::earlier_claim_on_destination(const LedgerRow& ours) {
+  Ledger::RowFilter filter;
+  filter.output_uri = m_destination;
+  filter.state = RowState::k_in_flight;
+  const auto before = [&](const LedgerRow& row) {
+    const double theirs = row.claimed_at.value_or(0);
+    const double mine = ours.claimed_at.value_or(0);
+    return theirs < mine || (theirs == mine && row.work_key < m_work.key);
+  };
+  for (LedgerRow& row : m_ledger->rows(filter)) {
+    if (row.work_key != m_work.key && !row.released_at && row.lease_left_seconds &&
+        *row.lease_left_seconds > 0 && before(row)) {
+      return std::move(row);
+    }
+  }
+  return std::nullopt;
 }
 
 GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
@@ -908,16 +984,64 @@ GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
                      GDT_Byte, nullptr);
 }
 
-GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why) {
+GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why, GDALDataset* output) {
   // GDAL's pre-delete recorded every file of the dataset (sidecars too): keep them all. The
-  // output is opened by its real path, since /vsiidem/ hides files whose unlink is pending.
+  // output was opened by its real path, since /vsiidem/ hides files whose unlink is pending.
   vsiidem_cancel_unlink(m_destination);
-  GDALDataset* output = open_output(m_destination);
   keep_dataset_files(output);
   CPLDebug("IDEM", "timing: skip (open output) %.2f ms", lap_ms(m_lap));
   std::fprintf(stderr, "IDEM: skipped %s: %s (key %s, attempt %lld)\n", m_destination.c_str(),
                why, row.work_key.substr(0, 12).c_str(), static_cast<long long>(row.attempt));
   return output;
+}
+
+// The fingerprint the completion records for what `output` published.
+std::optional<OutputFingerprint> IdemCreator::published_fingerprint(
+    const AtomicOutput& output, const std::vector<std::string>& published) const {
+  std::optional<OutputFingerprint> fingerprint;
+  if (!output.is_object()) {
+    const std::vector<PublishedFile> placed = output.placed_files();
+    JsonValue::Array members;
+    for (const PublishedFile& file : placed) {
+      if (file.path == m_destination) {
+        fingerprint.emplace();
+        fingerprint->size = file.size;
+        fingerprint->mtime_ns = file.mtime_ns;
+      } else {
+        members.push_back(member_entry(file.path, file.size, file.mtime_ns, nullptr));
+      }
+    }
+    if (!fingerprint) {
+      throw Error(ErrorKind::k_internal, "the output " + m_destination + " was not published");
+    }
+    fingerprint->members = members_text(std::move(members));
+    return fingerprint;
+  }
+  // An object's ETag is predicted from the bytes uploaded where the store allows it, which
+  // saves asking the store for it (object_store.hpp); else it is asked.
+  const std::optional<std::string> predicted =
+      output.uploaded_primary() ? predicted_etag(m_destination, *output.uploaded_primary())
+                                : std::nullopt;
+  if (predicted) {
+    fingerprint.emplace();
+    fingerprint->size = output.uploaded_primary()->size;
+    fingerprint->etag = predicted;
+  } else {
+    fingerprint = fingerprint_of(m_destination);
+  }
+  if (!fingerprint) {
+    throw Error(ErrorKind::k_io, "the output " + m_destination + " vanished after publishing");
+  }
+  CPLStringList files;
+  for (const std::string& file : published) {
+    files.AddString(file.c_str());
+  }
+  fingerprint->members = output_members_json(m_destination, files.List());
+  if (!fingerprint->members) {
+    throw Error(ErrorKind::k_io,
+                "a file of the output " + m_destination + " vanished right after publishing");
+  }
+  return fingerprint;
 }
 
 GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
@@ -1003,7 +1127,9 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     // The new files replace what GDAL's pre-delete recorded; a file of the replaced output that
     // the new one does not have (a stale sidecar) is removed now, before the completion.
     try {
-      published = output.commit(m_options.durable);
+      // Local files: each is exchanged with the file it replaces, which is kept until the
+      // fenced completion below is recorded (settle) or refused (roll_back).
+      published = output.publish(m_options.durable);
     } catch (const Error&) {
       VSIStatBufL info;
       if (VSIStatL(output.temp_dir().c_str(), &info) != 0) {
@@ -1018,25 +1144,25 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     CPLDebug("IDEM", "timing: heartbeat+commit %.2f ms", lap_ms(m_lap));
     // An object's ETag is predicted from the bytes uploaded where the store allows it, which
     // saves asking the store for it (object_store.hpp); else it is asked.
-    std::optional<OutputFingerprint> fingerprint;
-    const std::optional<std::string> predicted =
-        output.uploaded_primary() ? predicted_etag(m_destination, *output.uploaded_primary())
-                                  : std::nullopt;
-    if (predicted) {
-      fingerprint.emplace();
-      fingerprint->size = output.uploaded_primary()->size;
-      fingerprint->etag = predicted;
-    } else {
-      fingerprint = fingerprint_of(m_destination);
-    }
-    if (!fingerprint) {
-      throw Error(ErrorKind::k_io, "the output " + m_destination + " vanished after publishing");
-    }
+    // The fingerprint of this attempt's own files (sidecars included, each checked by every
+    // later skip): taken from what publish() put in place, never from what the final path holds
+    // by the time it is asked, which may be another worker's by then.
+    const std::optional<OutputFingerprint> fingerprint = published_fingerprint(output, published);
     test_pause("before_complete");
     if (!m_ledger->complete(m_work.key, token, *fingerprint)) {
+      // Fenced: this attempt's files do not stay where another worker's completion is recorded.
+      if (output.is_object()) {
+        remove_own_object(m_destination, *fingerprint);
+      } else {
+        output.roll_back();
+      }
       throw Error(ErrorKind::k_ledger,
-                  "the output was published but the claim had been taken over by another worker, "
-                  "so this attempt's completion was refused; that worker records the work");
+                  "the claim on this work had been taken over by another worker, so this "
+                  "attempt's completion was refused and what it published was taken back; that "
+                  "worker records the work");
+    }
+    if (!output.is_object()) {
+      output.settle();
     }
   } catch (...) {
     try {
@@ -1125,10 +1251,65 @@ void set_dry_run_digest_cache(DigestCache* cache) {
 }
 
 bool completed_output_is_current(const LedgerRow& row, const std::string& destination,
-                                 std::string* store_etag) {
-  return row.state == RowState::k_completed && !row.superseded_at && row.fingerprint &&
-         row.output_uri == destination &&
-         output_matches(destination, *row.fingerprint, store_etag);
+                                 std::string* store_etag, GDALDatasetUniquePtr* opened) {
+  if (row.state != RowState::k_completed || row.superseded_at || !row.fingerprint ||
+      row.output_uri != destination ||
+      !output_matches(destination, *row.fingerprint, store_etag)) {
+    return false;
+  }
+  // The output as GDAL opens it, by its real path: every file it consists of now must be the
+  // files recorded at completion, unchanged (nothing missing, edited, or added since).
+  GDALDatasetUniquePtr dataset;
+  {
+    CPLErrorStateBackuper keep_error_state;
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    dataset.reset(
+        GDALDataset::Open(destination.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
+  }
+  if (!dataset) {
+    return false;
+  }
+  if (row.fingerprint->members) {
+    const CPLStringList files(dataset->GetFileList());
+    const std::optional<std::string> now = output_members_json(destination, files.List());
+    if (!now || *now != *row.fingerprint->members) {
+      CPLDebug("IDEM", "the files of %s differ from those recorded at completion: %s != %s",
+               destination.c_str(), now ? now->c_str() : "(unreadable)",
+               row.fingerprint->members->c_str());
+      return false;
+    }
+  }
+  if (opened != nullptr) {
+    *opened = std::move(dataset);
+  }
+  return true;
+}
+
+std::optional<std::string> output_members_json(const std::string& primary, CSLConstList files) {
+  JsonValue::Array members;
+  std::set<std::string> seen{primary};
+  for (CSLConstList file = files; file != nullptr && *file != nullptr; ++file) {
+    const std::string path = absolute_path(*file);
+    if (!seen.insert(path).second) {
+      continue;
+    }
+    if (is_object_store_path(path)) {
+      const auto headers = object_headers(path, true);
+      if (!headers) {
+        return std::nullopt;
+      }
+      members.push_back(member_entry(path, headers->size, 0, &headers->etag));
+    } else {
+      struct stat info {};
+      if (::stat(path.c_str(), &info) != 0) {
+        return std::nullopt;
+      }
+      members.push_back(member_entry(
+          path, info.st_size, int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec,
+          nullptr));
+    }
+  }
+  return members_text(std::move(members));
 }
 
 void register_idem_driver() {

@@ -4,7 +4,11 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
+
+#include "cpl_port.h"
+#include "gdal_priv.h"
 
 namespace idem {
 
@@ -30,11 +34,19 @@ struct LedgerRow;
 void set_dry_run_digest_cache(DigestCache* cache);
 
 // Whether the driver would skip this work instead of redoing it: `row` is a completed, not
-// superseded completion that wrote `destination` (absolute, as the driver names it), and the
-// output there still matches the fingerprint recorded at completion. `gdal-idem pending` asks it.
-// When an object matched by its bytes rather than a predicted ETag, `store_etag` (if given) gets
-// the store's ETag, for the caller to record with Ledger::replace_etag.
+// superseded completion that wrote `destination` (absolute, as the driver names it), the output
+// there still matches the fingerprint recorded at completion, it opens in GDAL, and the files
+// it consists of are those recorded (output_members_json). `gdal-idem pending` and `verify` ask
+// it. When an object matched by its bytes rather than a predicted ETag, `store_etag` (if given)
+// gets the store's ETag, for the caller to record with Ledger::replace_etag; `opened` (if given)
+// gets the output opened read-only.
 bool completed_output_is_current(const LedgerRow& row, const std::string& destination,
-                                 std::string* store_etag = nullptr);
+                                 std::string* store_etag = nullptr,
+                                 GDALDatasetUniquePtr* opened = nullptr);
+
+// The output's files other than `primary` (its sidecars), as recorded at completion: canonical
+// JSON, [{"path","size","mtime_ns"}] locally, [{"path","size","etag"}] on object storage, sorted
+// by path. nullopt when one of them cannot be looked at (gone meanwhile).
+std::optional<std::string> output_members_json(const std::string& primary, CSLConstList files);
 
 }  // namespace idem

@@ -17,7 +17,7 @@ $role$;
 
 GRANT USAGE ON SCHEMA idem TO idem_worker;
 GRANT SELECT ON idem.schema_version TO idem_worker;
--- DELETE: forget_output/forget_key run when an output is deleted (ledger row first, then file).
+-- DELETE: forget_key and forget_rows (gdal-idem forget, feature loads' replaced rows).
 GRANT SELECT, INSERT, UPDATE, DELETE ON idem.ledger TO idem_worker;
 GRANT SELECT, INSERT, UPDATE ON idem.source_digest TO idem_worker;
 REVOKE ALL ON idem.ledger_history FROM idem_worker;

@@ -1,6 +1,7 @@
 // gdal-idem verify [--namespace N] [--checksum]: every completed (not superseded) row's output
 // exists, matches its recorded fingerprint (size and mtime_ns locally; size and ETag on object
-// stores; the SHA-256 with --checksum) and opens in GDAL with the recorded size and band count.
+// stores; the SHA-256 with --checksum), opens in GDAL with the recorded size and band count, and
+// consists of the files recorded at completion (its sidecars, unchanged, none added).
 // A failing row is removed (the row only, fenced on the completion that was checked) so the next
 // run redoes the work. Rows are read page by page (keyset paging on work_key) and failures are
 // spooled to a temporary file, so memory stays bounded on a ledger of millions of rows.
@@ -17,6 +18,7 @@
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
+#include "idem_driver.hpp"
 
 namespace idem::cli {
 
@@ -143,6 +145,13 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
   if (!dataset) {
     const std::string message = CPLGetLastErrorMsg();
     return "does not open in GDAL" + (message.empty() ? std::string() : ": " + message);
+  }
+  if (recorded.members) {
+    const CPLStringList files(dataset->GetFileList());
+    const std::optional<std::string> now = output_members_json(uri, files.List());
+    if (!now || *now != *recorded.members) {
+      return "its files (sidecars) are not those recorded at completion";
+    }
   }
   if (const auto grid = work_grid(row.work_json)) {
     if (dataset->GetRasterXSize() != grid->x_size || dataset->GetRasterYSize() != grid->y_size) {

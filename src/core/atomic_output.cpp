@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -275,12 +276,21 @@ AtomicOutput::AtomicOutput(const std::string& final_path, const std::string& tok
 
 AtomicOutput::~AtomicOutput() {
   if (!m_committed && !m_temp_dir.empty()) {
+    roll_back();  // published but never settled: what this attempt put in place is taken back
     remove_tree(m_temp_dir);
   }
 }
 
 std::vector<std::string> AtomicOutput::commit(bool durable) {
-  if (m_committed) {
+  std::vector<std::string> published = publish(durable);
+  if (!m_object) {
+    settle();
+  }
+  return published;
+}
+
+std::vector<std::string> AtomicOutput::publish(bool durable) {
+  if (m_committed || !m_placed.empty()) {
     throw Error(ErrorKind::k_internal, "output " + m_final_path + " was already committed");
   }
   const std::string final_dir = parent_directory(m_final_path);
@@ -318,29 +328,109 @@ std::vector<std::string> AtomicOutput::commit(bool durable) {
   }
 
   std::vector<std::string> published;
-  for (const auto& name : ordered) {
-    const std::string from = join_path(m_temp_dir, name);
-    const std::string to = join_path(final_dir, name);
-    if (::rename(from.c_str(), to.c_str()) != 0) {
-      const int error_number = errno;
-      std::string message = "cannot rename " + from + " to " + to + ": " + errno_text(error_number);
-      if (error_number == EISDIR || error_number == ENOTEMPTY || error_number == EEXIST) {
-        message += "; a directory is in the way at " + to + ", remove it";
-      } else if (error_number == EXDEV) {
-        message += "; the temporary directory is on another filesystem";
-      }
-      throw Error(ErrorKind::k_io, message);
+  try {
+    for (const auto& name : ordered) {
+      place(join_path(m_temp_dir, name), join_path(final_dir, name));
+      published.push_back(join_path(final_dir, name));
     }
-    published.push_back(to);
+  } catch (...) {
+    roll_back();
+    throw;
   }
-
   if (durable) {
     fsync_path(final_dir);
   }
-  m_committed = true;
-  // The directory should be empty now; a leftover (created after listing) is removed too.
-  remove_tree(m_temp_dir);
+  m_durable = durable;
   return published;
+}
+
+// One file into place, keeping what it replaces: exchanged with it (RENAME_EXCHANGE, atomic),
+// so the replaced file is then at `from`; renamed without replacing anything when nothing is
+// there. Where the filesystem has no exchange (EINVAL: NFS, some FUSE filesystems), the
+// replaced file is kept by a hard link beside the temporary file, then replaced by a rename.
+void AtomicOutput::place(const std::string& from, const std::string& to) {
+  struct stat ours {};
+  if (::lstat(from.c_str(), &ours) != 0) {
+    throw Error(ErrorKind::k_io, "cannot publish " + from + ": " + errno_text(errno));
+  }
+  struct stat there {};
+  if (::lstat(to.c_str(), &there) == 0 && S_ISDIR(there.st_mode)) {
+    throw Error(ErrorKind::k_io, "cannot rename " + from + " to " + to +
+                                     ": a directory is in the way at " + to + ", remove it");
+  }
+  Placed placed{from, to, std::string(), ours.st_dev, ours.st_ino, ours.st_size,
+                int64_t(ours.st_mtim.tv_sec) * 1000000000 + ours.st_mtim.tv_nsec};
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+    m_placed.push_back(placed);
+    return;
+  }
+  int error_number = errno;
+  if (error_number == EEXIST &&
+      ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+    placed.held = from;  // the replaced file is there now
+    m_placed.push_back(placed);
+    return;
+  }
+  if (error_number == EEXIST) {
+    error_number = errno;
+  }
+  if (error_number == EINVAL || error_number == ENOSYS) {
+    const std::string kept = from + ".replaced";
+    const bool replaces = ::link(to.c_str(), kept.c_str()) == 0;
+    if (::rename(from.c_str(), to.c_str()) == 0) {
+      placed.held = replaces ? kept : std::string();
+      m_placed.push_back(placed);
+      return;
+    }
+    error_number = errno;
+  }
+  std::string message = "cannot rename " + from + " to " + to + ": " + errno_text(error_number);
+  if (error_number == EISDIR || error_number == ENOTEMPTY) {
+    message += "; a directory is in the way at " + to + ", remove it";
+  } else if (error_number == EXDEV) {
+    message += "; the temporary directory is on another filesystem";
+  }
+  throw Error(ErrorKind::k_io, message);
+}
+
+void AtomicOutput::settle() {
+  m_committed = true;
+  m_placed.clear();
+  // What is left (the replaced files, a leftover created after listing) goes.
+  remove_tree(m_temp_dir);
+}
+
+void AtomicOutput::roll_back() noexcept {
+  // Primary first (it was placed last), so that no reader sees it with older sidecars.
+  for (auto it = m_placed.rbegin(); it != m_placed.rend(); ++it) {
+    struct stat now {};
+    if (::lstat(it->final_path.c_str(), &now) != 0 || now.st_dev != it->device ||
+        now.st_ino != it->inode) {
+      continue;  // no longer ours: another worker's file is there, and stays
+    }
+    if (it->held.empty()) {
+      ::unlink(it->final_path.c_str());
+    } else if (::renameat2(AT_FDCWD, it->held.c_str(), AT_FDCWD, it->final_path.c_str(),
+                           RENAME_EXCHANGE) != 0) {
+      ::rename(it->held.c_str(), it->final_path.c_str());
+    }
+  }
+  if (!m_placed.empty() && m_durable) {
+    try {
+      fsync_path(parent_directory(m_final_path));
+    } catch (const Error&) {
+      // best effort: the renames are done
+    }
+  }
+  m_placed.clear();
+}
+
+std::vector<PublishedFile> AtomicOutput::placed_files() const {
+  std::vector<PublishedFile> files;
+  for (const Placed& placed : m_placed) {
+    files.push_back(PublishedFile{placed.final_path, placed.size, placed.mtime_ns});
+  }
+  return files;
 }
 
 std::vector<std::string> AtomicOutput::upload(const std::vector<std::string>& ordered) {

@@ -13,7 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include <sys/types.h>
 #include <unistd.h>
+
+#include <cstdint>
 
 #include "core/object_store.hpp"
 
@@ -23,6 +26,13 @@ namespace idem {
 // directory (for object outputs: inside local_temp_root()); `gdal-idem reap` removes only such
 // directories, only when older than the lease.
 constexpr const char* k_temp_prefix = ".idem-tmp-";
+
+// A file publish() put in place, as it was just before the rename.
+struct PublishedFile {
+  std::string path;
+  int64_t size = 0;
+  int64_t mtime_ns = 0;
+};
 
 class AtomicOutput {
 public:
@@ -49,12 +59,37 @@ public:
   // first, the primary last; each object appears whole when its upload completes).
   std::vector<std::string> commit(bool durable = true);
 
+  // The fenced form of commit() for local outputs: every file is put in place, but what each
+  // replaced is kept (exchanged into the temporary directory) until settle() drops it or
+  // roll_back() puts it back, taking out each file of this attempt still at its final path
+  // (another worker's file put there meanwhile stays). The destructor rolls back a publish
+  // that was not settled. For an object output publish() uploads, as commit() does.
+  std::vector<std::string> publish(bool durable = true);
+  void settle();
+  void roll_back() noexcept;
+  // What publish() put in place (local outputs), as it was just before: the fingerprint of this
+  // attempt's own files, whatever another worker renames there afterwards.
+  std::vector<PublishedFile> placed_files() const;
+
   bool is_object() const { return m_object; }
   // After commit() of an object output: what was uploaded as the primary object.
   const std::optional<CopiedBytes>& uploaded_primary() const { return m_uploaded_primary; }
 
 private:
+  struct Placed {
+    std::string temp_path;
+    std::string final_path;
+    std::string held;  // where the file it replaced is kept ("" for none)
+    dev_t device = 0;
+    ino_t inode = 0;
+    int64_t size = 0;
+    int64_t mtime_ns = 0;
+  };
   std::vector<std::string> upload(const std::vector<std::string>& ordered);
+  void place(const std::string& from, const std::string& to);
+
+  std::vector<Placed> m_placed;
+  bool m_durable = true;
 
   bool m_object = false;
   std::string m_final_path;

@@ -154,7 +154,7 @@ std::optional<std::string> redact_keywords(const std::string& dsn) {
 
 bool OutputFingerprint::operator==(const OutputFingerprint& other) const {
   return size == other.size && mtime_ns == other.mtime_ns && sha256 == other.sha256 &&
-         etag == other.etag;
+         etag == other.etag && members == other.members;
 }
 
 ClaimResult Ledger::claim_unless_completed(const ClaimRequest& request) {

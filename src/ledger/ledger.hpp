@@ -23,6 +23,9 @@ struct OutputFingerprint {
   int64_t mtime_ns = 0;               // 0 when unknown (object stores)
   std::optional<std::string> sha256;  // optional content hash
   std::optional<std::string> etag;    // object stores
+  // The output's other files (sidecars), canonical JSON: [{"name","size","mtime_ns"|"etag"}...]
+  // sorted by name, "[]" for none; nullopt on rows completed before they were recorded.
+  std::optional<std::string> members;
   bool operator==(const OutputFingerprint& other) const;
 };
 
@@ -218,9 +221,6 @@ public:
   // the observed token and on the ETag still being `predicted`; false changes nothing.
   virtual bool replace_etag(const std::string& work_key, const std::string& observed_token,
                             const std::string& predicted, const std::string& store_etag) = 0;
-  // Remove the rows (any state) recording `output_uri`; returns how many. Used before deleting an
-  // output (ledger row first, then the file).
-  virtual int64_t forget_output(const std::string& output_uri) = 0;
   virtual int64_t forget_key(const std::string& work_key) = 0;
 
   // The persistent source-digest cache lives in the ledger database.

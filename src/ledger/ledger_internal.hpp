@@ -95,6 +95,7 @@ enum RowColumn {
   k_col_output_mtime_ns,
   k_col_output_sha256,
   k_col_output_etag,
+  k_col_output_members,
   k_col_feature_count,
   k_col_work_json,
   k_col_claimed_at,
@@ -138,6 +139,7 @@ LedgerRow make_row(const Cells& cells) {
     fingerprint.mtime_ns = opt_int(k_col_output_mtime_ns).value_or(0);
     fingerprint.sha256 = opt_text(k_col_output_sha256);
     fingerprint.etag = opt_text(k_col_output_etag);
+    fingerprint.members = opt_text(k_col_output_members);
     row.fingerprint = fingerprint;
   }
   row.feature_count = opt_int(k_col_feature_count);

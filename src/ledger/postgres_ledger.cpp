@@ -37,7 +37,7 @@ constexpr const char* k_insufficient_privilege = "42501";
 constexpr const char* k_row_columns =
     "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, "
     "worker_pid, output_uri, output_size, output_mtime_ns, output_sha256, output_etag, "
-    "feature_count, work_json, CAST(extract(epoch FROM claimed_at) AS float8), "
+    "output_members, feature_count, work_json, CAST(extract(epoch FROM claimed_at) AS float8), "
     "CAST(extract(epoch FROM lease_expires_at) AS float8), "
     "CAST(extract(epoch FROM completed_at) AS float8), "
     "CAST(extract(epoch FROM superseded_at) AS float8), "
@@ -51,7 +51,7 @@ constexpr const char* k_history_columns =
     "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, lease_expires_at, "
     "completed_at, superseded_at, released_at, attempt, claim_token, worker_host, worker_pid, "
     "output_uri, output_size, output_mtime_ns, output_sha256, output_etag, feature_count, "
-    "work_json";
+    "work_json, output_members";
 
 // The rows a claim token holds: its claim, neither completed nor released (the fence of every
 // statement that writes as the claim's holder).
@@ -70,7 +70,8 @@ constexpr const char* k_heartbeat_sql =
 #define IDEM_COMPLETE_SQL                                                                 \
   "WITH done AS ("                                                                        \
   " UPDATE idem.ledger SET completed_at = GREATEST(now(), claimed_at), output_size = $3," \
-  " output_mtime_ns = $4, output_sha256 = $5, output_etag = $6, feature_count = $7"       \
+  " output_mtime_ns = $4, output_sha256 = $5, output_etag = $6, feature_count = $7,"      \
+  " output_members = $8"                                                                  \
   " " IDEM_HELD_BY_TOKEN                                                                  \
   " RETURNING output_uri, completed_at),"                                                 \
   " superseded AS ("                                                                      \
@@ -114,13 +115,12 @@ constexpr const char* k_invalidate_sql =
     "UPDATE idem.ledger SET completed_at = NULL, superseded_at = NULL, "
     "released_at = GREATEST(now(), claimed_at), lease_expires_at = GREATEST(now(), claimed_at), "
     "output_size = NULL, output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, "
-    "feature_count = NULL WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NOT NULL";
+    "output_members = NULL, feature_count = NULL WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NOT NULL";
 
 constexpr const char* k_replace_etag_sql =
     "UPDATE idem.ledger SET output_etag = $4 WHERE work_key = $1 AND claim_token = $2 "
     "AND completed_at IS NOT NULL AND output_etag = $3";
 
-constexpr const char* k_forget_output_sql = "DELETE FROM idem.ledger WHERE output_uri = $1";
 constexpr const char* k_forget_key_sql = "DELETE FROM idem.ledger WHERE work_key = $1";
 constexpr const char* k_now_sql = "SELECT extract(epoch FROM now())::float8";
 
@@ -157,6 +157,8 @@ constexpr const char* k_schema_state_sql_rest =
 // its version): rows carry a footprint when this version is applied and PostGIS is still there
 // (DROP EXTENSION postgis CASCADE drops the column but not the version's record).
 constexpr int k_footprint_migration_version = 2;
+// The migration whose column (output_members) every row statement names.
+constexpr int k_output_members_version = 4;
 constexpr const char* k_footprint_extension = "postgis";  // 0002's requires-extension
 constexpr const char* k_footprint_column_exists_sql =
     "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('idem.ledger') "
@@ -476,7 +478,8 @@ public:
     PgResult result = exec_statement(statement.base_name, statement.sql,
                                      {work_key, claim_token, std::to_string(fingerprint.size),
                                       std::to_string(fingerprint.mtime_ns), fingerprint.sha256,
-                                      fingerprint.etag, text_param(feature_count)},
+                                      fingerprint.etag, text_param(feature_count),
+                                      fingerprint.members},
                                      "complete");
     if (std::string(PQgetvalue(result.get(), 0, 0)) == "1") {
       return true;
@@ -521,13 +524,6 @@ public:
     absent.work_key = work_key;
     absent.state = RowState::k_absent;
     return absent;
-  }
-
-  int64_t forget_output(const std::string& output_uri) override {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    ensure_connected();
-    return affected(
-        exec_statement("idem_forget_output", k_forget_output_sql, {output_uri}, "forget_output"));
   }
 
   int64_t forget_key(const std::string& work_key) override {
@@ -755,7 +751,7 @@ public:
     PgResult result = run(k_complete_sql, {work_key, claim_token, std::to_string(fingerprint.size),
                                            std::to_string(fingerprint.mtime_ns),
                                            fingerprint.sha256, fingerprint.etag,
-                                           text_param(feature_count)});
+                                           text_param(feature_count), fingerprint.members});
     if (std::string(PQgetvalue(result.get(), 0, 0)) == "1") {
       return true;
     }
@@ -1472,6 +1468,16 @@ private:
 
   // The claim statement follows the schema: with PostGIS, the footprint too.
   void use_schema(const SchemaState& state) {
+    if (std::find(state.versions.begin(), state.versions.end(), k_output_members_version) ==
+        state.versions.end()) {
+      // Every statement that reads or writes a row names the column it adds.
+      throw Error(ErrorKind::k_ledger,
+                  "the PostgreSQL ledger " + m_redacted + " lacks migration " +
+                      std::to_string(k_output_members_version) +
+                      " (output_members: the files of each output), which this build needs and "
+                      "this role may not apply: run `gdal-idem init` as the ledger's owner, then "
+                      "run again (docs/operations.md, upgrading)");
+    }
     m_has_footprint = state.has_footprint();
     std::string columns = "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, "
                           "lease_expires_at, attempt, claim_token, worker_host, worker_pid, "
@@ -1497,7 +1503,7 @@ private:
         "worker_host = EXCLUDED.worker_host, worker_pid = EXCLUDED.worker_pid, "
         "output_uri = EXCLUDED.output_uri, work_json = EXCLUDED.work_json, output_size = NULL, "
         "output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, "
-        "feature_count = NULL" + footprint_update +
+        "output_members = NULL, feature_count = NULL" + footprint_update +
         " WHERE (l.completed_at IS NULL AND (l.lease_expires_at <= now() "
         "OR l.claim_token = EXCLUDED.claim_token)) OR l.superseded_at IS NOT NULL "
         "RETURNING " + k_row_columns;

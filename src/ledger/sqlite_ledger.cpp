@@ -29,7 +29,7 @@ constexpr int k_busy_timeout_ms = 60000;
 #define IDEM_SQLITE_ROW_COLUMNS                                                                \
   "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, "    \
   "worker_pid, output_uri, output_size, output_mtime_ns, output_sha256, output_etag, "         \
-  "feature_count, work_json, claimed_at, lease_expires_at, completed_at, superseded_at, "      \
+  "output_members, feature_count, work_json, claimed_at, lease_expires_at, completed_at, superseded_at, "      \
   "released_at, lease_expires_at - " IDEM_SQLITE_NOW
 
 constexpr const char* k_row_columns = IDEM_SQLITE_ROW_COLUMNS;
@@ -38,7 +38,7 @@ constexpr const char* k_history_columns =
     "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, lease_expires_at, "
     "completed_at, superseded_at, released_at, attempt, claim_token, worker_host, worker_pid, "
     "output_uri, output_size, output_mtime_ns, output_sha256, output_etag, feature_count, "
-    "work_json";
+    "work_json, output_members";
 
 constexpr const char* k_claim_sql =
     "INSERT INTO ledger (work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, "
@@ -55,7 +55,7 @@ constexpr const char* k_claim_sql =
     "claim_token = excluded.claim_token, worker_host = excluded.worker_host, "
     "worker_pid = excluded.worker_pid, output_uri = excluded.output_uri, "
     "work_json = excluded.work_json, output_size = NULL, output_mtime_ns = NULL, "
-    "output_sha256 = NULL, output_etag = NULL, feature_count = NULL "
+    "output_sha256 = NULL, output_etag = NULL, output_members = NULL, feature_count = NULL "
     "WHERE (ledger.completed_at IS NULL AND (ledger.lease_expires_at <= excluded.claimed_at "
     "OR ledger.claim_token = excluded.claim_token)) OR ledger.superseded_at IS NOT NULL "
     "RETURNING " IDEM_SQLITE_ROW_COLUMNS;
@@ -66,7 +66,8 @@ constexpr const char* k_heartbeat_sql =
 
 constexpr const char* k_complete_sql =
     "UPDATE ledger SET completed_at = max(" IDEM_SQLITE_NOW ", claimed_at), output_size = ?3, "
-    "output_mtime_ns = ?4, output_sha256 = ?5, output_etag = ?6, feature_count = ?7 "
+    "output_mtime_ns = ?4, output_sha256 = ?5, output_etag = ?6, feature_count = ?7, "
+    "output_members = ?8 "
     "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NULL AND released_at IS NULL "
     "RETURNING output_uri, completed_at";
 
@@ -86,8 +87,8 @@ constexpr const char* k_invalidate_sql =
     "UPDATE ledger SET completed_at = NULL, superseded_at = NULL, "
     "released_at = max(" IDEM_SQLITE_NOW ", claimed_at), "
     "lease_expires_at = max(" IDEM_SQLITE_NOW ", claimed_at), output_size = NULL, "
-    "output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, feature_count = NULL "
-    "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NOT NULL";
+    "output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, output_members = NULL, "
+    "feature_count = NULL WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NOT NULL";
 
 constexpr const char* k_replace_etag_sql =
     "UPDATE ledger SET output_etag = ?4 WHERE work_key = ?1 AND claim_token = ?2 "
@@ -347,7 +348,8 @@ public:
           .bind(4, fingerprint.mtime_ns)
           .bind(5, fingerprint.sha256)
           .bind(6, fingerprint.etag)
-          .bind(7, feature_count);
+          .bind(7, feature_count)
+          .bind(8, fingerprint.members);
       if (!query.step()) {
         // Nothing in flight under this token: a retry of a completion that did commit is true.
         Query done(m_db.get(), statement(k_completed_by_sql), m_context);
@@ -389,13 +391,6 @@ public:
     absent.work_key = work_key;
     absent.state = RowState::k_absent;
     return absent;
-  }
-
-  int64_t forget_output(const std::string& output_uri) override {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement("DELETE FROM ledger WHERE output_uri = ?1"), m_context);
-    query.bind(1, output_uri).run();
-    return sqlite3_changes(m_db.get());
   }
 
   int64_t forget_key(const std::string& work_key) override {
