@@ -566,9 +566,10 @@ def test_safety_zombie_publishing_where_nothing_was_takes_its_file_back(ledger, 
 
 
 def test_safety_two_works_on_one_output_are_serialised(ledger, source, tmp_path):
-    """Work K2 for an output on which work K1 holds a live claim waits for K1 (IDEM_ON_BUSY=WAIT)
-    or fails at once naming it (FAIL), and never runs beside it; once K1 completes, K2 runs and
-    its completion supersedes K1's."""
+    """Work K2 for an output on which work K1, claimed first, still holds a live claim does not
+    publish beside it: it waits for K1 before publishing (IDEM_ON_BUSY=WAIT), or fails without
+    publishing, naming it (FAIL). Once K1 completes, K2 publishes, and its completion
+    supersedes K1's."""
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
     first = PausedWorker(warp_cmd(source, out), env, "during_write", tmp_path)
@@ -577,7 +578,8 @@ def test_safety_two_works_on_one_output_are_serialised(ledger, source, tmp_path)
                    env=dict(env, IDEM_ON_BUSY="FAIL"))
         assert proc.returncode != 0
         assert "other work" in proc.stderr and f"pid {first.proc.pid}" in proc.stderr
-        assert len(ledger.rows()) == 2  # the refused claim was given back, not left in flight
+        assert not out.exists()
+        # Its claim was given back, not left in flight.
         assert [r for r in ledger.rows() if r["completed_at"] is None and
                 r["released_at"] is None and "Cubic" in r["work_json"]] == []
         second = subprocess.Popen([str(c) for c in warp_cmd(source, out, resampling="cubic")],
@@ -586,7 +588,7 @@ def test_safety_two_works_on_one_output_are_serialised(ledger, source, tmp_path)
         for line in second.stderr:
             if "waiting for" in line:
                 break
-        assert len(temp_dirs_beside(out)) == 1  # the waiting work has not started
+        assert not out.exists()  # the second work waits before publishing
         code, stderr = first.resume()
         assert code == 0, stderr
         assert second.wait(timeout=300) == 0

@@ -447,13 +447,37 @@ std::string members_text(JsonValue::Array members) {
   return JsonValue::array(std::move(members)).dump();
 }
 
-// After a refused completion on object storage (no conditional write is used yet, see
-// docs/object-storage.md): the object this attempt uploaded is deleted if the store still has it,
-// so its pixels do not stay where another worker's completion is recorded.
-void remove_own_object(const std::string& path, const OutputFingerprint& ours) {
+// Whether the object whose headers are `headers` is the one `recorded` describes.
+bool headers_match(const std::string& path, const ObjectHeaders& headers,
+                   const OutputFingerprint& recorded) {
+  return recorded.etag && headers.size == recorded.size &&
+         match_object_etag(path, headers, *recorded.etag) != EtagMatch::k_different;
+}
+
+// Whether the object at `path` is the one `ours` describes (asked of the store).
+bool object_is(const std::string& path, const OutputFingerprint& ours) {
   const auto headers = object_headers(path, true);
-  if (headers && ours.etag && headers->size == ours.size &&
-      match_object_etag(path, *headers, *ours.etag) != EtagMatch::k_different) {
+  return headers && headers_match(path, *headers, ours);
+}
+
+// After a refused completion on object storage (no conditional write is used yet, see
+// docs/object-storage.md): the object this attempt uploaded is deleted if the store still has it
+// and no completed row records those bytes (a successor on the same work may have uploaded the
+// very same bytes), so its pixels do not stay where another worker's completion is recorded.
+void remove_own_object(Ledger& ledger, const std::string& path, const OutputFingerprint& ours) {
+  const auto headers = object_headers(path, true);
+  if (!headers || !headers_match(path, *headers, ours)) {
+    return;  // not ours any more
+  }
+  Ledger::RowFilter filter;
+  filter.output_uri = path;
+  filter.state = RowState::k_completed;
+  for (const LedgerRow& row : ledger.rows(filter)) {
+    if (row.fingerprint && headers_match(path, *headers, *row.fingerprint)) {
+      return;  // recorded by a completion: those bytes stay
+    }
+  }
+  {
     if (VSIUnlink(path.c_str()) == 0) {
       CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost",
                path.c_str());
@@ -722,6 +746,8 @@ private:
   GDALDataset* dry_run(const WorkDescription& work);
   GDALDataset* skip(const LedgerRow& row, const char* why, GDALDataset* output);
   std::optional<LedgerRow> earlier_claim_on_destination(const LedgerRow& ours);
+  void announce_busy(const LedgerRow& holder, bool other_work, bool& announced);
+  void wait_for_earlier_work(const LedgerRow& ours, LeaseKeeper& keeper);
   std::optional<OutputFingerprint> published_fingerprint(
       const AtomicOutput& output, const std::vector<std::string>& published) const;
   GDALDataset* run_claimed(const ClaimResult& claim, LeaseKeeper::Clock::time_point claim_sent,
@@ -860,16 +886,9 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
                                   : m_ledger->claim_unless_completed(request);
     read_warp_ahead = false;
     CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
-    std::optional<LedgerRow> rival;
     if (claim.outcome == ClaimOutcome::k_claimed) {
-      rival = earlier_claim_on_destination(claim.row);
-      if (!rival) {
-        return run_claimed(claim, claim_sent, prepared_warp.get(), source, format_driver,
-                           progress, progress_data);
-      }
-      // Another work holds a claim on this output from before ours: the two are serialised,
-      // so this claim is given back and the other work goes first (docs/concepts.md).
-      m_ledger->release(m_work.key, request.claim_token);
+      return run_claimed(claim, claim_sent, prepared_warp.get(), source, format_driver, progress,
+                         progress_data);
     }
     if (claim.outcome == ClaimOutcome::k_completed) {
       const LedgerRow& row = claim.row;
@@ -906,29 +925,56 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       m_ledger->invalidate(m_work.key, row.claim_token);
       continue;
     }
-    const LedgerRow& holder = rival ? *rival : claim.row;
-    const std::string holder_text =
-        holder.worker_host + " pid " + std::to_string(holder.worker_pid) + " (attempt " +
-        std::to_string(holder.attempt) + ", lease left " +
-        std::to_string(static_cast<long>(holder.lease_left_seconds.value_or(0))) + " s)";
-    const std::string what =
-        rival ? "other work (key " + holder.work_key.substr(0, 12) + ") for the same output"
-              : std::string("this work");
-    if (m_options.fail_when_busy) {
-      throw Error(ErrorKind::k_ledger,
-                  "work " + m_work.key.substr(0, 12) + " for " + m_destination + ": " + what +
-                      " is being done by " + holder_text + "; IDEM_ON_BUSY=FAIL");
-    }
-    if (!announced_wait) {
-      CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds %s",
-               holder_text.c_str(), what.c_str());
-      announced_wait = true;
-    }
+    const LedgerRow& holder = claim.row;
+    announce_busy(holder, false, announced_wait);
     // Back off from 50 ms to 1 s: short tiles finish within a few polls, long work costs the
     // ledger one claim attempt a second. Never sleep past the holder's lease.
     const double left = holder.lease_left_seconds.value_or(1.0);
     const double pause = std::clamp(std::min(wait_backoff, left), 0.05, 1.0);
     wait_backoff = std::min(wait_backoff * 2, 1.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(pause * 1000)));
+  }
+}
+
+// Another worker holds `holder`: with IDEM_ON_BUSY=FAIL this attempt fails naming it, else a
+// warning says once what it waits for.
+void IdemCreator::announce_busy(const LedgerRow& holder, bool other_work, bool& announced) {
+  const std::string holder_text =
+      holder.worker_host + " pid " + std::to_string(holder.worker_pid) + " (attempt " +
+      std::to_string(holder.attempt) + ", lease left " +
+      std::to_string(static_cast<long>(holder.lease_left_seconds.value_or(0))) + " s)";
+  const std::string what = other_work ? "other work (key " + holder.work_key.substr(0, 12) +
+                                            ") for the same output"
+                                      : std::string("this work");
+  if (m_options.fail_when_busy) {
+    throw Error(ErrorKind::k_ledger, "work " + m_work.key.substr(0, 12) + " for " +
+                                         m_destination + ": " + what + " is being done by " +
+                                         holder_text + "; IDEM_ON_BUSY=FAIL");
+  }
+  if (!announced) {
+    CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds %s",
+             holder_text.c_str(), what.c_str());
+    announced = true;
+  }
+}
+
+// Two works on one output are serialised at their publish (docs/concepts.md): while other work
+// claimed before this one holds a live claim on the same output, this attempt waits (renewing
+// its own lease) or, with IDEM_ON_BUSY=FAIL, fails without publishing. Asked once the work is
+// done, when the ledger's connection is free (a PostgreSQL claim's confirmation has been read).
+void IdemCreator::wait_for_earlier_work(const LedgerRow& ours, LeaseKeeper& keeper) {
+  bool announced = false;
+  double backoff = 0.05;
+  while (const std::optional<LedgerRow> rival = earlier_claim_on_destination(ours)) {
+    announce_busy(*rival, true, announced);
+    keeper.poll();
+    if (keeper.lost()) {
+      throw Error(ErrorKind::k_ledger, "the claim on this work was lost while it waited for "
+                                       "other work on the same output; nothing was published");
+    }
+    const double pause = std::clamp(std::min(backoff, rival->lease_left_seconds.value_or(1.0)),
+                                    0.05, 1.0);
+    backoff = std::min(backoff * 2, 1.0);
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(pause * 1000)));
   }
 }
@@ -1117,6 +1163,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
                   "the ledger no longer has the claim on this work (a crash of its database "
                   "server lost it, or it was forgotten), so nothing was published; run again");
     }
+    wait_for_earlier_work(claim.row, keeper);
     // Renewed unless the claim or the last renewal is recent (a tile: no ledger write).
     if (!keeper.ensure_held()) {
       throw Error(ErrorKind::k_ledger, "the claim on this work was lost before publishing "
@@ -1149,10 +1196,23 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     // by the time it is asked, which may be another worker's by then.
     const std::optional<OutputFingerprint> fingerprint = published_fingerprint(output, published);
     test_pause("before_complete");
+    const char* const replaced =
+        "another worker's output replaced this attempt's at the final path before its "
+        "completion was recorded (this attempt's lease had run out), so no completion is "
+        "recorded for it; run again";
+    // Another worker may have published at this output while this attempt's lease was out:
+    // locally a look at the inodes (free); on object storage a request, made only then.
+    const auto replaced_meanwhile = [&] {
+      return !output.still_in_place() ||
+             (output.is_object() && keeper.lapsed() && !object_is(m_destination, *fingerprint));
+    };
+    if (replaced_meanwhile()) {
+      throw Error(ErrorKind::k_ledger, replaced);
+    }
     if (!m_ledger->complete(m_work.key, token, *fingerprint)) {
       // Fenced: this attempt's files do not stay where another worker's completion is recorded.
       if (output.is_object()) {
-        remove_own_object(m_destination, *fingerprint);
+        remove_own_object(*m_ledger, m_destination, *fingerprint);
       } else {
         output.roll_back();
       }
@@ -1160,6 +1220,11 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
                   "the claim on this work had been taken over by another worker, so this "
                   "attempt's completion was refused and what it published was taken back; that "
                   "worker records the work");
+    }
+    if (replaced_meanwhile()) {
+      // Replaced in the instant between the look above and the completion: withdrawn.
+      m_ledger->invalidate(m_work.key, token);
+      throw Error(ErrorKind::k_ledger, replaced);
     }
     if (!output.is_object()) {
       output.settle();

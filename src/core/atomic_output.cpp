@@ -425,6 +425,17 @@ void AtomicOutput::roll_back() noexcept {
   m_placed.clear();
 }
 
+bool AtomicOutput::still_in_place() const {
+  for (const Placed& placed : m_placed) {
+    struct stat now {};
+    if (::lstat(placed.final_path.c_str(), &now) != 0 || now.st_dev != placed.device ||
+        now.st_ino != placed.inode) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::vector<PublishedFile> AtomicOutput::placed_files() const {
   std::vector<PublishedFile> files;
   for (const Placed& placed : m_placed) {

@@ -70,6 +70,9 @@ public:
   // What publish() put in place (local outputs), as it was just before: the fingerprint of this
   // attempt's own files, whatever another worker renames there afterwards.
   std::vector<PublishedFile> placed_files() const;
+  // Whether every file publish() put in place is still there (same device and inode), i.e. no
+  // other worker has renamed its own over it since. Local outputs only (objects: true).
+  bool still_in_place() const;
 
   bool is_object() const { return m_object; }
   // After commit() of an object output: what was uploaded as the primary object.

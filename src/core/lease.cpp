@@ -115,7 +115,11 @@ bool LeaseKeeper::renew_now() {
   const Clock::time_point sent = Clock::now();
   try {
     if (m_ledger.heartbeat(m_work_key, m_token, m_lease)) {
-      m_confirmed_at = sent.time_since_epoch().count();
+      const Clock::rep before = m_confirmed_at.exchange(sent.time_since_epoch().count());
+      if (before == k_never || sent - Clock::time_point(Clock::duration(before)) >=
+                                   std::chrono::duration_cast<Clock::duration>(m_lease)) {
+        m_lapsed = true;  // renewed, but after a stretch in which the lease could run out
+      }
     } else {
       m_lost = true;
     }
@@ -124,6 +128,13 @@ bool LeaseKeeper::renew_now() {
     m_lost = true;
   }
   return !m_lost.load();
+}
+
+bool LeaseKeeper::lapsed() const {
+  const Clock::rep confirmed_at = m_confirmed_at.load();
+  return m_lapsed.load() || confirmed_at == k_never ||
+         Clock::now() - Clock::time_point(Clock::duration(confirmed_at)) >=
+             std::chrono::duration_cast<Clock::duration>(m_lease);
 }
 
 bool LeaseKeeper::ensure_held() {

@@ -70,6 +70,10 @@ public:
   // left. The last confirmation (the claim or a renewal) is trusted while it is younger than a
   // third of the lease, which saves a tile a ledger write; an older one is renewed now.
   bool ensure_held();
+  // Whether the lease may have run out at some moment since the claim, even if renewed since
+  // (the process was stopped, a renewal came too late): another worker may then have published
+  // at the same output meanwhile, which the caller checks before it records its completion.
+  bool lapsed() const;
 
 private:
   void run();
@@ -79,6 +83,7 @@ private:
   std::string m_token;
   std::chrono::seconds m_lease;
   std::atomic<bool> m_lost{false};
+  std::atomic<bool> m_lapsed{false};
   // When the claim or the last renewal that succeeded was sent (steady clock ticks, which also
   // run while the process is stopped); k_never when not known.
   static constexpr Clock::rep k_never = std::numeric_limits<Clock::rep>::min();
