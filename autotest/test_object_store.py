@@ -676,3 +676,52 @@ def test_s3_zombie_upload_refused_does_not_leave_its_object(s3, sqlite_ledger, s
     assert code != 0 and "taken over by another worker" in stderr
     assert not object_exists(uri)
     assert [r["claim_token"] for r in sqlite_ledger.completed()] == ["taken-over-elsewhere"]
+
+
+OB_TRAN = ("+proj=ob_tran +o_proj=longlat +o_lon_p=0 +o_lat_p=30 +lon_0=0 +datum=WGS84 "
+           "+no_defs")
+
+
+def test_s3_publish_removes_the_replaced_outputs_sidecar_object_at_once(s3, sqlite_ledger,
+                                                                        source, local_tmp,
+                                                                        prefix):
+    """Work A uploads out.tif and out.tif.aux.xml; work B at the same key prefix writes no
+    sidecar: when B returns (in the same process), A's sidecar object is gone, and a skip of B
+    does not bring it back."""
+    uri = f"/vsis3/{prefix}/side.tif"
+    code = f"""
+import sys
+from osgeo import gdal
+gdal.UseExceptions()
+def exists(path):
+    gdal.VSICurlClearCache()
+    return gdal.VSIStatL(path) is not None
+dst, src = {"/vsiidem/" + uri!r}, {source!r}
+gdal.Warp(dst, src, format="IDEM", dstSRS={OB_TRAN!r})
+assert exists({uri + ".aux.xml"!r}), "work A uploaded no sidecar"
+gdal.Warp(dst, src, format="IDEM", dstSRS="EPSG:3857")
+print("after B", exists({uri + ".aux.xml"!r}))
+gdal.Warp(dst, src, format="IDEM", dstSRS="EPSG:3857")
+print("after skip", exists({uri + ".aux.xml"!r}))
+"""
+    proc = run(["/usr/bin/python3", "-c", code], env=s3_env(s3, sqlite_ledger, local_tmp))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "after B False" in proc.stdout and "after skip False" in proc.stdout
+    assert not object_exists(uri + ".aux.xml")
+
+
+def test_s3_a_deleted_sidecar_object_is_rebuilt_not_skipped_onto(s3, sqlite_ledger, source,
+                                                                 local_tmp, prefix):
+    """FORMAT=PNG on object storage: the georeferencing lives in p.png.aux.xml. Deleting that
+    object makes the rerun rebuild, instead of serving the PNG without georeferencing."""
+    uri = f"/vsis3/{prefix}/p.png"
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    cmd = ["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-co", "FORMAT=PNG", "-t_srs",
+           "EPSG:3857", "-ts", "64", "64", source, "/vsiidem/" + uri]
+    run(cmd, env=env, check=True)
+    assert object_exists(uri + ".aux.xml")
+    gdal.Unlink(uri + ".aux.xml")
+    assert not object_exists(uri + ".aux.xml")
+    run(cmd, env=env, check=True)
+    assert object_exists(uri + ".aux.xml")
+    assert [r["attempt"] for r in sqlite_ledger.completed()] == [2]
