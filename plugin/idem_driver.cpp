@@ -454,12 +454,6 @@ bool headers_match(const std::string& path, const ObjectHeaders& headers,
          match_object_etag(path, headers, *recorded.etag) != EtagMatch::k_different;
 }
 
-// Whether the object at `path` is the one `ours` describes (asked of the store).
-bool object_is(const std::string& path, const OutputFingerprint& ours) {
-  const auto headers = object_headers(path, true);
-  return headers && headers_match(path, *headers, ours);
-}
-
 // After a refused completion on object storage (no conditional write is used yet, see
 // docs/object-storage.md): the object this attempt uploaded is deleted if the store still has it
 // and no completed row records those bytes (a successor on the same work may have uploaded the
@@ -477,11 +471,9 @@ void remove_own_object(Ledger& ledger, const std::string& path, const OutputFing
       return;  // recorded by a completion: those bytes stay
     }
   }
-  {
-    if (VSIUnlink(path.c_str()) == 0) {
-      CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost",
-               path.c_str());
-    }
+  if (VSIUnlink(path.c_str()) == 0) {
+    CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost",
+             path.c_str());
   }
 }
 
@@ -1204,7 +1196,8 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     // locally a look at the inodes (free); on object storage a request, made only then.
     const auto replaced_meanwhile = [&] {
       return !output.still_in_place() ||
-             (output.is_object() && keeper.lapsed() && !object_is(m_destination, *fingerprint));
+             (output.is_object() && keeper.lapsed() &&
+              !output_matches(m_destination, *fingerprint, nullptr));
     };
     if (replaced_meanwhile()) {
       throw Error(ErrorKind::k_ledger, replaced);
@@ -1334,18 +1327,26 @@ bool completed_output_is_current(const LedgerRow& row, const std::string& destin
   if (!dataset) {
     return false;
   }
-  if (row.fingerprint->members) {
-    const CPLStringList files(dataset->GetFileList());
-    const std::optional<std::string> now = output_members_json(destination, files.List());
-    if (!now || *now != *row.fingerprint->members) {
-      CPLDebug("IDEM", "the files of %s differ from those recorded at completion: %s != %s",
-               destination.c_str(), now ? now->c_str() : "(unreadable)",
-               row.fingerprint->members->c_str());
-      return false;
-    }
+  if (!output_members_unchanged(*dataset, destination, *row.fingerprint)) {
+    return false;
   }
   if (opened != nullptr) {
     *opened = std::move(dataset);
+  }
+  return true;
+}
+
+bool output_members_unchanged(GDALDataset& output, const std::string& primary,
+                              const OutputFingerprint& recorded) {
+  if (!recorded.members) {
+    return true;  // completed before members were recorded: the primary file decides
+  }
+  const CPLStringList files(output.GetFileList());
+  const std::optional<std::string> now = output_members_json(primary, files.List());
+  if (!now || *now != *recorded.members) {
+    CPLDebug("IDEM", "the files of %s differ from those recorded at completion: %s != %s",
+             primary.c_str(), now ? now->c_str() : "(unreadable)", recorded.members->c_str());
+    return false;
   }
   return true;
 }

@@ -27,6 +27,7 @@ void set_dry_run_listener(DryRunListener listener);
 
 class DigestCache;
 struct LedgerRow;
+struct OutputFingerprint;
 
 // The source-digest cache dry runs use: null (the default) gives each dry run a fresh in-memory
 // cache. `gdal-idem pending` sets its ledger's persistent cache, so that a source shared by the
@@ -48,5 +49,9 @@ bool completed_output_is_current(const LedgerRow& row, const std::string& destin
 // JSON, [{"path","size","mtime_ns"}] locally, [{"path","size","etag"}] on object storage, sorted
 // by path. nullopt when one of them cannot be looked at (gone meanwhile).
 std::optional<std::string> output_members_json(const std::string& primary, CSLConstList files);
+// Whether `output`, opened at `primary`, consists of the files `recorded` at completion (always
+// true for a row completed before they were recorded).
+bool output_members_unchanged(GDALDataset& output, const std::string& primary,
+                              const OutputFingerprint& recorded);
 
 }  // namespace idem

@@ -146,12 +146,8 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
     const std::string message = CPLGetLastErrorMsg();
     return "does not open in GDAL" + (message.empty() ? std::string() : ": " + message);
   }
-  if (recorded.members) {
-    const CPLStringList files(dataset->GetFileList());
-    const std::optional<std::string> now = output_members_json(uri, files.List());
-    if (!now || *now != *recorded.members) {
-      return "its files (sidecars) are not those recorded at completion";
-    }
+  if (!output_members_unchanged(*dataset, uri, recorded)) {
+    return "its files (sidecars) are not those recorded at completion";
   }
   if (const auto grid = work_grid(row.work_json)) {
     if (dataset->GetRasterXSize() != grid->x_size || dataset->GetRasterYSize() != grid->y_size) {
