@@ -5,7 +5,7 @@ PYTHON ?= /usr/bin/python3
 JOBS ?= $(shell nproc)
 PLUGIN_DIR = $(abspath $(BUILD_DIR))/gdalplugins
 
-.PHONY: all deps build test unit-test py-test demo install bench clean
+.PHONY: all deps build test unit-test py-test test-matrix package-test deb demo install bench clean
 
 all: build
 
@@ -29,8 +29,29 @@ py-test:
 	GDAL_DRIVER_PATH=$(PLUGIN_DIR) IDEM_BUILD_DIR=$(abspath $(BUILD_DIR)) \
 	  $(PYTHON) -m pytest autotest -q -p no:cacheprovider
 
+# The Debian package of this build, installed, smoke-tested and driver-tested with no
+# GDAL_DRIVER_PATH, then removed (scripts/package-test; as root).
+package-test: build
+	scripts/package-test $(BUILD_DIR)
+
+# The whole suite and the package test again on the other Debian releases, each with its own GDAL
+# (trixie: 3.10, testing: 3.13), in debootstrap chroots kept in /var/cache/gdal-idem/chroots
+# (scripts/debian-chroot).
+MATRIX_SUITES ?= trixie testing
+test-matrix:
+	@for suite in $(MATRIX_SUITES); do \
+	  echo "test-matrix: Debian $$suite"; \
+	  scripts/debian-chroot $$suite bash -c \
+	    'make test BUILD_DIR=/build/idem && scripts/package-test /build/idem' || exit 1; \
+	done
+
 demo: build
 	GDAL_DRIVER_PATH=$(PLUGIN_DIR) IDEM_BUILD_DIR=$(abspath $(BUILD_DIR)) scripts/demo
+
+# A Debian package of this build for this machine's release: $(BUILD_DIR)/gdal-idem_*.deb.
+deb: build
+	cd $(BUILD_DIR) && cpack -G DEB >/dev/null
+	@ls $(BUILD_DIR)/gdal-idem_*.deb
 
 install: build
 	cmake --install $(BUILD_DIR)

@@ -15,8 +15,6 @@ AUTOTEST_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(AUTOTEST_DIR)
 DATA_DIR = os.path.join(AUTOTEST_DIR, "data")
 BUILD_DIR = os.environ.get("IDEM_BUILD_DIR", os.path.join(ROOT, "build"))
-PLUGIN_DIR = os.path.join(BUILD_DIR, "gdalplugins")
-GDAL_IDEM_BIN = os.path.join(BUILD_DIR, "src", "gdal-idem")
 # The tools run under Debian's python (osgeo, rasterio), whatever python runs pytest.
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -25,12 +23,14 @@ _KEY_LINE = re.compile(r"IDEM dry run: key=([0-9a-f]{64})")
 if AUTOTEST_DIR not in sys.path:
     sys.path.insert(0, AUTOTEST_DIR)
 
+from idem_testlib import GDAL_IDEM as GDAL_IDEM_BIN, PLUGIN_DIR, set_driver_path  # noqa: E402
+
 
 def key_env(**extra):
     """The environment for a dry run: the built plugin only, IDEM_DRY_RUN on, no inherited
     IDEM_* settings; `extra` adds or (with None) removes variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("IDEM_")}
-    env["GDAL_DRIVER_PATH"] = PLUGIN_DIR
+    set_driver_path(env)
     env["IDEM_DRY_RUN"] = "YES"
     for name, value in extra.items():
         if value is None:

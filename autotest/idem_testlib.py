@@ -3,6 +3,7 @@ command, synthetic sources, running the real programs, and reading ledger rows f
 PostgreSQL. Fixtures defined here are imported by the test modules that use them."""
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import uuid
@@ -15,8 +16,21 @@ gdal.UseExceptions()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_DIR = os.environ.get("IDEM_BUILD_DIR", os.path.join(ROOT, "build"))
-PLUGIN_DIR = os.path.join(BUILD_DIR, "gdalplugins")
-GDAL_IDEM = os.path.join(BUILD_DIR, "src", "gdal-idem")
+# IDEM_TEST_INSTALLED=1: the installed package (`make deb`), found where GDAL finds plugins and on
+# PATH, instead of the build; GDAL_DRIVER_PATH is then left unset.
+INSTALLED = os.environ.get("IDEM_TEST_INSTALLED") == "1"
+PLUGIN_DIR = None if INSTALLED else os.path.join(BUILD_DIR, "gdalplugins")
+GDAL_IDEM = (shutil.which("gdal-idem") or "gdal-idem") if INSTALLED else os.path.join(
+    BUILD_DIR, "src", "gdal-idem")
+
+
+def set_driver_path(env):
+    """Points `env` at the plugin under test: the build's, or (installed) GDAL's own path."""
+    if PLUGIN_DIR is None:
+        env.pop("GDAL_DRIVER_PATH", None)
+    else:
+        env["GDAL_DRIVER_PATH"] = PLUGIN_DIR
+    return env
 
 
 def make_source(path, size=512, bands=3, epsg=32633, origin=(500000.0, 4650000.0), pixel=10.0,
@@ -42,7 +56,7 @@ def make_source(path, size=512, bands=3, epsg=32633, origin=(500000.0, 4650000.0
 
 def env_with(**extra):
     env = dict(os.environ)
-    env["GDAL_DRIVER_PATH"] = PLUGIN_DIR
+    set_driver_path(env)
     for key, value in extra.items():
         if value is None:
             env.pop(key, None)

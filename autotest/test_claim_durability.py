@@ -222,8 +222,12 @@ def test_a_worker_that_may_not_emit_the_message_confirms_by_rewriting_its_row(so
     with psycopg.connect(ledger.dsn, autocommit=True) as conn:
         conn.execute(worker_role_sql)
         conn.execute(f"CREATE ROLE {login} LOGIN PASSWORD 'Secret-1' IN ROLE idem_worker")
-        for args in ("boolean, text, text", "boolean, text, bytea"):
-            conn.execute(f"REVOKE EXECUTE ON FUNCTION pg_logical_emit_message({args}) FROM PUBLIC")
+        # Every overload (PostgreSQL 17 added a `flush` argument to each).
+        signatures = conn.execute("SELECT oid::regprocedure::text FROM pg_proc "
+                                  "WHERE proname = 'pg_logical_emit_message'").fetchall()
+        assert signatures
+        for (signature,) in signatures:
+            conn.execute(f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC")
     dsn = " ".join(part for part in ledger.dsn.split()
                    if not part.startswith(("user=", "password="))) + \
         f" user={login} password=Secret-1"

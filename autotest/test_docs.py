@@ -21,6 +21,8 @@ Directives in an HTML comment on the line(s) just before the opening fence adjus
   `make test`, or IDEM_TEST_PG_DSN naming a database of a cluster where the test may create
   databases), with PGDSN naming a fresh database (one per document, with PostGIS).
   Skipped without PostgreSQL, failed if IDEM_TEST_REQUIRE_PG=1.
+- `<!-- doctest: needs gdal 3.11 -->`: run only on GDAL 3.11 or later (the `gdal` command line);
+  skipped on older GDAL.
 - `<!-- doctest: needs s3 -->`: run with a real S3-compatible server on loopback (s3rver,
   tools/s3rver, started once per document) holding a bucket `tiles-bucket`, and GDAL's
   AWS_* settings for it in the environment.
@@ -60,6 +62,7 @@ import subprocess
 import sys
 
 import pytest
+from osgeo import gdal
 
 from idem_testlib import BUILD_DIR, GDAL_IDEM, PLUGIN_DIR, ROOT, make_source
 
@@ -259,6 +262,13 @@ def run_blocks(blocks, tmp_path, env, skipped_pg, s3_servers):
             assert block.directive("skip")[0], f"{block.where()}: skip needs a reason"
             continue
         block_env = env
+        needs = block.directive("needs")
+        if needs and needs[0].startswith("gdal "):
+            wanted = [int(part) for part in needs[0].split()[1].split(".")]
+            major, minor = int(gdal.VersionInfo("VERSION_NUM")) // 1000000, \
+                int(gdal.VersionInfo("VERSION_NUM")) // 10000 % 100
+            if [major, minor] < wanted[:2]:
+                continue
         if block.directive("needs") == ["postgres"]:
             if not has_postgres():
                 if os.environ.get("IDEM_TEST_REQUIRE_PG") == "1":

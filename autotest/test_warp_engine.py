@@ -56,6 +56,11 @@ def _write_source(path, bands=3, overviews=False, palette=False):
     srs.ImportFromEPSG(32633)
     ds.SetProjection(srs.ExportToWkt())
     ds.SetMetadataItem("SCENE", "synthetic")
+    if palette:  # before any pixel: libtiff 4.7 refuses a photometric change once writing
+        table = gdal.ColorTable()
+        for i in range(256):
+            table.SetColorEntry(i, (i, 255 - i, (i * 7) % 256, 255))
+        ds.GetRasterBand(1).SetColorTable(table)
     rng = np.random.default_rng(42)
     y, x = np.mgrid[0:SIZE, 0:SIZE].astype(np.float64)
     for b in range(bands):
@@ -67,11 +72,6 @@ def _write_source(path, bands=3, overviews=False, palette=False):
         band.WriteArray(values)
         band.SetDescription(f"channel {b + 1}")
         band.SetMetadataItem("WAVELENGTH", str(500 + 100 * b))
-    if palette:
-        table = gdal.ColorTable()
-        for i in range(256):
-            table.SetColorEntry(i, (i, 255 - i, (i * 7) % 256, 255))
-        ds.GetRasterBand(1).SetColorTable(table)
     if overviews:
         ds.BuildOverviews("AVERAGE", [2, 4])
     ds = None

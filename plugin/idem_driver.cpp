@@ -23,6 +23,7 @@
 #include "core/atomic_output.hpp"
 #include "core/canonical_json.hpp"
 #include "core/error.hpp"
+#include "core/gdal_compat.hpp"
 #include "core/lease.hpp"
 #include "core/object_store.hpp"
 #include "core/paths.hpp"
@@ -349,21 +350,28 @@ void check_destination_is_not_a_source(const std::string& destination,
 // written now, so that the key, which identifies the files' bytes, and the warp, which reads the
 // files, see what GDAL would read through the handle (docs/keys.md, "Sources open for update").
 void write_pending_changes_of_sources(GDALDataset* source) {
-  std::vector<GDALDataset*> held{source};
+  const std::string description = source->GetDescription();
+  const bool vrt_in_memory = dynamic_cast<VRTDataset*>(source) != nullptr &&
+                             (description.empty() || description[0] == '<');
+  // A VRT made in memory has no file to write (gdalwarp's is open for update on GDAL 3.10).
+  std::vector<GDALDataset*> held;
+  if (!vrt_in_memory) {
+    held.push_back(source);
+  }
   if (GDALDataset* warped_from = warped_vrt_source(source)) {
     held.push_back(warped_from);
   }
-  const std::string description = source->GetDescription();
-  if (dynamic_cast<VRTDataset*>(source) != nullptr &&
-      dynamic_cast<VRTWarpedDataset*>(source) == nullptr &&
-      (description.empty() || description[0] == '<')) {
+  if (vrt_in_memory && dynamic_cast<VRTWarpedDataset*>(source) == nullptr) {
     for (int i = 1; i <= source->GetRasterCount(); ++i) {
       auto* band = dynamic_cast<VRTSourcedRasterBand*>(source->GetRasterBand(i));
-      for (int s = 0; band != nullptr && s < band->nSources; ++s) {
-        if (!band->papoSources[s]->IsSimpleSource()) {
+      if (band == nullptr) {
+        continue;
+      }
+      for (VRTSource* vrt_source : compat::vrt_band_sources(band)) {
+        if (!vrt_source->IsSimpleSource()) {
           continue;
         }
-        auto* simple = static_cast<VRTSimpleSource*>(band->papoSources[s]);
+        auto* simple = static_cast<VRTSimpleSource*>(vrt_source);
         GDALRasterBand* from = simple->GetRasterBand();
         if (from != nullptr && from->GetDataset() != nullptr) {
           held.push_back(from->GetDataset());
@@ -534,7 +542,7 @@ OutputShape shape_of(GDALDataset& dataset) {
     shape.srs = *srs;
     shape.has_srs = true;
   }
-  shape.has_geotransform = dataset.GetGeoTransform(shape.geotransform) == CE_None;
+  shape.has_geotransform = compat::get_geotransform(&dataset, shape.geotransform) == CE_None;
   for (int i = 1; i <= dataset.GetRasterCount(); ++i) {
     GDALRasterBand* band = dataset.GetRasterBand(i);
     OutputShape::Band described;
@@ -556,17 +564,30 @@ public:
   GDALDataset* underlying() const { return RefUnderlyingDataset(); }
   bool is_open() const { return m_opened != nullptr; }
 
-  void FlushCache(bool at_closing) override {  // read-only: nothing to write, nothing to open
-    if (is_open()) {
-      GDALProxyDataset::FlushCache(at_closing);
+  // Read-only: nothing to write, nothing to open.
+  compat::DatasetFlushResult FlushCache(bool at_closing) override {
+    if (!is_open()) {
+      return compat::flush_done();
     }
+    return GDALProxyDataset::FlushCache(at_closing);
   }
 
-  CPLErr GetGeoTransform(double* geotransform) override {
+#if IDEM_GDAL_PROXY_CLOSE_TAKES_PROGRESS
+  // The proxy would open the object to close it (GDAL 3.13): closing what was never opened
+  // only marks this dataset closed.
+  CPLErr Close(GDALProgressFunc progress, void* progress_data) override {
+    return is_open() ? GDALProxyDataset::Close(progress, progress_data)
+                     : GDALDataset::Close(progress, progress_data);
+  }
+#endif
+
+  CPLErr GetGeoTransform(IDEM_GEOTRANSFORM_OVERRIDE_PARAMETERS(geotransform))
+      IDEM_GEOTRANSFORM_OVERRIDE_CONST override {
     if (!m_shape.has_geotransform) {
       return GDALProxyDataset::GetGeoTransform(geotransform);
     }
-    std::copy(m_shape.geotransform, m_shape.geotransform + 6, geotransform);
+    std::copy(m_shape.geotransform, m_shape.geotransform + 6,
+              IDEM_GEOTRANSFORM_OUT_DATA(geotransform));
     return CE_None;
   }
   const OGRSpatialReference* GetSpatialRef() const override {
@@ -604,7 +625,7 @@ public:
   }
 
 protected:
-  GDALRasterBand* RefUnderlyingRasterBand() const override {
+  GDALRasterBand* RefUnderlyingRasterBand(IDEM_REF_UNDERLYING_BAND_PARAMETERS) const override {
     GDALDataset* underlying = static_cast<DeferredOutput*>(poDS)->underlying();
     return underlying != nullptr && nBand <= underlying->GetRasterCount()
                ? underlying->GetRasterBand(nBand)
@@ -1028,8 +1049,19 @@ GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why, GDALDatase
   vsiidem_cancel_unlink(m_destination);
   keep_dataset_files(output);
   CPLDebug("IDEM", "timing: skip (open output) %.2f ms", lap_ms(m_lap));
-  std::fprintf(stderr, "IDEM: skipped %s: %s (key %s, attempt %lld)\n", m_destination.c_str(),
-               why, row.work_key.substr(0, 12).c_str(), static_cast<long long>(row.attempt));
+  // One write(2), so that the lines of workers sharing a log file never interleave (stdio may
+  // write an unbuffered stream's line in pieces: seen with Debian 13's glibc).
+  const std::string line = "IDEM: skipped " + m_destination + ": " + why + " (key " +
+                           row.work_key.substr(0, 12) + ", attempt " +
+                           std::to_string(row.attempt) + ")\n";
+  std::fflush(stderr);
+  for (size_t written = 0; written < line.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + written, line.size() - written);
+    if (n <= 0 && errno != EINTR) {
+      break;
+    }
+    written += n > 0 ? static_cast<size_t>(n) : 0;
+  }
   return output;
 }
 
@@ -1239,7 +1271,8 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
 }
 
 GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*strict*/,
-                              char** options, GDALProgressFunc progress, void* progress_data) {
+                              compat::CreateCopyOptions options, GDALProgressFunc progress,
+                              void* progress_data) {
   try {
     PreDelete pre_delete(filename);  // first: whatever fails below leaves the files as they were
     IdemCreator creator(pre_delete);
@@ -1378,7 +1411,23 @@ std::optional<std::string> output_members_json(const std::string& primary, CSLCo
   return members_text(std::move(members));
 }
 
+// IDEM's configuration options (docs/configuration.md), declared to GDALs that warn about
+// unknown ones (3.13 with CPL_DEBUG on).
+void declare_config_options() {
+#if IDEM_GDAL_HAS_DECLARE_KNOWN_CONFIG_OPTION
+  for (const char* name :
+       {"IDEM_LEDGER", "IDEM_NAMESPACE", "IDEM_ON_BUSY", "IDEM_DRY_RUN", "IDEM_FSYNC",
+        "IDEM_DURABLE_CLAIM", "IDEM_DURABLE_COMPLETION", "IDEM_KEY_GDAL_VERSION",
+        "IDEM_LEDGER_PAGE_ROWS", "IDEM_LEDGER_PREOPEN", "IDEM_SOURCE_DIGEST", "IDEM_STALE_SECONDS",
+        "IDEM_WARP_MULTI", "IDEM_WARP_REUSE_TRANSFORMER", "IDEM_TEST_PAUSE_AT",
+        "IDEM_TEST_PAUSE_SECONDS", "IDEM_TEST_RESUME_FILE"}) {
+    CPLDeclareKnownConfigOption(name, nullptr);
+  }
+#endif
+}
+
 void register_idem_driver() {
+  declare_config_options();
   install_vsiidem_handler();
   vsiidem_set_unlink_hook(forget_before_unlink);
   vsiidem_set_use_hook(note_vsiidem_use);

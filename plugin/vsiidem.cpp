@@ -38,6 +38,7 @@
 
 #include "core/atomic_output.hpp"
 #include "core/error.hpp"
+#include "core/gdal_compat.hpp"
 #include "core/lease.hpp"
 #include "core/object_store.hpp"
 #include "core/paths.hpp"
@@ -620,18 +621,18 @@ class VsiIdemWriteHandle final : public VSIVirtualHandle {
 
   int Seek(vsi_l_offset offset, int whence) override { return m_inner->Seek(offset, whence); }
   vsi_l_offset Tell() override { return m_inner->Tell(); }
-  size_t Read(void* buffer, size_t size, size_t count) override {
-    return m_inner->Read(buffer, size, count);
+  size_t Read(IDEM_VSI_RW_PARAMETERS(void*, buffer)) override {
+    return m_inner->Read(IDEM_VSI_RW_ARGUMENTS(buffer));
   }
   int ReadMultiRange(int ranges, void** data, const vsi_l_offset* offsets,
                      const size_t* sizes) override {
     return m_inner->ReadMultiRange(ranges, data, offsets, sizes);
   }
-  size_t Write(const void* buffer, size_t size, size_t count) override {
+  size_t Write(IDEM_VSI_RW_PARAMETERS(const void*, buffer)) override {
     if (m_copy_deferred && !start_copy()) {
       return 0;
     }
-    return m_inner->Write(buffer, size, count);
+    return m_inner->Write(IDEM_VSI_RW_ARGUMENTS(buffer));
   }
   int Eof() override { return m_inner->Eof(); }
   int Flush() override { return m_copy_deferred ? 0 : m_inner->Flush(); }
@@ -649,18 +650,18 @@ class VsiIdemWriteHandle final : public VSIVirtualHandle {
   size_t PRead(void* buffer, size_t size, vsi_l_offset offset) const override {
     return m_inner->PRead(buffer, size, offset);
   }
-#if GDAL_VERSION_NUM >= GDAL_COMPUTE_VERSION(3, 7, 0)
+#if IDEM_GDAL_HAS_VSI_ADVISE_READ
   void AdviseRead(int ranges, const vsi_l_offset* offsets, const size_t* sizes) override {
     m_inner->AdviseRead(ranges, offsets, sizes);
   }
 #endif
-#if GDAL_VERSION_NUM >= GDAL_COMPUTE_VERSION(3, 10, 0)
-  int Error() override {
-    return m_inner->Error();
-  }
-  void ClearErr() override {
-    m_inner->ClearErr();
-  }
+#if IDEM_GDAL_HAS_VSI_ERROR
+  int Error() override { return m_inner->Error(); }
+  void ClearErr() override { m_inner->ClearErr(); }
+#endif
+#if IDEM_GDAL_HAS_VSI_CANCEL_CREATION
+  // A driver whose write failed asks for the file not to be created: it is never published.
+  void CancelCreation() override;
 #endif
 
   int Close() override;
@@ -750,6 +751,17 @@ int VsiIdemWriteHandle::Close() {
   return result;
 }
 
+#if IDEM_GDAL_HAS_VSI_CANCEL_CREATION
+void VsiIdemWriteHandle::CancelCreation() {
+  if (m_copy_deferred || !m_entry) {
+    return;  // nothing written yet: the file in place stays as it is
+  }
+  auto& shared = state();
+  std::lock_guard<std::mutex> lock(shared.m_mutex);
+  m_entry->discard = true;  // the last close removes the temporary file and publishes nothing
+}
+#endif
+
 // After publishing (caller holds m_mutex): a file renamed into place replaces what an unlink made
 // before the close was going to remove; an unlink made while publishing still happens.
 void VsiIdemWriteHandle::end_publishing(VsiIdemState& shared, bool published,
@@ -791,7 +803,7 @@ bool VsiIdemWriteHandle::start_copy() {
       ++entry->writers;
     }
     const std::string& temp = entry->output->temp_path();
-    VSIVirtualHandle* copy = handler_for(temp)->Open(temp.c_str(), "r+b", TRUE, nullptr);
+    VSIVirtualHandle* copy = compat::open_handle(handler_for(temp), temp.c_str(), "r+b", TRUE, nullptr);
     if (copy == nullptr || copy->Seek(offset, SEEK_SET) != 0) {
       delete copy;
       std::lock_guard<std::mutex> lock(shared.m_mutex);
@@ -824,30 +836,42 @@ class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
   VsiIdemFilesystemHandler& operator=(const VsiIdemFilesystemHandler&) = delete;
 
   using VSIFilesystemHandler::Open;
-  VSIVirtualHandle* Open(const char* filename, const char* access, bool set_error,
-                         CSLConstList options) override;
+  compat::VsiOpenResult Open(const char* filename, const char* access, bool set_error,
+                             CSLConstList options) override {
+    return compat::to_open_result(open_handle(filename, access, set_error, options));
+  }
+#if IDEM_GDAL_HAS_VSI_CANCEL_CREATION
+  // Every file written through /vsiidem/ becomes visible only when its last handle closes.
+  compat::VsiOpenResult CreateOnlyVisibleAtCloseTime(const char* filename,
+                                                     bool /*emulation_allowed*/,
+                                                     CSLConstList options) override {
+    return compat::to_open_result(open_handle(filename, "wb+", true, options));
+  }
+#endif
   int Stat(const char* filename, VSIStatBufL* stat_buf, int flags) override;
   int Unlink(const char* filename) override;
   int Mkdir(const char* dirname, long mode) override;
   int Rmdir(const char* dirname) override;
-#if GDAL_VERSION_NUM < GDAL_COMPUTE_VERSION(3, 7, 0)
+#if IDEM_GDAL_VSI_READDIR_IS_PURE
   char** ReadDir(const char* dirname) override {
     return ReadDirEx(dirname, 0);
   }
 #endif
   char** ReadDirEx(const char* dirname, int max_files) override;
-  int Rename(const char* old_path, const char* new_path) override;
+  int Rename(const char* old_path, const char* new_path IDEM_VSI_RENAME_EXTRA_PARAMETERS) override;
   int IsCaseSensitive(const char* filename) override;
   GIntBig GetDiskFreeSpace(const char* dirname) override;
   int SupportsSparseFiles(const char* path) override;
   char** GetFileMetadata(const char* filename, const char* domain, CSLConstList options) override;
   bool SetFileMetadata(const char* filename, CSLConstList metadata, const char* domain,
                        CSLConstList options) override;
-  bool IsLocal(const char* path) override;
+  bool IsLocal(const char* path) IDEM_VSI_IS_LOCAL_CONST override;
   bool SupportsSequentialWrite(const char* path, bool allow_local_temp_file) override;
   bool SupportsRandomWrite(const char* path, bool allow_local_temp_file) override;
 
  private:
+  VSIVirtualHandle* open_handle(const char* filename, const char* access, bool set_error,
+                                CSLConstList options);
   VSIVirtualHandle* open_for_write(const std::string& real, const char* access, bool set_error,
                                    CSLConstList options);
 };
@@ -916,8 +940,8 @@ VsiIdemFilesystemHandler::~VsiIdemFilesystemHandler() {
   }
 }
 
-VSIVirtualHandle* VsiIdemFilesystemHandler::Open(const char* filename, const char* access,
-                                                 bool set_error, CSLConstList options) {
+VSIVirtualHandle* VsiIdemFilesystemHandler::open_handle(const char* filename, const char* access,
+                                                        bool set_error, CSLConstList options) {
   try {
     note_use();
     const std::string real = real_absolute(filename);
@@ -956,7 +980,7 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::Open(const char* filename, const cha
       }
       return nullptr;
     }
-    return handler_for(target)->Open(target.c_str(), access, set_error, options);
+    return compat::open_handle(handler_for(target), target.c_str(), access, set_error, options);
   } catch (const std::exception& error) {
     CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
     errno = EIO;
@@ -1003,7 +1027,7 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
       }
       entry->discard = false;
     }
-    VSIVirtualHandle* inner = handler_for(temp)->Open(temp.c_str(), access, set_error, options);
+    VSIVirtualHandle* inner = compat::open_handle(handler_for(temp), temp.c_str(), access, set_error, options);
     if (inner == nullptr) {
       return nullptr;
     }
@@ -1032,7 +1056,7 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
 
   if (exists && !truncates(access) && !appends) {
     // Update of a published file: read through it until the first write.
-    VSIVirtualHandle* inner = handler_for(real)->Open(real.c_str(), "rb", set_error, options);
+    VSIVirtualHandle* inner = compat::open_handle(handler_for(real), real.c_str(), "rb", set_error, options);
     if (inner == nullptr) {
       return nullptr;
     }
@@ -1045,7 +1069,7 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
     // Append: work on a copy, published when closed (never the file in place).
     copy_published(real, temp);
   }
-  VSIVirtualHandle* inner = handler_for(temp)->Open(temp.c_str(), access, set_error, options);
+  VSIVirtualHandle* inner = compat::open_handle(handler_for(temp), temp.c_str(), access, set_error, options);
   if (inner == nullptr) {
     return nullptr;  // `fresh` removes its temporary directory
   }
@@ -1207,7 +1231,8 @@ char** VsiIdemFilesystemHandler::ReadDirEx(const char* dirname, int max_files) {
   }
 }
 
-int VsiIdemFilesystemHandler::Rename(const char* old_path, const char* new_path) {
+int VsiIdemFilesystemHandler::Rename(const char* old_path,
+                                     const char* new_path IDEM_VSI_RENAME_EXTRA_PARAMETERS) {
   try {
     const std::string real_old = real_absolute(old_path);
     const std::string real_new = real_absolute(new_path);
@@ -1249,7 +1274,7 @@ int VsiIdemFilesystemHandler::SupportsSparseFiles(const char* path) {
   return handler_for(real)->SupportsSparseFiles(real.c_str());
 }
 
-bool VsiIdemFilesystemHandler::IsLocal(const char* path) {
+bool VsiIdemFilesystemHandler::IsLocal(const char* path) IDEM_VSI_IS_LOCAL_CONST {
   const std::string real = strip_prefix(path);
   return handler_for(real)->IsLocal(real.c_str());
 }
@@ -1401,7 +1426,7 @@ void install_vsiidem_handler() {
     // Installed already, by this copy or another one (plugin and static CLI in one process).
     return;
   }
-  VSIFileManager::InstallHandler(k_vsiidem_prefix, new VsiIdemFilesystemHandler());
+  compat::install_handler(k_vsiidem_prefix, new VsiIdemFilesystemHandler());
   CPLDebug(k_debug_category, "installed the /vsiidem/ handler");
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/gdal_compat.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_minixml.h"
@@ -219,7 +220,7 @@ CPLXMLTreeCloser warped_vrt_tree(GDALDataset* source, const std::string* known_x
   if (known_xml != nullptr && !known_xml->empty()) {
     text = known_xml->c_str();
   } else {
-    char** xml = source->GetMetadata("xml:VRT");
+    CSLConstList xml = source->GetMetadata("xml:VRT");
     text = xml != nullptr ? xml[0] : nullptr;
   }
   if (text == nullptr) {
@@ -268,14 +269,15 @@ GDALDataset* kept_source_for(const CPLXMLNode* warp_options, const KeptSources* 
 // offset/scale, unit and attribute table.
 void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
   double geotransform[6];
-  if (vrt->GetGeoTransform(geotransform) == CE_None) {
-    output->SetGeoTransform(geotransform);
+  if (compat::get_geotransform(vrt, geotransform) == CE_None) {
+    compat::set_geotransform(output, geotransform);
   }
   if (const OGRSpatialReference* srs = vrt->GetSpatialRef()) {
     output->SetSpatialRef(srs);
   }
-  if (char** metadata = vrt->GetMetadata()) {
-    output->SetMetadata(metadata);
+  // GetMetadata returns CSLConstList since 3.13 and SetMetadata takes one; both char** before.
+  if (CSLConstList metadata = vrt->GetMetadata()) {
+    output->SetMetadata(const_cast<char**>(metadata));
   }
   for (int i = 1; i <= vrt->GetRasterCount(); ++i) {
     GDALRasterBand* from = vrt->GetRasterBand(i);
@@ -307,8 +309,8 @@ void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
     if (from->GetDescription()[0] != '\0') {
       to->SetDescription(from->GetDescription());
     }
-    if (char** metadata = from->GetMetadata()) {
-      to->SetMetadata(metadata);
+    if (CSLConstList metadata = from->GetMetadata()) {
+      to->SetMetadata(const_cast<char**>(metadata));
     }
     int has_offset = FALSE;
     int has_scale = FALSE;
@@ -353,12 +355,11 @@ void PreparedWarpDeleter::operator()(PreparedWarp* warp) const { delete warp; }
 
 namespace {
 
-#if GDAL_VERSION_NUM >= GDAL_COMPUTE_VERSION(3, 6, 0) && \
-    GDAL_VERSION_NUM < GDAL_COMPUTE_VERSION(3, 7, 0)
-// GDAL 3.6 keeps a VRTWarpedDataset's GDALWarpOperation private and offers no getter. An explicit
-// instantiation may name a private member (C++17 [temp.spec]/6), which this one hands out as a
-// member pointer: checked against this GDAL's header at compile time, no layout assumed.
-// Other GDAL versions deserialise the warp options instead (checked only against 3.6).
+#if IDEM_GDAL_HAS_VRT_WARPER_MEMBER
+// GDAL keeps a VRTWarpedDataset's GDALWarpOperation private and offers no getter (3.6 to 3.13).
+// An explicit instantiation may name a private member (C++17 [temp.spec]/6), which this one hands
+// out as a member pointer: checked against this GDAL's header at compile time, no layout assumed.
+// Without it (a GDAL whose member differs), the warp options are deserialised instead.
 #define IDEM_ADOPTS_VRT_WARPER 1
 GDALWarpOperation* VRTWarpedDataset::*vrt_warper_member();
 template <GDALWarpOperation* VRTWarpedDataset::*member>
@@ -403,6 +404,12 @@ PreparedWarpPtr adopt_vrt_warp(GDALDataset* vrt, GDALDataset* kept) {
   const GDALWarpOptions* theirs = warper != nullptr ? warper->GetOptions() : nullptr;
   if (theirs == nullptr || theirs->pfnTransformer == nullptr ||
       theirs->pTransformerArg == nullptr || theirs->hSrcDS == nullptr) {
+    CPLDebug(k_debug_category, "the warped VRT has no initialised warp operation (%s)",
+             warper == nullptr                     ? "no operation"
+             : theirs == nullptr                   ? "no options"
+             : theirs->pfnTransformer == nullptr   ? "no transformer"
+             : theirs->pTransformerArg == nullptr  ? "no transformer argument"
+                                                   : "no source");
     return nullptr;
   }
   GDALDataset* their_source = GDALDataset::FromHandle(theirs->hSrcDS);
@@ -534,7 +541,7 @@ GDALDatasetUniquePtr create_copy(GDALDriver* driver, const std::string& path, GD
                                  GDALProgressFunc progress, void* progress_data) {
   // The path is a fresh temporary name: GDAL's pre-delete (fact 5) has nothing to do there.
   CPLStringList options(creation_options);
-  options.SetNameValue("QUIET_DELETE_ON_CREATE_COPY", "NO");
+  options.SetNameValue(IDEM_QUIET_DELETE_ON_CREATE_COPY, "NO");
   CPLDebug(k_debug_category, "CreateCopy %s (%s) from %s", path.c_str(), driver->GetDescription(),
            source->GetDescription());
   CPLErrorReset();

@@ -7,6 +7,8 @@
 
 #include "cli.hpp"
 #include "cli_util.hpp"
+#include "core/error.hpp"
+#include "core/gdal_compat.hpp"
 #include "core/tile_grid.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -39,7 +41,7 @@ std::optional<TargetGrid> grid_of(const LedgerRow& row) {
   GDALDatasetUniquePtr dataset(
       GDALDataset::Open(row.output_uri.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
   CPLPopErrorHandler();
-  if (!dataset || dataset->GetGeoTransform(grid.geotransform) != CE_None ||
+  if (!dataset || compat::get_geotransform(dataset.get(), grid.geotransform) != CE_None ||
       dataset->GetSpatialRef() == nullptr) {
     return std::nullopt;
   }
@@ -134,7 +136,10 @@ int run_export(const Args& args, const GlobalOptions& global) {
   };
   for (const auto& [name, type] : fields) {
     OGRFieldDefn definition(name, type);
-    layer->CreateField(&definition);
+    if (layer->CreateField(&definition) != OGRERR_NONE) {
+      throw Error(ErrorKind::k_io, "cannot create the field " + std::string(name) + " in " +
+                                       *destination + ": " + CPLGetLastErrorMsg());
+    }
   }
   Progress progress(!global.quiet);
   dataset->StartTransaction();

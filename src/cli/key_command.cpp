@@ -13,6 +13,7 @@
 
 #include "cli.hpp"
 #include "core/canonical_json.hpp"
+#include "core/command_line.hpp"
 #include "core/error.hpp"
 #include "core/feature_key.hpp"
 #include "core/paths.hpp"
@@ -29,59 +30,17 @@ namespace {
 
 enum class Program { k_gdalwarp, k_gdal_translate };
 
-constexpr const char* k_probe = "-idem-probe-positional";
-
 struct ParsedCommand {
   Program program;
   std::vector<std::string> options;      // everything but the positional arguments, in order
   std::vector<std::string> positionals;  // source(s) then destination
 };
 
-// Does GDAL's parser for `program` accept `tokens`? Returns the error message when not.
-std::optional<std::string> parse_error(Program program, const std::vector<std::string>& tokens) {
-  CPLStringList list;
-  for (const auto& token : tokens) {
-    list.AddString(token.c_str());
-  }
-  CPLErrorReset();
-  CPLPushErrorHandler(CPLQuietErrorHandler);
-  bool ok = false;
-  if (program == Program::k_gdalwarp) {
-    GDALWarpAppOptions* options = GDALWarpAppOptionsNew(list.List(), nullptr);
-    ok = options != nullptr;
-    GDALWarpAppOptionsFree(options);
-  } else {
-    GDALTranslateOptions* options = GDALTranslateOptionsNew(list.List(), nullptr);
-    ok = options != nullptr;
-    GDALTranslateOptionsFree(options);
-  }
-  CPLPopErrorHandler();
-  if (ok) {
-    return std::nullopt;
-  }
-  return std::string(CPLGetLastErrorMsg());
-}
-
-// Split the arguments into options and positional arguments exactly as GDAL's parser sees them:
-// a token is positional when, replaced by an unknown option, the parser reports that option
-// (an option's value would be consumed instead).
 ParsedCommand split_arguments(Program program, const std::vector<std::string>& tokens) {
-  if (auto error = parse_error(program, tokens)) {
-    throw UsageError{"the command's options are invalid: " + *error};
-  }
-  ParsedCommand parsed{program, {}, {}};
-  const std::string expected = std::string("Unknown option name '") + k_probe + "'";
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    bool positional = false;
-    if (!tokens[i].empty() && tokens[i][0] != '-') {
-      std::vector<std::string> probe = tokens;
-      probe[i] = k_probe;
-      const auto error = parse_error(program, probe);
-      positional = error && error->find(expected) != std::string::npos;
-    }
-    (positional ? parsed.positionals : parsed.options).push_back(tokens[i]);
-  }
-  return parsed;
+  SplitArguments split = split_program_arguments(
+      program == Program::k_gdalwarp ? GdalProgram::k_gdalwarp : GdalProgram::k_gdal_translate,
+      tokens);
+  return ParsedCommand{program, std::move(split.options), std::move(split.positionals)};
 }
 
 std::string output_format(const std::vector<std::string>& options) {

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/command_line.hpp"
 #include "core/crs_normalize.hpp"
 #include "core/error.hpp"
 #include "core/paths.hpp"
@@ -27,8 +28,6 @@
 namespace idem {
 
 namespace {
-
-constexpr const char* k_probe = "-idem-probe-positional";
 
 std::string upper(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(),
@@ -46,62 +45,14 @@ bool starts_with_ci(const std::string& text, const std::string& prefix) {
   return text.size() >= prefix.size() && EQUALN(text.c_str(), prefix.c_str(), prefix.size());
 }
 
-// GDAL's parser's verdict on `tokens`: nullopt when accepted, else its message.
-std::optional<std::string> parse_error(const std::vector<std::string>& tokens) {
-  CPLStringList list;
-  for (const auto& token : tokens) {
-    list.AddString(token.c_str());
-  }
-  CPLErrorReset();
-  CPLPushErrorHandler(CPLQuietErrorHandler);
-  GDALVectorTranslateOptions* options = GDALVectorTranslateOptionsNew(list.List(), nullptr);
-  const bool ok = options != nullptr;
-  GDALVectorTranslateOptionsFree(options);
-  CPLPopErrorHandler();
-  if (ok) {
-    return std::nullopt;
-  }
-  return std::string(CPLGetLastErrorMsg());
-}
-
-// How many value tokens follow an option (the ones this file must walk over exactly). Options
-// not listed take none or are passed through token by token, which is equally correct for the
-// key (every token goes in, in order).
-int fixed_arity(const std::string& option) {
-  static const std::set<std::string> k_one = {
-      "-f", "-of", "-dsco", "-lco", "-oo", "-doo", "-nln", "-nlt", "-dim", "-a_srs", "-t_srs",
-      "-s_srs", "-ct", "-spat_srs", "-geomfield", "-where", "-sql", "-dialect", "-select", "-gt",
-      "-fid", "-limit", "-segmentize", "-simplify", "-fieldTypeToString", "-mapFieldType",
-      "-fieldmap", "-maxsubfields", "-zfield", "-order", "-clipsrcsql", "-clipsrclayer",
-      "-clipsrcwhere", "-clipdstsql", "-clipdstlayer", "-clipdstwhere", "-datelineoffset", "-mo",
-      "-a_coord_epoch", "-s_coord_epoch", "-t_coord_epoch", "-xyRes", "-zRes", "-mRes",
-      "-nlt", "-pg"};
-  if (option == "-spat") {
-    return 4;
-  }
-  return k_one.count(option) != 0 ? 1 : 0;
-}
-
-bool is_number(const std::string& text) {
-  std::string ignored;
-  return canonical_number_text(text, ignored);
-}
-
 std::string canonical_number(const std::string& text) {
   std::string out;
   return canonical_number_text(text, out) ? out : text;
 }
 
-// Value tokens of the option at `i` in `options` (handles the variable -clipsrc/-clipdst/-gcp).
+// Value tokens of the option at `i` in `options`.
 int arity_at(const std::vector<std::string>& options, size_t i) {
-  const std::string& option = options[i];
-  if (option == "-clipsrc" || option == "-clipdst") {
-    return i + 1 < options.size() && is_number(options[i + 1]) ? 4 : 1;
-  }
-  if (option == "-gcp") {
-    return i + 5 < options.size() && is_number(options[i + 5]) ? 5 : 4;
-  }
-  return fixed_arity(option);
+  return static_cast<int>(option_value_count(GdalProgram::k_ogr2ogr, options, i));
 }
 
 // A NAME=VALUE token's name, upper-cased.
@@ -534,23 +485,9 @@ Ogr2ogrCommand parse_ogr2ogr_command(const std::vector<std::string>& arguments) 
   for (int i = 1; i < argc; ++i) {
     tokens.emplace_back(processed[i]);
   }
-  if (auto error = parse_error(tokens)) {
-    throw Error(ErrorKind::k_usage, "the ogr2ogr options are invalid: " + *error);
-  }
-  // A token is positional when, replaced by an unknown option, the parser reports that option
-  // (an option's value would have been consumed instead).
-  const std::string expected = std::string("Unknown option name '") + k_probe + "'";
-  std::vector<std::string> positionals;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    bool positional = false;
-    if (!tokens[i].empty() && tokens[i][0] != '-') {
-      std::vector<std::string> probe = tokens;
-      probe[i] = k_probe;
-      const auto error = parse_error(probe);
-      positional = error && error->find(expected) != std::string::npos;
-    }
-    (positional ? positionals : command.options).push_back(tokens[i]);
-  }
+  SplitArguments split = split_program_arguments(GdalProgram::k_ogr2ogr, tokens);
+  command.options = std::move(split.options);
+  const std::vector<std::string>& positionals = split.positionals;
   if (positionals.size() < 2) {
     throw Error(ErrorKind::k_usage, "the ogr2ogr command needs a destination (PG:\"...\") and a "
                                     "source");

@@ -107,7 +107,7 @@ public:
     }
     GDALDriver* driver = dataset->GetDriver();
     if (driver != nullptr && EQUAL(driver->GetDescription(), "VRT")) {
-      char** xml = dataset->GetMetadata("xml:VRT");
+      CSLConstList xml = dataset->GetMetadata("xml:VRT");
       if (xml != nullptr && xml[0] != nullptr) {
         std::unique_ptr<CPLXMLNode, XmlFree> tree(CPLParseXMLString(xml[0]));
         const std::string description = dataset->GetDescription();

@@ -1,6 +1,7 @@
 // A VRT's XML as canonical JSON (see vrt_canonical.hpp and docs/keys.md).
 #include "core/vrt_canonical.hpp"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -253,6 +254,9 @@ public:
     if (EQUAL(tag, "GDALWarpOptions")) {
       normalise_warp_options(node, options);
     }
+    if (EQUAL(tag, "Metadata") && EQUAL(attribute(node, "domain").c_str(), "IMAGE_STRUCTURE")) {
+      sort_items_by_key(children);
+    }
     const std::string canonical_text = canonical_scalar_text(text);
     if (!canonical_text.empty()) {
       result.set("text", JsonValue::string(canonical_text));
@@ -299,6 +303,19 @@ private:
 
   // Dataset metadata: AREA_OR_POINT=Area in the default domain is GDAL's default (absent means
   // Area), so it is dropped; rasterio's WarpedVRT does not copy it, gdalwarp does.
+  // The IMAGE_STRUCTURE domain is what the driver reports (COMPRESSION, INTERLEAVE...), in an
+  // order that changed between GDAL releases (3.6 and 3.10 differ): the items are keyed
+  // by name, which is how GDAL reads them.
+  static void sort_items_by_key(JsonValue& items) {
+    const auto key_of = [](const JsonValue& item) {
+      const JsonValue* attributes = item.find("attr");
+      const JsonValue* key = attributes != nullptr ? attributes->find("key") : nullptr;
+      return key != nullptr ? key->text() : std::string();
+    };
+    std::stable_sort(items.items().begin(), items.items().end(),
+                     [&](const JsonValue& a, const JsonValue& b) { return key_of(a) < key_of(b); });
+  }
+
   JsonValue dataset_metadata(const CPLXMLNode* node, int depth) {
     const std::string domain = attribute(node, "domain");
     JsonValue result = element(node, depth);

@@ -1,4 +1,5 @@
 // Work description -> idempotency key (docs/keys.md is the contract this file implements).
+#include "core/gdal_compat.hpp"
 #include "core/work_key.hpp"
 
 #include <proj.h>
@@ -23,7 +24,7 @@ namespace {
 
 // Suffix gdalwarp (GDAL 3.6 gdalwarp_lib.cpp) gives the GTiff it materialises beside the
 // destination when several sources are warped into a CreateCopy-only format (DESIGN.md fact 4).
-constexpr const char* k_materialised_suffix = ".tmp.tif";
+[[maybe_unused]] constexpr const char* k_materialised_suffix = ".tmp.tif";
 
 // Creation options that do not change the output's bytes: out of the key.
 const char* const k_neutral_creation_options[] = {"NUM_THREADS"};
@@ -39,7 +40,7 @@ bool name_in(const std::string& name, const char* const* list, std::size_t count
   return false;
 }
 
-bool ends_with(const std::string& text, const std::string& suffix) {
+[[maybe_unused]] bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -65,18 +66,41 @@ JsonValue creation_options_json(const KeyOptions& options) {
   return result;
 }
 
-// gdalwarp's temporary GTiff for a multi-source warp: "<destination as given>.tmp.tif".
+// gdalwarp's temporary GTiff for a multi-source warp that reprojects: "<destination as
+// given>.tmp.tif" up to GDAL 3.11.0, "<directory>/<destination's file name>_<pid>_<counter>"
+// (CPLGenerateTempFilename) since 3.11.1. A mosaic that does not reproject is handed over as a
+// VRT of the sources since 3.11 (nothing is materialised then).
 bool looks_materialised(GDALDataset* src, const std::string& destination) {
   const std::string description = src->GetDescription();
   GDALDriver* driver = src->GetDriver();
-  if (driver == nullptr || !EQUAL(driver->GetDescription(), "GTiff") ||
-      !ends_with(description, k_materialised_suffix)) {
+  if (driver == nullptr || !EQUAL(driver->GetDescription(), "GTiff")) {
+    return false;
+  }
+#if IDEM_GDAL_MULTI_SOURCE_TEMP_IS_GENERATED
+  if (destination.empty()) {
+    return false;
+  }
+  const std::string name = CPLGetFilename(description.c_str());
+  const std::string prefix = std::string(CPLGetFilename(destination.c_str())) + "_";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) {
+    return false;
+  }
+  const std::string rest = name.substr(prefix.size());  // <pid>_<counter>
+  const size_t separator = rest.find('_');
+  const auto digits = [](const std::string& text) {
+    return !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  };
+  return separator != std::string::npos && digits(rest.substr(0, separator)) &&
+         digits(rest.substr(separator + 1));
+#else
+  if (!ends_with(description, k_materialised_suffix)) {
     return false;
   }
   const std::string stem = description.substr(0, description.size() - std::strlen(k_materialised_suffix));
   return stem.rfind("/vsiidem/", 0) == 0 ||
          (!destination.empty() &&
           EQUAL(CPLGetFilename(stem.c_str()), CPLGetFilename(destination.c_str())));
+#endif
 }
 
 std::string vrt_directory(GDALDataset* src) {
@@ -95,7 +119,7 @@ TargetGrid target_grid(GDALDataset* src) {
   TargetGrid grid;
   grid.x_size = src->GetRasterXSize();
   grid.y_size = src->GetRasterYSize();
-  grid.has_geotransform = src->GetGeoTransform(grid.geotransform) == CE_None;
+  grid.has_geotransform = compat::get_geotransform(src, grid.geotransform) == CE_None;
   if (const OGRSpatialReference* srs = src->GetSpatialRef()) {
     char* wkt = nullptr;
     if (srs->exportToWkt(&wkt) == OGRERR_NONE && wkt != nullptr) {
@@ -138,7 +162,7 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     work.set("proj_version", JsonValue::string(proj_info().version));
   }
 
-  char** xml = src->GetMetadata("xml:VRT");
+  CSLConstList xml = src->GetMetadata("xml:VRT");
   GDALDriver* driver = src->GetDriver();
   const bool is_vrt = driver != nullptr && EQUAL(driver->GetDescription(), "VRT") &&
                       xml != nullptr && xml[0] != nullptr;

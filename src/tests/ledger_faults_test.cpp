@@ -4,6 +4,7 @@
 // same tokens. Restarts the test cluster, so ctest runs it alone (RUN_SERIAL).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.hpp"
