@@ -486,3 +486,34 @@ def test_vsiidem_rasterio_write(tmp_path):
     with rasterio.open(str(out)) as src:
         assert (src.read() == data).all()
     assert temp_dirs(tmp_path) == []
+
+
+def _source_with_a_corrupt_tile(path):
+    """A tiled, compressed GeoTIFF whose tile (2, 2) does not decompress: reading it fails."""
+    ds = gdal.GetDriverByName("GTiff").Create(str(path), 256, 256, 1, gdal.GDT_Byte,
+                                              ["TILED=YES", "BLOCKXSIZE=64", "BLOCKYSIZE=64",
+                                               "COMPRESS=DEFLATE"])
+    ds.GetRasterBand(1).WriteArray((np.arange(256 * 256) % 251).reshape(256, 256)
+                                   .astype(np.uint8))
+    ds = None
+    ds = gdal.Open(str(path))
+    offset = int(ds.GetRasterBand(1).GetMetadataItem("BLOCK_OFFSET_2_2", "TIFF"))
+    ds = None
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(b"\xff" * 40)
+    return str(path)
+
+
+@pytest.mark.skipif(int(gdal.VersionInfo("VERSION_NUM")) < 3120000,
+                    reason="drivers tell a file system that they gave up on a file from GDAL 3.12 "
+                           "(CancelCreation); before, a driver that closes a failed file publishes "
+                           "it, as plain GDAL leaves it (docs/vsiidem.md)")
+def test_a_write_the_driver_gives_up_is_never_published(tmp_path):
+    source = _source_with_a_corrupt_tile(tmp_path / "src.tif")
+    out = tmp_path / "out.png"
+    proc = subprocess.run(["gdal_translate", "-q", "-of", "PNG", source, vsiidem(str(out))],
+                          env=env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert not out.exists()
+    assert temp_dirs(str(tmp_path)) == []
