@@ -181,7 +181,19 @@ def test_warp_engine_gtiff_matches_direct_gdalwarp(data_dir, tmp_path, case):
     vrt = warp_vrt(data_dir, tmp_path, args)
     out = tmp_path / "idem.tif"
     materialise(vrt, out, "-of", "GTiff", "-co", "TILED=YES")
-    assert_same_pixels(out, warp_direct(data_dir, tmp_path, args))
+    known = case in GDAL_3_10_DIFFERS and 3100000 <= int(gdal.VersionInfo("VERSION_NUM")) < 3110000
+    try:
+        assert_same_pixels(out, warp_direct(data_dir, tmp_path, args))
+    except AssertionError as difference:
+        if known:
+            # Known and open (issue 30): on GDAL 3.10 a warped .vrt file with these options
+            # gives other pixels than direct gdalwarp (3.6 and 3.13 agree with it).
+            pytest.xfail(f"GDAL 3.10, known: {difference}")
+        raise
+    assert not known, f"{case} now matches gdalwarp on GDAL 3.10: take it out of GDAL_3_10_DIFFERS"
+
+
+GDAL_3_10_DIFFERS = {"ot_uint16_wt", "wm_small_chunks"}
 
 
 def test_warp_engine_source_overview(data_dir, tmp_path):

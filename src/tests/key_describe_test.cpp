@@ -2,11 +2,14 @@
 // builds it), a translation VRT, a plain dataset, and gdalwarp's materialised temporary GTiff.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/gdal_compat.hpp"
 #include "core/work_key.hpp"
 #include "gdal_priv.h"
 #include "gdal_utils.h"
@@ -102,7 +105,12 @@ TEST(KeyDescribe, PlainDatasetIsACopyOfItsFiles) {
 TEST(KeyDescribe, MaterialisedTemporaryGtiffIsFlagged) {
   char pattern[] = "/tmp/idem-key-describe-XXXXXX";
   const std::string dir = ::mkdtemp(pattern);
+  // gdalwarp's name for it (src/core/gdal_compat.hpp).
+#if IDEM_GDAL_MULTI_SOURCE_TEMP_IS_GENERATED
+  const std::string temp = dir + "/tile.tif_" + std::to_string(::getpid()) + "_1";
+#else
   const std::string temp = dir + "/tile.tif.tmp.tif";
+#endif
   {
     auto source = open(k_golden_src);
     GDALDriver* gtiff = GetGDALDriverManager()->GetDriverByName("GTiff");
