@@ -1,9 +1,12 @@
 // Every difference between the GDAL releases gdal-idem builds against (3.6 to 3.13) that the code
 // meets, in one place: the other files use the names below and test no GDAL version themselves.
-// docs/internals.md lists each difference with the release that brought it.
+// Each difference is named with the release that brought it; docs/operations.md ("Supported GDAL
+// versions") says what they mean for users.
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cpl_error.h"
@@ -20,19 +23,26 @@
 
 namespace idem::compat {
 
-// The sources of a VRT band: `nSources` and `papoSources` before 3.13 (3.10 still), a vector of
-// unique_ptr (`m_papoSources`) since.
-inline std::vector<VRTSource*> vrt_band_sources(VRTSourcedRasterBand* band) {
+// The sources of a VRT band: `nSources` and `papoSources` up to 3.10 at least, a vector of
+// unique_ptr (`m_papoSources`) by 3.13. Which one this GDAL has is asked of the class itself.
+template <typename Band, typename = void>
+struct HasSourceVector : std::false_type {};
+template <typename Band>
+struct HasSourceVector<Band, std::void_t<decltype(std::declval<Band&>().m_papoSources.size())>>
+    : std::true_type {};
+
+template <typename Band = VRTSourcedRasterBand>
+std::vector<VRTSource*> vrt_band_sources(Band* band) {
   std::vector<VRTSource*> sources;
-#if IDEM_GDAL_AT_LEAST(3, 13, 0)
-  for (const auto& source : band->m_papoSources) {
-    sources.push_back(source.get());
+  if constexpr (HasSourceVector<Band>::value) {
+    for (const auto& source : band->m_papoSources) {
+      sources.push_back(source.get());
+    }
+  } else {
+    for (int i = 0; i < band->nSources; ++i) {
+      sources.push_back(band->papoSources[i]);
+    }
   }
-#else
-  for (int i = 0; i < band->nSources; ++i) {
-    sources.push_back(band->papoSources[i]);
-  }
-#endif
   return sources;
 }
 
