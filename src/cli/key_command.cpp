@@ -28,21 +28,6 @@ namespace idem::cli {
 
 namespace {
 
-enum class Program { k_gdalwarp, k_gdal_translate };
-
-struct ParsedCommand {
-  Program program;
-  std::vector<std::string> options;      // everything but the positional arguments, in order
-  std::vector<std::string> positionals;  // source(s) then destination
-};
-
-ParsedCommand split_arguments(Program program, const std::vector<std::string>& tokens) {
-  SplitArguments split = split_program_arguments(
-      program == Program::k_gdalwarp ? GdalProgram::k_gdalwarp : GdalProgram::k_gdal_translate,
-      tokens);
-  return ParsedCommand{program, std::move(split.options), std::move(split.positionals)};
-}
-
 std::string output_format(const std::vector<std::string>& options) {
   std::string format;
   for (size_t i = 0; i + 1 < options.size(); ++i) {
@@ -190,11 +175,11 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
     throw UsageError{"no command"};
   }
   const std::string program_name = basename_of(command[0]);
-  Program program;
+  GdalProgram program;
   if (program_name == "gdalwarp") {
-    program = Program::k_gdalwarp;
+    program = GdalProgram::k_gdalwarp;
   } else if (program_name == "gdal_translate") {
-    program = Program::k_gdal_translate;
+    program = GdalProgram::k_gdal_translate;
   } else {
     throw UsageError{"'" + program_name + "' is not gdalwarp or gdal_translate"};
   }
@@ -216,14 +201,14 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
     tokens.emplace_back(processed[j]);
   }
 
-  ParsedCommand parsed = split_arguments(program, tokens);
+  SplitArguments parsed = split_program_arguments(program, tokens);
   if (CPLString(output_format(parsed.options)).toupper() != "IDEM") {
     throw UsageError{"the command does not write through IDEM: add -of IDEM (and write the "
                      "output as /vsiidem/PATH)"};
   }
   const size_t expected_min = 2;
   if (parsed.positionals.size() < expected_min ||
-      (program == Program::k_gdal_translate && parsed.positionals.size() != 2)) {
+      (program == GdalProgram::k_gdal_translate && parsed.positionals.size() != 2)) {
     throw UsageError{"the command needs a source and a destination"};
   }
   const std::string destination = dry_run_destination(parsed.positionals.back());
@@ -242,7 +227,7 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
     option_list.AddString(option.c_str());
   }
   CPLErrorReset();
-  if (program == Program::k_gdalwarp) {
+  if (program == GdalProgram::k_gdalwarp) {
     std::vector<DatasetHandle> sources;
     std::vector<GDALDatasetH> handles;
     for (const auto& path : parsed.positionals) {

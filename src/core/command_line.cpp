@@ -43,8 +43,7 @@ const std::map<std::string_view, size_t>& fixed_counts(GdalProgram program) {
       {"-fieldmap", 1}, {"-zfield", 1}, {"-order", 1}, {"-clipsrcsql", 1}, {"-clipsrclayer", 1},
       {"-clipsrcwhere", 1}, {"-clipdstsql", 1}, {"-clipdstlayer", 1}, {"-clipdstwhere", 1},
       {"-datelineoffset", 1}, {"-mo", 1}, {"-a_coord_epoch", 1}, {"-s_coord_epoch", 1},
-      {"-t_coord_epoch", 1}, {"-xyRes", 1}, {"-zRes", 1}, {"-mRes", 1}, {"-if", 1},
-      {"-nomd", 0}, {"-progress", 0}};
+      {"-t_coord_epoch", 1}, {"-xyRes", 1}, {"-zRes", 1}, {"-mRes", 1}, {"-if", 1}};
   switch (program) {
     case GdalProgram::k_gdalwarp:
       return k_warp;
