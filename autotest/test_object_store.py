@@ -388,12 +388,15 @@ def listings_of(requests, directory_key):
     return found
 
 
-def test_s3_gdalwarp_first_run_sends_a_request_fewer_than_plain(s3, sqlite_ledger, source,
-                                                                local_tmp, prefix):
+@pytest.mark.parametrize("conditional", ["AUTO", "NO"])
+def test_s3_gdalwarp_first_run_sends_no_more_requests_than_plain(s3, sqlite_ledger, source,
+                                                                 local_tmp, prefix, conditional):
     """gdalwarp looks at its output before warping; GDAL's CreateCopy then probes the output
     with an open, which on object storage lists the output's directory. /vsiidem/ answers that
-    open from gdalwarp's look moments before, so a first run sends one request fewer than plain
-    gdalwarp to /vsis3/ (which lists the directory before creating its output)."""
+    open from gdalwarp's look moments before, which saves a request of plain gdalwarp to /vsis3/
+    (which lists the directory before creating its output). The look at the object that makes
+    the upload conditional (IDEM_CONDITIONAL_WRITE=AUTO, the default) spends it again: as many
+    requests as plain gdalwarp, one fewer with IDEM_CONDITIONAL_WRITE=NO."""
     bucket, folder = prefix.split("/", 1)
     plain_uri = f"/vsis3/{prefix}/plain/12/2200/1343.tif"
     idem_uri = f"/vsis3/{prefix}/idem/12/2200/1343.tif"
@@ -405,12 +408,18 @@ def test_s3_gdalwarp_first_run_sends_a_request_fewer_than_plain(s3, sqlite_ledge
     plain = s3.requests_since(mark)
     mark = s3.mark()
     proc = run(warp_cmd(source, "/vsiidem/" + idem_uri),
-               env=s3_env(s3, sqlite_ledger, local_tmp, CPL_DEBUG="VSIIDEM"), check=True)
+               env=s3_env(s3, sqlite_ledger, local_tmp, CPL_DEBUG="VSIIDEM",
+                          IDEM_CONDITIONAL_WRITE=conditional), check=True)
     idem = s3.requests_since(mark)
     assert len(listings_of(plain, f"{folder}/plain/12/2200")) == 1, plain
     assert listings_of(idem, f"{folder}/idem/12/2200") == [], idem
-    assert len(idem) == len(plain) - 1, (plain, idem)
-    assert idem[-1][:2] == ("PUT", idem_uri[len("/vsis3"):])
+    object_path = idem_uri[len("/vsis3"):]
+    if conditional == "AUTO":
+        assert len(idem) == len(plain), (plain, idem)
+        assert idem[-2][:2] == ("GET", object_path)  # the look the upload is conditional on
+    else:
+        assert len(idem) == len(plain) - 1, (plain, idem)
+    assert idem[-1][:2] == ("PUT", object_path)
     assert f"{idem_uri}: missing, as a Stat" in proc.stderr
     rows = sqlite_ledger.completed()
     assert [r["output_uri"] for r in rows] == [idem_uri]

@@ -46,6 +46,9 @@ namespace {
 
 constexpr const char* k_driver_name = "IDEM";
 constexpr int k_default_stale_seconds = 300;
+// How many times an object output is looked at again and uploaded when the store refuses its
+// conditional upload while this attempt still holds its claim (see IdemCreator::create).
+constexpr int k_upload_rounds = 3;
 
 std::mutex g_listener_mutex;
 DryRunListener g_dry_run_listener;
@@ -128,6 +131,7 @@ IdemOptions parse_options(CSLConstList creation_options) {
   }
   options.fail_when_busy = on_busy == "FAIL";
   options.durable = CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES"));
+  conditional_writes_enabled();  // a bad IDEM_CONDITIONAL_WRITE is refused before any work
   options.dry_run = CPLTestBool(CPLGetConfigOption("IDEM_DRY_RUN", "NO"));
   options.digest_policy =
       parse_source_digest_policy(CPLGetConfigOption("IDEM_SOURCE_DIGEST", "AUTO"));
@@ -1179,37 +1183,55 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     }
 
     CPLDebug("IDEM", "timing: materialise %.2f ms", lap_ms(m_lap));
-    // Nothing is published under a claim the ledger could still lose (docs/ledger.md): the claim
-    // committed without waiting for its flush, which was asked for while the work ran. Before
-    // the lease's check, which then follows any long wait for it.
-    if (!m_ledger->confirm_claim(m_work.key, token)) {
-      throw Error(ErrorKind::k_ledger,
-                  "the ledger no longer has the claim on this work (a crash of its database "
-                  "server lost it, or it was forgotten), so nothing was published; run again");
-    }
-    wait_for_earlier_work(claim.row, keeper);
-    // Renewed unless the claim or the last renewal is recent (a tile: no ledger write).
-    if (!keeper.ensure_held()) {
-      throw Error(ErrorKind::k_ledger, "the claim on this work was lost before publishing "
-                                       "(lease expired and another worker took it over)");
-    }
-    keeper.poll();  // the upload or rename reports no progress
-    test_pause("before_commit");
-    // The new files replace what GDAL's pre-delete recorded; a file of the replaced output that
-    // the new one does not have (a stale sidecar) is removed now, before the completion.
-    try {
-      // Local files: each is exchanged with the file it replaces, which is kept until the
-      // fenced completion below is recorded (settle) or refused (roll_back).
-      published = output.publish(m_options.durable);
-    } catch (const Error&) {
-      VSIStatBufL info;
-      if (VSIStatL(output.temp_dir().c_str(), &info) != 0) {
+    // On object storage the store fences the publish too: each upload is conditional on the
+    // object looked at here, before the claim is checked below, so the store refuses it once
+    // another worker has uploaded there since (which it can do only after this attempt's claim
+    // was lost). A refusal while the claim still holds (the writer was a worker whose claim is
+    // gone, or a writer outside IDEM) means: look again and upload over it, a few times.
+    for (int round = 1;; ++round) {
+      output.observe_objects();
+      // Nothing is published under a claim the ledger could still lose (docs/ledger.md): the
+      // claim committed without waiting for its flush, which was asked for while the work ran.
+      // Before the lease's check, which then follows any long wait for it.
+      if (!m_ledger->confirm_claim(m_work.key, token)) {
         throw Error(ErrorKind::k_ledger,
-                    "the claim on this work was lost before publishing: another worker took it "
-                    "over (lease expired) and removed this attempt's temporary files; nothing "
-                    "was published");
+                    "the ledger no longer has the claim on this work (a crash of its database "
+                    "server lost it, or it was forgotten), so nothing was published; run again");
       }
-      throw;
+      if (round == 1) {
+        wait_for_earlier_work(claim.row, keeper);
+      }
+      // Renewed unless the claim or the last renewal is recent (a tile: no ledger write).
+      if (!keeper.ensure_held()) {
+        throw Error(ErrorKind::k_ledger, "the claim on this work was lost before publishing "
+                                         "(lease expired and another worker took it over)");
+      }
+      keeper.poll();  // the upload or rename reports no progress
+      test_pause("before_commit");
+      // The new files replace what GDAL's pre-delete recorded; a file of the replaced output
+      // that the new one does not have (a stale sidecar) is removed now, before the completion.
+      try {
+        // Local files: each is exchanged with the file it replaces, which is kept until the
+        // fenced completion below is recorded (settle) or refused (roll_back).
+        published = output.publish(m_options.durable);
+        break;
+      } catch (const UploadRefused& refused) {
+        if (round == k_upload_rounds) {
+          throw Error(ErrorKind::k_ledger,
+                      std::string(refused.what()) + ", " + std::to_string(k_upload_rounds) +
+                          " times in a row; no completion is recorded, run again");
+        }
+        CPLDebug("IDEM", "%s; looking again", refused.what());
+      } catch (const Error&) {
+        VSIStatBufL info;
+        if (VSIStatL(output.temp_dir().c_str(), &info) != 0) {
+          throw Error(ErrorKind::k_ledger,
+                      "the claim on this work was lost before publishing: another worker took "
+                      "it over (lease expired) and removed this attempt's temporary files; "
+                      "nothing was published");
+        }
+        throw;
+      }
     }
     m_pre_delete.published(published);
     CPLDebug("IDEM", "timing: heartbeat+commit %.2f ms", lap_ms(m_lap));
@@ -1417,6 +1439,7 @@ void declare_config_options() {
 #if IDEM_GDAL_HAS_DECLARE_KNOWN_CONFIG_OPTION
   for (const char* name :
        {"IDEM_LEDGER", "IDEM_NAMESPACE", "IDEM_ON_BUSY", "IDEM_DRY_RUN", "IDEM_FSYNC",
+        "IDEM_CONDITIONAL_WRITE",
         "IDEM_DURABLE_CLAIM", "IDEM_DURABLE_COMPLETION", "IDEM_KEY_GDAL_VERSION",
         "IDEM_LEDGER_PAGE_ROWS", "IDEM_LEDGER_PREOPEN", "IDEM_SOURCE_DIGEST", "IDEM_STALE_SECONDS",
         "IDEM_WARP_MULTI", "IDEM_WARP_REUSE_TRANSFORMER", "IDEM_TEST_PAUSE_AT",

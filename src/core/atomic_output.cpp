@@ -289,13 +289,8 @@ std::vector<std::string> AtomicOutput::commit(bool durable) {
   return published;
 }
 
-std::vector<std::string> AtomicOutput::publish(bool durable) {
-  if (m_committed || !m_placed.empty()) {
-    throw Error(ErrorKind::k_internal, "output " + m_final_path + " was already committed");
-  }
-  const std::string final_dir = parent_directory(m_final_path);
+std::vector<std::string> AtomicOutput::ordered_names() const {
   const std::string primary = base_name(m_final_path);
-
   // Sidecars first, the primary last: a reader (or `gdal-idem verify`) that sees the primary
   // sees a complete dataset.
   std::vector<std::string> names = list_directory(m_temp_dir);
@@ -313,7 +308,33 @@ std::vector<std::string> AtomicOutput::publish(bool durable) {
                                      " was not written (the driver failed before creating it)");
   }
   ordered.push_back(primary);
+  return ordered;
+}
 
+void AtomicOutput::observe_objects() {
+  m_expected.clear();
+  if (!m_object) {
+    return;
+  }
+  const std::string final_dir = parent_directory(m_final_path);
+  for (const auto& name : ordered_names()) {
+    VSIStatBufL info;
+    const std::string from = join_path(m_temp_dir, name);
+    const std::string to = join_path(final_dir, name);
+    if (VSIStatL(from.c_str(), &info) != 0 ||
+        !conditional_upload_applies(to, static_cast<int64_t>(info.st_size))) {
+      continue;
+    }
+    m_expected[to] = ExpectedObject{current_object_etag(to)};
+  }
+}
+
+std::vector<std::string> AtomicOutput::publish(bool durable) {
+  if (m_committed || !m_placed.empty()) {
+    throw Error(ErrorKind::k_internal, "output " + m_final_path + " was already committed");
+  }
+  const std::string final_dir = parent_directory(m_final_path);
+  const std::vector<std::string> ordered = ordered_names();
   if (m_object) {
     return upload(ordered);
   }
@@ -452,7 +473,10 @@ std::vector<std::string> AtomicOutput::upload(const std::vector<std::string>& or
       test_pause("during_upload");  // sidecars are up, the primary is not
     }
     const std::string to = join_path(final_dir, name);
-    const CopiedBytes sent = copy_vsi_file(join_path(m_temp_dir, name), to);
+    const auto expected = m_expected.find(to);
+    const CopiedBytes sent = copy_vsi_file(join_path(m_temp_dir, name), to,
+                                           expected != m_expected.end() ? &expected->second
+                                                                        : nullptr);
     if (name == ordered.back()) {
       m_uploaded_primary = sent;
     }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -65,6 +66,12 @@ public:
   // (another worker's file put there meanwhile stays). The destructor rolls back a publish
   // that was not settled. For an object output publish() uploads, as commit() does.
   std::vector<std::string> publish(bool durable = true);
+  // Object outputs, before the publish is fenced: looks at each object publish() will upload
+  // (a request each) and makes its upload conditional on what it saw (conditional_upload_applies),
+  // so that the store refuses it once another writer has changed the object since. publish()
+  // then throws UploadRefused; the objects uploaded before the refused one stay, and the
+  // temporary files stay for another observe_objects() and publish(). Local outputs: nothing.
+  void observe_objects();
   void settle();
   void roll_back() noexcept;
   // What publish() put in place (local outputs), as it was just before: the fingerprint of this
@@ -89,6 +96,8 @@ private:
     int64_t mtime_ns = 0;
   };
   std::vector<std::string> upload(const std::vector<std::string>& ordered);
+  // The files of the temporary directory in publishing order: sidecars, then the primary.
+  std::vector<std::string> ordered_names() const;
   void place(const std::string& from, const std::string& to);
 
   std::vector<Placed> m_placed;
@@ -100,6 +109,7 @@ private:
   std::string m_temp_path;
   bool m_committed = false;
   std::optional<CopiedBytes> m_uploaded_primary;
+  std::map<std::string, ExpectedObject> m_expected;  // by final object path (observe_objects)
 };
 
 // The token of a temporary directory that `owner` (the IDEM driver: the work key's first 16

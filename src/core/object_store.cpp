@@ -134,6 +134,14 @@ std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh)
   return headers;
 }
 
+std::string current_object_etag(const std::string& path) {
+  VSICurlPartialClearCache(path.c_str());
+  // Only the object's own request: no stat, which after a 404 would list the "directory" too.
+  const CPLStringList metadata(VSIGetFileMetadata(path.c_str(), "HEADERS", nullptr));
+  const char* etag = metadata.FetchNameValue("ETag");
+  return etag != nullptr ? etag : "";
+}
+
 std::string local_temp_root() {
   if (const char* configured = CPLGetConfigOption("CPL_TMPDIR", nullptr)) {
     if (configured[0] != '\0') {
@@ -192,14 +200,65 @@ EtagMatch match_object_etag(const std::string& path, const ObjectHeaders& header
   return actual && *actual == md5 ? EtagMatch::k_same_content : EtagMatch::k_different;
 }
 
-CopiedBytes copy_vsi_file(const std::string& from, const std::string& to) {
+bool conditional_writes_enabled() {
+  const std::string mode = CPLGetConfigOption("IDEM_CONDITIONAL_WRITE", "AUTO");
+  if (EQUAL(mode.c_str(), "NO")) {
+    return false;
+  }
+  if (!EQUAL(mode.c_str(), "AUTO")) {
+    throw Error(ErrorKind::k_usage, "IDEM_CONDITIONAL_WRITE=" + mode +
+                                        " is not valid: use AUTO (the default) or NO");
+  }
+  return true;
+}
+
+bool conditional_upload_applies(const std::string& path, int64_t size) {
+  if (!conditional_writes_enabled() || path.rfind("/vsis3/", 0) != 0) {
+    return false;
+  }
+  // GDAL's /vsis3/ writer buffers VSIS3_CHUNK_SIZE (MB) and starts a multipart upload when the
+  // buffer fills; below it the object goes in one PUT, which carries the creation headers.
+  int64_t chunk = int64_t(atoi(CPLGetConfigOption("VSIS3_CHUNK_SIZE", "50"))) << 20;
+  if (const char* bytes = CPLGetConfigOption("VSIS3_CHUNK_SIZE_BYTES", nullptr)) {
+    chunk = CPLAtoGIntBig(bytes);
+  }
+  return size < chunk;
+}
+
+CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
+                          const ExpectedObject* expected) {
   VSIErrorReset();
   CPLErrorReset();
   VsiFile in(VSIFOpenExL(from.c_str(), "rb", TRUE));
   if (!in) {
     throw Error(ErrorKind::k_io, "cannot read " + from + ": " + last_vsi_error());
   }
-  VSILFILE* out = VSIFOpenExL(to.c_str(), "wb", TRUE);
+  // The condition travels as a creation header of the PUT (GDAL sends the options of
+  // VSIFOpenEx2L as HTTP headers).
+  CPLStringList headers;
+  if (expected != nullptr) {
+    if (expected->etag.empty()) {
+      headers.SetNameValue("If-None-Match", "*");
+    } else {
+      headers.SetNameValue("If-Match", expected->etag.c_str());
+    }
+  }
+  // GDAL reports a refused PUT as an error of its own; a conditional upload's failure is told by
+  // the Error thrown below instead (a refusal is often followed by a successful upload).
+  struct QuietWhileConditional {
+    const bool quiet;
+    explicit QuietWhileConditional(bool conditional) : quiet(conditional) {
+      if (quiet) {
+        CPLPushErrorHandler(CPLQuietErrorHandler);
+      }
+    }
+    ~QuietWhileConditional() {
+      if (quiet) {
+        CPLPopErrorHandler();
+      }
+    }
+  } quiet_while_conditional(expected != nullptr);
+  VSILFILE* out = VSIFOpenEx2L(to.c_str(), "wb", TRUE, headers.List());
   if (out == nullptr) {
     throw Error(ErrorKind::k_io, "cannot write " + to + ": " + last_vsi_error() +
                                      " (check the bucket exists and the credentials allow it)");
@@ -234,6 +293,19 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to) {
   }
   if (hashing.joinable()) {
     hashing.join();
+  }
+  if (!ok && expected != nullptr) {
+    // Refused for its condition, or failed for another reason: the store's object now decides.
+    const std::string error = last_vsi_error();
+    if (current_object_etag(to) != expected->etag) {
+      throw UploadRefused(ErrorKind::k_ledger,
+                          "the upload to " + to + " was refused: another writer changed the " +
+                              "object after this attempt looked at it");
+    }
+    throw Error(ErrorKind::k_io,
+                "uploading " + to + " failed: " + error +
+                    "; the upload was conditional (If-Match or If-None-Match): if this store "
+                    "refuses conditional writes, set IDEM_CONDITIONAL_WRITE=NO");
   }
   if (!ok) {
     if (is_object_store_path(to)) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "core/error.hpp"
 #include "cpl_vsi.h"
 
 namespace idem {
@@ -27,6 +28,10 @@ struct ObjectHeaders {
 // request; GDAL 3.6 sends it as a 16 KB range GET rather than a HEAD).
 std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh);
 
+// The ETag of the object at `path` as the store gives it now (one request), "" when there is no
+// object there or the store did not answer (an upload conditional on "" replaces nothing).
+std::string current_object_etag(const std::string& path);
+
 // Where local temporary files of object outputs go: CPL_TMPDIR, else TMPDIR, else /tmp.
 std::string local_temp_root();
 
@@ -43,9 +48,36 @@ struct CopiedBytes {
   std::string md5;
 };
 
+// What a conditional upload may replace: the object that was at the path when it was looked at
+// (its ETag as the store sent it), or no object (an empty ETag).
+struct ExpectedObject {
+  std::string etag;
+};
+
+// Whether an upload of `size` bytes to `path` is sent as a conditional write (If-Match on the
+// expected ETag, If-None-Match: * where no object was), which S3 refuses (412) once another
+// writer has changed the object. IDEM_CONDITIONAL_WRITE=AUTO (the default): uploads to /vsis3/
+// that GDAL sends in one PUT (below VSIS3_CHUNK_SIZE; a multipart upload takes the condition on
+// its completion, which GDAL cannot send). NO: never (for an S3-compatible store that rejects the
+// headers). Throws idem::Error(k_usage) for another value.
+bool conditional_upload_applies(const std::string& path, int64_t size);
+// IDEM_CONDITIONAL_WRITE read and checked: true for AUTO (the default), false for NO; throws
+// idem::Error(k_usage) naming the value and the valid ones for anything else.
+bool conditional_writes_enabled();
+
+// Thrown by copy_vsi_file when the store refused a conditional upload and the object is indeed no
+// longer the one expected: another writer changed it since it was looked at.
+class UploadRefused : public Error {
+public:
+  using Error::Error;
+};
+
 // Stream `from` into `to` through GDAL's virtual file API (either side may be an object); the
-// write is complete only when this returns. Throws idem::Error(k_io) naming what failed.
-CopiedBytes copy_vsi_file(const std::string& from, const std::string& to);
+// write is complete only when this returns. With `expected`, the upload is conditional on the
+// object at `to` still being that one (see conditional_upload_applies). Throws
+// idem::Error(k_io) naming what failed, UploadRefused when the condition no longer held.
+CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
+                          const ExpectedObject* expected = nullptr);
 
 // Predicted ETags. GDAL 3.6 drops the ETag of its uploads' responses, and asking the store for
 // it costs a request per output. S3 and GCS (XML API) give an object uploaded in one PUT, without

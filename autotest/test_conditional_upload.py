@@ -1,0 +1,167 @@
+"""The publish to object storage fenced by the store itself (docs/object-storage.md): each upload
+to /vsis3/ is conditional (If-Match on the ETag seen before the claim was last checked,
+If-None-Match: * where there was no object), so a worker whose claim is gone cannot upload over
+what another worker published meanwhile. Run against moto's S3 server, which honours conditional
+writes as S3 does; s3rver, which ignores them, shows the documented fallback. Leases are ended in
+SQL and stopped workers go on when their resume file appears: nothing waits on the clock."""
+
+import signal
+import subprocess
+
+import pytest
+from osgeo import gdal
+
+from idem_testlib import make_source, read_pixels, run
+from motoserver import MotoS3Server
+from test_fault_matrix import Case, warp
+from test_object_store import BUCKET, s3  # noqa: F401  (the module's s3rver fixture)
+
+
+@pytest.fixture(scope="module")
+def moto():
+    server = MotoS3Server(buckets=[BUCKET]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def store(request, moto, s3):  # noqa: F811
+    """(server, IDEM_CONDITIONAL_WRITE), with this process's GDAL pointed at the server."""
+    name, mode = request.param
+    server = moto if name == "moto" else s3
+    previous = {k: gdal.GetConfigOption(k) for k in server.config()}
+    for key, value in server.config().items():
+        gdal.SetConfigOption(key, value)
+    gdal.VSICurlClearCache()
+    yield server, mode
+    for key, value in previous.items():
+        gdal.SetConfigOption(key, value)
+    gdal.VSICurlClearCache()
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    return make_source(tmp_path_factory.mktemp("conditional") / "scene.tif", size=96)
+
+
+def start_paused(case, work, name):
+    """A worker on `work` stopped at before_commit (it has looked at the object and checked its
+    claim); it goes on when the returned resume file is written. It runs as if on a host of its
+    own: its local temporary directory (CPL_TMPDIR) is its own, so a worker taking its claim over
+    cannot remove its temporary files (which would stop it before it uploads)."""
+    resume = case.tmp / f"resume-{name}"
+    host_tmp = case.tmp / f"host-{name}"
+    host_tmp.mkdir()
+    env = dict(case.env, IDEM_TEST_PAUSE_AT="before_commit", IDEM_TEST_PAUSE_SECONDS="600",
+               IDEM_TEST_RESUME_FILE=str(resume), IDEM_STALE_SECONDS="2",
+               CPL_TMPDIR=str(host_tmp))
+    proc = subprocess.Popen(warp(case.source, case.dst, work), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "test pause at before_commit" in line:
+            return proc, resume
+    proc.wait()
+    raise AssertionError(f"the worker on {work} never reached before_commit "
+                         f"(exit {proc.returncode})")
+
+
+def make_case(tmp_path, store, scene):
+    server, mode = store
+    case = Case(tmp_path, "s3", server, scene)
+    case.env["IDEM_CONDITIONAL_WRITE"] = mode
+    return case
+
+
+def completed(case, work):
+    return [r for r in case.rows(work) if r["completed_at"] is not None]
+
+
+@pytest.mark.parametrize("store", [("moto", "AUTO"), ("moto", "NO"), ("s3rver", "AUTO")],
+                         indirect=True, ids=["moto", "moto-unconditional", "s3rver"])
+def test_zombie_upload_after_a_takeover_and_newer_work(store, scene, tmp_path):
+    """Worker A (work K1) stops right before its upload; its lease runs out; B takes K1 over and
+    completes; C completes K2 at the same object; A goes on. Where the store honours conditional
+    writes, A's upload is refused and C's output stays, recorded. Without them (s3rver, or
+    IDEM_CONDITIONAL_WRITE=NO), A's upload replaces C's object, C's row no longer records what is
+    there, and C's rerun rebuilds it (never a skip)."""
+    case = make_case(tmp_path, store, scene)
+    a, resume = start_paused(case, "K1", "a")
+    a.send_signal(signal.SIGSTOP)
+    try:
+        case.wait_for_lease_end(a.pid)
+        run(warp(case.source, case.dst, "K1"), env=case.env, check=True)  # B
+        run(warp(case.source, case.dst, "K2"), env=case.env, check=True)  # C
+        c_output = case.output()
+        assert any(case.records(r, c_output) for r in completed(case, "K2"))
+    finally:
+        resume.write_text("go")
+        a.send_signal(signal.SIGCONT)
+        _, stderr = a.communicate(timeout=300)
+    assert a.returncode != 0, stderr
+    output = case.output()
+    [k2] = completed(case, "K2")
+    assert k2["superseded_at"] is None
+    assert len(completed(case, "K1")) == 1  # B's, nothing of A's
+    if isinstance(store[0], MotoS3Server) and store[1] == "AUTO":
+        assert output == c_output, "A's late upload replaced newer work"
+        assert case.records(k2, output)
+    else:
+        # The fallback: A's upload replaced C's object (A then keeps it: its bytes are those of
+        # B's completion of the same work), so C's row no longer records the object at the path.
+        assert output != c_output and not case.records(k2, output)
+    # Either way a rerun of K2 ends with its pixels at the path, recorded.
+    run(warp(case.source, case.dst, "K2"), env=case.env, check=True)
+    output = case.output()
+    assert any(case.records(r, output) for r in completed(case, "K2"))
+    assert case.temp_dirs() == []
+
+
+@pytest.mark.parametrize("store", [("moto", "AUTO")], indirect=True, ids=["moto"])
+def test_claim_holder_uploads_over_a_zombies_object(store, scene, tmp_path):
+    """The store refuses the upload of the worker that does hold the claim when a zombie's upload
+    changed the object after that worker looked at it: the worker looks again and uploads. Here
+    A (K1) and, after A's lease ran out, B (K1, taking it over) both stop before their upload
+    over an older output K0; A goes on, uploads over K0 (nothing changed it since A looked),
+    is refused its completion and takes its object back; then B goes on: its upload, conditional
+    on K0, is refused, and B publishes after looking again."""
+    case = make_case(tmp_path, store, scene)
+    run(warp(case.source, case.dst, "K0"), env=case.env, check=True)
+    a, resume_a = start_paused(case, "K1", "a")
+    a.send_signal(signal.SIGSTOP)
+    b = None
+    try:
+        case.wait_for_lease_end(a.pid)
+        b, resume_b = start_paused(case, "K1", "b")
+        resume_a.write_text("go")
+        a.send_signal(signal.SIGCONT)
+        _, a_err = a.communicate(timeout=300)
+        assert a.returncode != 0, a_err
+        assert case.output() is None, "A's object, uploaded without a claim, was not taken back"
+        resume_b.write_text("go")
+        _, b_err = b.communicate(timeout=300)
+    finally:
+        for proc, resume in ((a, resume_a), (b, None)):
+            if proc is not None and proc.poll() is None:
+                if resume is not None:
+                    resume.write_text("go")
+                proc.kill()
+                proc.wait()
+    assert b.returncode == 0, b_err
+    output = case.output()
+    [k1] = completed(case, "K1")
+    assert case.records(k1, output) and k1["superseded_at"] is None
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-q", "-of", "GTiff", "-t_srs", "EPSG:3857", "-ts", "48", "48", "-r",
+         "bilinear", case.source, direct], check=True)
+    assert (read_pixels(case.dst) == read_pixels(direct)).all()
+    assert case.temp_dirs() == []
+
+
+def test_bad_conditional_write_option_is_refused_before_any_work(moto, scene, tmp_path):
+    case = Case(tmp_path, "s3", moto, scene)
+    env = dict(case.env, IDEM_CONDITIONAL_WRITE="SOMETIMES")
+    proc = run(warp(case.source, case.dst, "K1"), env=env)
+    assert proc.returncode != 0
+    assert "IDEM_CONDITIONAL_WRITE=SOMETIMES is not valid" in proc.stderr
+    db = tmp_path / "ledger.sqlite"
+    assert not db.exists() or case.rows() == []
