@@ -221,8 +221,8 @@ def test_idem_cog_output_is_a_cog_with_direct_warp_pixels(sqlite_ledger, source,
         check=True)
     info = gdal.Info(str(out), format="json")
     assert info["metadata"]["IMAGE_STRUCTURE"].get("LAYOUT") == "COG"
-    # GDAL 3.6.2's own `gdalwarp -of COG` pulls pixels through the warped VRT (DESIGN.md fact
-    # 11) and so differs from its direct warp; newer GDAL warps into a temporary GTiff first, as
+    # GDAL 3.6.2's own `gdalwarp -of COG` pulls pixels through the warped VRT
+    # (docs/internals.md §8) and so differs from its direct warp; newer GDAL warps into a temporary GTiff first, as
     # IDEM does. The reference is therefore the direct warp.
     direct = tmp_path / "direct.tif"
     run(["gdalwarp", "-of", "GTiff", "-t_srs", "EPSG:3857", "-r", "bilinear", source, direct],

@@ -137,7 +137,7 @@ def test_vsiidem_rerun_replaces_output_and_keeps_it(tmp_path, source):
     out = tmp_path / "out.tif"
     run(["gdal_translate", "-q", "-of", "GTiff", source, vsiidem(out)])
     first_inode = out.stat().st_ino
-    # gdal_translate deletes the existing output first (DESIGN.md fact 5): deferred, then
+    # gdal_translate deletes the existing output first (docs/internals.md §4): deferred, then
     # cancelled when the new file is renamed into place, so the new output survives the exit.
     run(["gdal_translate", "-q", "-of", "GTiff", "-b", "2", source, vsiidem(out)])
     assert out.exists()

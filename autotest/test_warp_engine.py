@@ -1,5 +1,5 @@
 # Pixel identity of idem::materialise() (plugin/warp_engine.cpp) with what gdalwarp and
-# gdal_translate write directly (DESIGN.md facts 11-12): a warped VRT written by `gdalwarp -of VRT`
+# gdal_translate write directly (docs/internals.md §8-9): a warped VRT written by `gdalwarp -of VRT`
 # (the kind of dataset gdalwarp hands IDEM's CreateCopy in memory) is materialised through
 # src/tests/tools/warp_engine_tool and compared, every pixel of every band, with a direct
 # `gdalwarp -of GTiff` run with the same options. Also: COG and PNG outputs, non-warped copies of
@@ -242,7 +242,7 @@ def test_warp_engine_metadata_copied(data_dir, tmp_path):
 def test_warp_engine_cog_matches_direct_warp(data_dir, tmp_path, case):
     # The reference is what gdalwarp's direct mode writes, turned into a COG by the COG driver
     # (what newer gdalwarp does for -of COG). gdalwarp 3.6.2 -of COG itself reads through the
-    # warped VRT (fact 11) and differs from its own -of GTiff output, so it is not the reference.
+    # warped VRT (docs/internals.md §8) and differs from its own -of GTiff output, so it is not the reference.
     args = WARP_CASES[case]
     creation = ["COMPRESS=DEFLATE", "BLOCKSIZE=256"]
     co = [x for c in creation for x in ("-co", c)]
@@ -266,7 +266,7 @@ def test_warp_engine_cog_matches_direct_warp(data_dir, tmp_path, case):
 
 def test_warp_engine_png_matches_direct_gtiff(data_dir, tmp_path):
     # PNG has no Create: the warp goes through a temporary GTiff, so its pixels are those of a
-    # direct warp (gdalwarp -of PNG itself would read through the VRT, fact 11).
+    # direct warp (gdalwarp -of PNG itself would read through the VRT, docs/internals.md §8).
     args = WARP_CASES["cubic"]
     vrt = warp_vrt(data_dir, tmp_path, args)
     out = tmp_path / "idem.png"

@@ -2,7 +2,7 @@
 // /vsiidem/<path> to <path>, writes every file opened for writing into a temporary directory
 // beside it (AtomicOutput) and renames it into place when its last writing handle closes, and
 // defers unlinks to the end of the process so that GDAL's pre-delete before CreateCopy
-// (DESIGN.md facts 5 and 8) cannot destroy an output that IDEM then skips.
+// (docs/internals.md §4, §6) cannot destroy an output that IDEM then skips.
 //
 // Two copies of this code may live in one process (the gdal-idem CLI links the driver
 // statically, and GDAL may load gdal_IDEM.so too). Only one handler is installed; the public

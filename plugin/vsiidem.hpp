@@ -1,8 +1,8 @@
 // The /vsiidem/ virtual filesystem: /vsiidem/<path> maps to <path> (/vsiidem//abs/path for an
 // absolute one). Writes by any driver go to a temporary name and are renamed into place on close.
-// Unlinks are deferred within the process, so GDAL's pre-delete before CreateCopy (DESIGN.md
-// fact 5) cannot destroy output that IDEM then skips. It is a C++ VSIFilesystemHandler subclass
-// (DESIGN.md fact 9).
+// Unlinks are deferred within the process, so GDAL's pre-delete before CreateCopy
+// (docs/internals.md §4) cannot destroy output that IDEM then skips. It is a C++
+// VSIFilesystemHandler subclass (docs/internals.md §7).
 #pragma once
 
 #include <cstdint>

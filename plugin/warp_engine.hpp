@@ -1,4 +1,4 @@
-// Materialising the work: warp the way gdalwarp's direct mode does (DESIGN.md facts 11-12), or
+// Materialising the work: warp the way gdalwarp's direct mode does (docs/internals.md §8-9), or
 // CreateCopy for non-warped sources; COG and other CreateCopy-only formats go through a
 // temporary GTiff.
 #pragma once

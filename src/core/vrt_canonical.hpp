@@ -12,7 +12,7 @@ namespace idem {
 
 struct VrtCanonicalOptions {
   // Directory that relativeToVRT="1" paths are relative to; "" for an in-memory VRT, whose
-  // relative paths are relative to the working directory (DESIGN.md fact 1).
+  // relative paths are relative to the working directory (docs/internals.md §1).
   std::string vrt_dir;
   SourceIdentityOptions sources;
 };

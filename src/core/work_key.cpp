@@ -23,7 +23,7 @@ namespace idem {
 namespace {
 
 // Suffix gdalwarp (GDAL 3.6 gdalwarp_lib.cpp) gives the GTiff it materialises beside the
-// destination when several sources are warped into a CreateCopy-only format (DESIGN.md fact 4).
+// destination when several sources are warped into a CreateCopy-only format (docs/internals.md §3).
 [[maybe_unused]] constexpr const char* k_materialised_suffix = ".tmp.tif";
 
 // Creation options that do not change the output's bytes: out of the key.

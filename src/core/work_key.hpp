@@ -47,7 +47,7 @@ struct WorkDescription {
   bool is_warp = false;        // the source is a VRTWarpedDataset
   std::string vrt_xml;         // the source's xml:VRT when it is a VRT (what was described)
   // The source is a temporary dataset GDAL materialised before calling the driver (multi-source
-  // gdalwarp, DESIGN.md fact 4): the claim necessarily comes after the work.
+  // gdalwarp, docs/internals.md §3): the claim necessarily comes after the work.
   bool source_was_materialised = false;
 };
 

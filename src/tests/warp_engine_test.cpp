@@ -1,6 +1,6 @@
 // Unit tests of idem::materialise() (plugin/warp_engine.cpp) on the datasets GDAL really hands a
 // CreateCopy-only driver: an in-memory VRTWarpedDataset from GDALWarp(-of VRT) whose source is
-// named relative to the current directory (fact 1), and an in-memory VRTDataset from
+// named relative to the current directory (docs/internals.md §1), and an in-memory VRTDataset from
 // GDALTranslate(-of VRT). Outputs are compared pixel for pixel with GDALWarp()/GDALTranslate()
 // writing GTiff directly.
 #include "warp_engine.hpp"
