@@ -74,10 +74,11 @@ int main(int argc, char** argv) {
     }
     const Stats c = stats_of(claims);
     const Stats d = stats_of(completes);
-    std::printf("samples=%d claim_median_ms=%.4f claim_p99_ms=%.4f claim_min_ms=%.4f "
-                "claim_max_ms=%.4f complete_median_ms=%.4f complete_p99_ms=%.4f "
-                "complete_max_ms=%.4f\n",
-                samples, c.median, c.p99, c.min, c.max, d.median, d.p99, d.max);
+    std::printf(
+        "samples=%d claim_median_ms=%.4f claim_p99_ms=%.4f claim_min_ms=%.4f "
+        "claim_max_ms=%.4f complete_median_ms=%.4f complete_p99_ms=%.4f "
+        "complete_max_ms=%.4f\n",
+        samples, c.median, c.p99, c.min, c.max, d.median, d.p99, d.max);
   } catch (const std::exception& error) {
     std::cerr << "claim_bench: " << error.what() << std::endl;
     return 2;

@@ -98,8 +98,7 @@ int run_pairs(const std::string& dsn, int workers, double seconds) {
     failed += (WIFEXITED(status) && WEXITSTATUS(status) == 0) ? 0 : 1;
   }
   std::printf("workers=%d pairs=%lld seconds=%.3f pairs_per_second=%.1f failed=%d\n", workers,
-              static_cast<long long>(total), elapsed, static_cast<double>(total) / elapsed,
-              failed);
+              static_cast<long long>(total), elapsed, static_cast<double>(total) / elapsed, failed);
   return failed == 0 ? 0 : 1;
 }
 
@@ -120,10 +119,11 @@ int run_lookup(const std::string& dsn, int64_t rows, int samples) {
     missing += row.state == idem::RowState::k_completed ? 0 : 1;
   }
   std::sort(millis.begin(), millis.end());
-  std::printf("rows=%lld samples=%d median_ms=%.4f p99_ms=%.4f min_ms=%.4f max_ms=%.4f "
-              "not_completed=%d\n",
-              static_cast<long long>(rows), samples, millis[millis.size() / 2],
-              millis[millis.size() * 99 / 100], millis.front(), millis.back(), missing);
+  std::printf(
+      "rows=%lld samples=%d median_ms=%.4f p99_ms=%.4f min_ms=%.4f max_ms=%.4f "
+      "not_completed=%d\n",
+      static_cast<long long>(rows), samples, millis[millis.size() / 2],
+      millis[millis.size() * 99 / 100], millis.front(), millis.back(), missing);
   return missing == 0 ? 0 : 1;
 }
 

@@ -34,9 +34,9 @@
 #include "cpl_string.h"
 #include "gdal_priv.h"
 #include "gdal_proxy.h"
+#include "ledger/ledger.hpp"
 #include "ogr_spatialref.h"
 #include "vrtdataset.h"
-#include "ledger/ledger.hpp"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
 
@@ -99,8 +99,8 @@ IdemOptions parse_options(CSLConstList creation_options) {
     const char* value = CPLParseNameValue(*item, &raw_key);
     if (raw_key == nullptr || value == nullptr) {
       CPLFree(raw_key);
-      throw Error(ErrorKind::k_usage, std::string("creation option '") + *item +
-                                          "' is not NAME=VALUE");
+      throw Error(ErrorKind::k_usage,
+                  std::string("creation option '") + *item + "' is not NAME=VALUE");
     }
     const std::string key = raw_key;
     CPLFree(raw_key);
@@ -141,8 +141,9 @@ IdemOptions parse_options(CSLConstList creation_options) {
 
 GDALDriver* find_format_driver(const std::string& format) {
   if (upper(format) == k_driver_name) {
-    throw Error(ErrorKind::k_usage, "FORMAT=IDEM would wrap IDEM in itself: name the real output "
-                                    "driver, e.g. FORMAT=GTiff or FORMAT=COG");
+    throw Error(ErrorKind::k_usage,
+                "FORMAT=IDEM would wrap IDEM in itself: name the real output "
+                "driver, e.g. FORMAT=GTiff or FORMAT=COG");
   }
   auto* driver = GetGDALDriverManager()->GetDriverByName(format.c_str());
   if (driver == nullptr || driver->GetMetadataItem(GDAL_DCAP_RASTER) == nullptr) {
@@ -151,8 +152,9 @@ GDALDriver* find_format_driver(const std::string& format) {
                                         "lists them (e.g. GTiff, COG, PNG)");
   }
   if (EQUAL(driver->GetDescription(), "MEM")) {
-    throw Error(ErrorKind::k_usage, "FORMAT=MEM writes no file, and IDEM publishes and records "
-                                    "files: name a driver that writes one (GTiff, COG, PNG...)");
+    throw Error(ErrorKind::k_usage,
+                "FORMAT=MEM writes no file, and IDEM publishes and records "
+                "files: name a driver that writes one (GTiff, COG, PNG...)");
   }
   if (driver->GetMetadataItem(GDAL_DCAP_CREATE) == nullptr &&
       driver->GetMetadataItem(GDAL_DCAP_CREATECOPY) == nullptr) {
@@ -311,13 +313,11 @@ void check_destination_directory(const std::string& destination) {
 void check_destination_is_a_file(const char* filename, const std::string& destination) {
   const std::string given = filename;
   VSIStatBufL info;
-  const bool is_directory =
-      given.empty() || given.back() == '/' || destination == "/" ||
-      (!is_object_store_path(destination) && VSIStatL(destination.c_str(), &info) == 0 &&
-       VSI_ISDIR(info.st_mode));
+  const bool is_directory = given.empty() || given.back() == '/' || destination == "/" ||
+                            (!is_object_store_path(destination) &&
+                             VSIStatL(destination.c_str(), &info) == 0 && VSI_ISDIR(info.st_mode));
   if (is_directory) {
-    throw Error(ErrorKind::k_usage, "the output '" + given + "' names a directory (" +
-                                        destination +
+    throw Error(ErrorKind::k_usage, "the output '" + given + "' names a directory (" + destination +
                                         "), not a file: give the output file's name, e.g. "
                                         "/vsiidem/tiles/out.tif");
   }
@@ -341,7 +341,8 @@ void check_destination_is_not_a_source(const std::string& destination,
     }
     if (same) {
       throw Error(ErrorKind::k_usage, "the output " + destination + " is one of the sources (" +
-                                          file + "): the work would replace its own input; "
+                                          file +
+                                          "): the work would replace its own input; "
                                           "write the output to another path");
     }
   }
@@ -385,8 +386,7 @@ void write_pending_changes_of_sources(GDALDataset* source) {
   }
   std::set<GDALDataset*> written;
   for (GDALDataset* dataset : held) {
-    if (dataset != nullptr && dataset->GetAccess() == GA_Update &&
-        written.insert(dataset).second) {
+    if (dataset != nullptr && dataset->GetAccess() == GA_Update && written.insert(dataset).second) {
       CPLDebug("IDEM", "writing the pending changes of %s, open for update, before keying it",
                dataset->GetDescription());
       dataset->FlushCache(false);
@@ -407,7 +407,7 @@ void keep_dataset_files(GDALDataset* dataset) {
 // (vsiidem.hpp): a skip, a failure or a dry run leaves every file as it was; a publish removes
 // the files of the replaced output that the new one does not have, before the completion.
 class PreDelete {
-public:
+ public:
   explicit PreDelete(const char* filename)
       : m_adoption(filename != nullptr && is_vsiidem_path(filename)
                        ? vsiidem_adopt_pre_delete(vsiidem_absolute_path(filename))
@@ -432,7 +432,7 @@ public:
     }
   }
 
-private:
+ private:
   uint64_t m_adoption;
   bool m_resolved = false;
 };
@@ -484,8 +484,7 @@ void remove_own_object(Ledger& ledger, const std::string& path, const OutputFing
     }
   }
   if (VSIUnlink(path.c_str()) == 0) {
-    CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost",
-             path.c_str());
+    CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost", path.c_str());
   }
 }
 
@@ -507,16 +506,16 @@ GDALDataset* open_output(const std::string& path,
   // told the directory holds nothing else (the list given is then all it looks at).
   std::unique_ptr<CPLConfigOptionSetter> no_listing;
   if (published != nullptr) {
-    no_listing = std::make_unique<CPLConfigOptionSetter>("GDAL_DISABLE_READDIR_ON_OPEN",
-                                                         "EMPTY_DIR", false);
+    no_listing =
+        std::make_unique<CPLConfigOptionSetter>("GDAL_DISABLE_READDIR_ON_OPEN", "EMPTY_DIR", false);
   }
-  auto* dataset = GDALDataset::Open(
-      path.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY | GDAL_OF_VERBOSE_ERROR, nullptr,
-      nullptr, published != nullptr ? siblings.List() : nullptr);
+  auto* dataset =
+      GDALDataset::Open(path.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY | GDAL_OF_VERBOSE_ERROR,
+                        nullptr, nullptr, published != nullptr ? siblings.List() : nullptr);
   no_listing.reset();
   if (dataset == nullptr) {
-    throw Error(ErrorKind::k_io, "the output " + path + " cannot be opened after writing it: " +
-                                     CPLGetLastErrorMsg());
+    throw Error(ErrorKind::k_io, "the output " + path +
+                                     " cannot be opened after writing it: " + CPLGetLastErrorMsg());
   }
   return dataset;
 }
@@ -562,7 +561,7 @@ OutputShape shape_of(GDALDataset& dataset) {
 // store) only when something else is asked of it, with the uploaded files as its siblings.
 // gdalwarp and gdal_translate close it unread, so the upload is the run's last request.
 class DeferredOutput final : public GDALProxyDataset {
-public:
+ public:
   DeferredOutput(const std::string& path, std::vector<std::string> published, OutputShape shape);
   ~DeferredOutput() override;
   GDALDataset* underlying() const { return RefUnderlyingDataset(); }
@@ -598,11 +597,11 @@ public:
     return m_shape.has_srs ? &m_shape.srs : GDALProxyDataset::GetSpatialRef();
   }
 
-protected:
+ protected:
   GDALDataset* RefUnderlyingDataset() const override;
   void UnrefUnderlyingDataset(GDALDataset* /*dataset*/) const override {}
 
-private:
+ private:
   std::string m_path;
   std::vector<std::string> m_published;
   OutputShape m_shape;
@@ -611,7 +610,7 @@ private:
 };
 
 class DeferredOutputBand final : public GDALProxyRasterBand {
-public:
+ public:
   DeferredOutputBand(DeferredOutput* owner, int number, const OutputShape::Band& shape) {
     poDS = owner;
     nBand = number;
@@ -628,7 +627,7 @@ public:
                : CE_None;
   }
 
-protected:
+ protected:
   GDALRasterBand* RefUnderlyingRasterBand(IDEM_REF_UNDERLYING_BAND_PARAMETERS) const override {
     GDALDataset* underlying = static_cast<DeferredOutput*>(poDS)->underlying();
     return underlying != nullptr && nBand <= underlying->GetRasterCount()
@@ -754,12 +753,12 @@ int CPL_STDCALL relay_progress(double complete, const char* message, void* data)
 // The creator: one CreateCopy call.
 
 class IdemCreator {
-public:
+ public:
   explicit IdemCreator(PreDelete& pre_delete) : m_pre_delete(pre_delete) {}
   GDALDataset* create(const char* filename, GDALDataset* source, CSLConstList creation_options,
                       GDALProgressFunc progress, void* progress_data);
 
-private:
+ private:
   GDALDataset* dry_run(const WorkDescription& work);
   GDALDataset* skip(const LedgerRow& row, const char* why, GDALDataset* output);
   std::optional<LedgerRow> earlier_claim_on_destination(const LedgerRow& ours);
@@ -768,9 +767,9 @@ private:
   std::optional<OutputFingerprint> published_fingerprint(
       const AtomicOutput& output, const std::vector<std::string>& published) const;
   GDALDataset* run_claimed(const ClaimResult& claim, LeaseKeeper::Clock::time_point claim_sent,
-                           PreparedWarp* prepared_warp,
-                           GDALDataset* source, GDALDriver* format_driver,
-                           GDALProgressFunc progress, void* progress_data);
+                           PreparedWarp* prepared_warp, GDALDataset* source,
+                           GDALDriver* format_driver, GDALProgressFunc progress,
+                           void* progress_data);
 
   PreDelete& m_pre_delete;
   IdemOptions m_options;
@@ -898,9 +897,8 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   for (;;) {
     request.claim_token = new_claim_token();
     const auto claim_sent = LeaseKeeper::Clock::now();
-    const ClaimResult claim = read_warp_ahead
-                                  ? m_ledger->claim_unless_completed(request, read_warp)
-                                  : m_ledger->claim_unless_completed(request);
+    const ClaimResult claim = read_warp_ahead ? m_ledger->claim_unless_completed(request, read_warp)
+                                              : m_ledger->claim_unless_completed(request);
     read_warp_ahead = false;
     CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
     if (claim.outcome == ClaimOutcome::k_claimed) {
@@ -918,9 +916,8 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       if (completed_output_is_current(row, m_destination, &store_etag, &existing) &&
           existing->GetRasterXSize() == m_work.grid.x_size &&
           existing->GetRasterYSize() == m_work.grid.y_size) {
-        if (!store_etag.empty() &&
-            !m_ledger->replace_etag(m_work.key, row.claim_token, *row.fingerprint->etag,
-                                    store_etag)) {
+        if (!store_etag.empty() && !m_ledger->replace_etag(m_work.key, row.claim_token,
+                                                           *row.fingerprint->etag, store_etag)) {
           CPLDebug("IDEM", "the row changed before the store's ETag could be recorded");
         }
         return skip(row,
@@ -960,13 +957,13 @@ void IdemCreator::announce_busy(const LedgerRow& holder, bool other_work, bool& 
       holder.worker_host + " pid " + std::to_string(holder.worker_pid) + " (attempt " +
       std::to_string(holder.attempt) + ", lease left " +
       std::to_string(static_cast<long>(holder.lease_left_seconds.value_or(0))) + " s)";
-  const std::string what = other_work ? "other work (key " + holder.work_key.substr(0, 12) +
-                                            ") for the same output"
-                                      : std::string("this work");
+  const std::string what =
+      other_work ? "other work (key " + holder.work_key.substr(0, 12) + ") for the same output"
+                 : std::string("this work");
   if (m_options.fail_when_busy) {
-    throw Error(ErrorKind::k_ledger, "work " + m_work.key.substr(0, 12) + " for " +
-                                         m_destination + ": " + what + " is being done by " +
-                                         holder_text + "; IDEM_ON_BUSY=FAIL");
+    throw Error(ErrorKind::k_ledger, "work " + m_work.key.substr(0, 12) + " for " + m_destination +
+                                         ": " + what + " is being done by " + holder_text +
+                                         "; IDEM_ON_BUSY=FAIL");
   }
   if (!announced) {
     CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds %s",
@@ -986,11 +983,12 @@ void IdemCreator::wait_for_earlier_work(const LedgerRow& ours, LeaseKeeper& keep
     announce_busy(*rival, true, announced);
     keeper.poll();
     if (keeper.lost()) {
-      throw Error(ErrorKind::k_ledger, "the claim on this work was lost while it waited for "
-                                       "other work on the same output; nothing was published");
+      throw Error(ErrorKind::k_ledger,
+                  "the claim on this work was lost while it waited for "
+                  "other work on the same output; nothing was published");
     }
-    const double pause = std::clamp(std::min(backoff, rival->lease_left_seconds.value_or(1.0)),
-                                    0.05, 1.0);
+    const double pause =
+        std::clamp(std::min(backoff, rival->lease_left_seconds.value_or(1.0)), 0.05, 1.0);
     backoff = std::min(backoff * 2, 1.0);
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(pause * 1000)));
   }
@@ -1036,15 +1034,14 @@ GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
       // `gdal-idem key` listens and prints the key itself.
       g_dry_run_listener(DryRunReport{work.key, work.canonical_json, m_destination});
     } else {
-      std::printf("IDEM dry run: key=%s destination=%s\n", work.key.c_str(),
-                  m_destination.c_str());
+      std::printf("IDEM dry run: key=%s destination=%s\n", work.key.c_str(), m_destination.c_str());
       std::fflush(stdout);
     }
   }
   // Hand GDAL an empty in-memory dataset of the right size: nothing is written anywhere.
   auto* mem = GetGDALDriverManager()->GetDriverByName("MEM");
-  return mem->Create("", std::max(1, work.grid.x_size), std::max(1, work.grid.y_size), 0,
-                     GDT_Byte, nullptr);
+  return mem->Create("", std::max(1, work.grid.x_size), std::max(1, work.grid.y_size), 0, GDT_Byte,
+                     nullptr);
 }
 
 GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why, GDALDataset* output) {
@@ -1056,8 +1053,8 @@ GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why, GDALDatase
   // One write(2), so that the lines of workers sharing a log file never interleave (stdio may
   // write an unbuffered stream's line in pieces: seen with Debian 13's glibc).
   const std::string line = "IDEM: skipped " + m_destination + ": " + why + " (key " +
-                           row.work_key.substr(0, 12) + ", attempt " +
-                           std::to_string(row.attempt) + ")\n";
+                           row.work_key.substr(0, 12) + ", attempt " + std::to_string(row.attempt) +
+                           ")\n";
   std::fflush(stderr);
   for (size_t written = 0; written < line.size();) {
     const ssize_t n = ::write(STDERR_FILENO, line.data() + written, line.size() - written);
@@ -1143,8 +1140,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     // it has run for a second (lease.hpp), so a tile never has a second thread.
     const bool large = raw_size_of(*source) >= k_early_sync_min_bytes;
     LeaseKeeper keeper(*m_ledger, m_work.key, token, m_options.lease, claim_sent,
-                       large ? LeaseKeeper::Start::k_now
-                             : LeaseKeeper::Start::k_when_work_is_long);
+                       large ? LeaseKeeper::Start::k_now : LeaseKeeper::Start::k_when_work_is_long);
     ProgressRelay relay{progress, progress_data, &keeper, false};
 
     MaterialiseRequest request;
@@ -1178,8 +1174,8 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     written.reset();
     early_sync.reset();
     if (CPLGetLastErrorType() == CE_Failure) {
-      throw Error(ErrorKind::k_io, std::string("writing the output failed: ") +
-                                       CPLGetLastErrorMsg());
+      throw Error(ErrorKind::k_io,
+                  std::string("writing the output failed: ") + CPLGetLastErrorMsg());
     }
 
     CPLDebug("IDEM", "timing: materialise %.2f ms", lap_ms(m_lap));
@@ -1203,8 +1199,9 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
       }
       // Renewed unless the claim or the last renewal is recent (a tile: no ledger write).
       if (!keeper.ensure_held()) {
-        throw Error(ErrorKind::k_ledger, "the claim on this work was lost before publishing "
-                                         "(lease expired and another worker took it over)");
+        throw Error(ErrorKind::k_ledger,
+                    "the claim on this work was lost before publishing "
+                    "(lease expired and another worker took it over)");
       }
       keeper.poll();  // the upload or rename reports no progress
       test_pause("before_commit");
@@ -1249,9 +1246,8 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     // Another worker may have published at this output while this attempt's lease was out:
     // locally a look at the inodes (free); on object storage a request, made only then.
     const auto replaced_meanwhile = [&] {
-      return !output.still_in_place() ||
-             (output.is_object() && keeper.lapsed() &&
-              !output_matches(m_destination, *fingerprint, nullptr));
+      return !output.still_in_place() || (output.is_object() && keeper.lapsed() &&
+                                          !output_matches(m_destination, *fingerprint, nullptr));
     };
     if (replaced_meanwhile()) {
       throw Error(ErrorKind::k_ledger, replaced);
@@ -1366,8 +1362,7 @@ void set_dry_run_digest_cache(DigestCache* cache) {
 bool completed_output_is_current(const LedgerRow& row, const std::string& destination,
                                  std::string* store_etag, GDALDatasetUniquePtr* opened) {
   if (row.state != RowState::k_completed || row.superseded_at || !row.fingerprint ||
-      row.output_uri != destination ||
-      !output_matches(destination, *row.fingerprint, store_etag)) {
+      row.output_uri != destination || !output_matches(destination, *row.fingerprint, store_etag)) {
     return false;
   }
   // The output as GDAL opens it, by its real path: every file it consists of now must be the
@@ -1376,8 +1371,7 @@ bool completed_output_is_current(const LedgerRow& row, const std::string& destin
   {
     CPLErrorStateBackuper keep_error_state;
     CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
-    dataset.reset(
-        GDALDataset::Open(destination.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
+    dataset.reset(GDALDataset::Open(destination.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
   }
   if (!dataset) {
     return false;
@@ -1425,9 +1419,9 @@ std::optional<std::string> output_members_json(const std::string& primary, CSLCo
       if (::stat(path.c_str(), &info) != 0) {
         return std::nullopt;
       }
-      members.push_back(member_entry(
-          path, info.st_size, int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec,
-          nullptr));
+      members.push_back(
+          member_entry(path, info.st_size,
+                       int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec, nullptr));
     }
   }
   return members_text(std::move(members));
@@ -1439,11 +1433,11 @@ void declare_config_options() {
 #if IDEM_GDAL_HAS_DECLARE_KNOWN_CONFIG_OPTION
   for (const char* name :
        {"IDEM_LEDGER", "IDEM_NAMESPACE", "IDEM_ON_BUSY", "IDEM_DRY_RUN", "IDEM_FSYNC",
-        "IDEM_CONDITIONAL_WRITE",
-        "IDEM_DURABLE_CLAIM", "IDEM_DURABLE_COMPLETION", "IDEM_KEY_GDAL_VERSION",
-        "IDEM_LEDGER_PAGE_ROWS", "IDEM_LEDGER_PREOPEN", "IDEM_SOURCE_DIGEST", "IDEM_STALE_SECONDS",
-        "IDEM_WARP_MULTI", "IDEM_WARP_REUSE_TRANSFORMER", "IDEM_TEST_PAUSE_AT",
-        "IDEM_TEST_PAUSE_SECONDS", "IDEM_TEST_RESUME_FILE"}) {
+        "IDEM_CONDITIONAL_WRITE", "IDEM_DURABLE_CLAIM", "IDEM_DURABLE_COMPLETION",
+        "IDEM_KEY_GDAL_VERSION", "IDEM_LEDGER_PAGE_ROWS", "IDEM_LEDGER_PREOPEN",
+        "IDEM_SOURCE_DIGEST", "IDEM_STALE_SECONDS", "IDEM_WARP_MULTI",
+        "IDEM_WARP_REUSE_TRANSFORMER", "IDEM_TEST_PAUSE_AT", "IDEM_TEST_PAUSE_SECONDS",
+        "IDEM_TEST_RESUME_FILE"}) {
     CPLDeclareKnownConfigOption(name, nullptr);
   }
 #endif

@@ -656,8 +656,12 @@ class VsiIdemWriteHandle final : public VSIVirtualHandle {
   }
 #endif
 #if IDEM_GDAL_HAS_VSI_ERROR
-  int Error() override { return m_inner->Error(); }
-  void ClearErr() override { m_inner->ClearErr(); }
+  int Error() override {
+    return m_inner->Error();
+  }
+  void ClearErr() override {
+    m_inner->ClearErr();
+  }
 #endif
 #if IDEM_GDAL_HAS_VSI_CANCEL_CREATION
   // A driver whose write failed asks for the file not to be created: it is never published.
@@ -803,7 +807,8 @@ bool VsiIdemWriteHandle::start_copy() {
       ++entry->writers;
     }
     const std::string& temp = entry->output->temp_path();
-    VSIVirtualHandle* copy = compat::open_handle(handler_for(temp), temp.c_str(), "r+b", TRUE, nullptr);
+    VSIVirtualHandle* copy =
+        compat::open_handle(handler_for(temp), temp.c_str(), "r+b", TRUE, nullptr);
     if (copy == nullptr || copy->Seek(offset, SEEK_SET) != 0) {
       delete copy;
       std::lock_guard<std::mutex> lock(shared.m_mutex);
@@ -1027,7 +1032,8 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
       }
       entry->discard = false;
     }
-    VSIVirtualHandle* inner = compat::open_handle(handler_for(temp), temp.c_str(), access, set_error, options);
+    VSIVirtualHandle* inner =
+        compat::open_handle(handler_for(temp), temp.c_str(), access, set_error, options);
     if (inner == nullptr) {
       return nullptr;
     }
@@ -1056,7 +1062,8 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
 
   if (exists && !truncates(access) && !appends) {
     // Update of a published file: read through it until the first write.
-    VSIVirtualHandle* inner = compat::open_handle(handler_for(real), real.c_str(), "rb", set_error, options);
+    VSIVirtualHandle* inner =
+        compat::open_handle(handler_for(real), real.c_str(), "rb", set_error, options);
     if (inner == nullptr) {
       return nullptr;
     }
@@ -1069,7 +1076,8 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
     // Append: work on a copy, published when closed (never the file in place).
     copy_published(real, temp);
   }
-  VSIVirtualHandle* inner = compat::open_handle(handler_for(temp), temp.c_str(), access, set_error, options);
+  VSIVirtualHandle* inner =
+      compat::open_handle(handler_for(temp), temp.c_str(), access, set_error, options);
   if (inner == nullptr) {
     return nullptr;  // `fresh` removes its temporary directory
   }
@@ -1147,9 +1155,9 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
         errno = EISDIR;
         return -1;
       }
-      shared.defer_unlink(real, local_path(real) ? std::optional<FileIdentity>(
-                                                       local_identity(look->info))
-                                                 : object_seen);
+      shared.defer_unlink(real, local_path(real)
+                                    ? std::optional<FileIdentity>(local_identity(look->info))
+                                    : object_seen);
       existed = true;
     }
     if (!existed) {
@@ -1462,8 +1470,8 @@ void vsiidem_cancel_unlink(const std::string& real_path) {
 
 uint64_t vsiidem_adopt_pre_delete(const std::string& destination) {
   install_vsiidem_handler();
-  const CPLStringList result(VSIGetFileMetadata(control_path(destination).c_str(),
-                                                k_domain_adopt_pre_delete, nullptr));
+  const CPLStringList result(
+      VSIGetFileMetadata(control_path(destination).c_str(), k_domain_adopt_pre_delete, nullptr));
   return std::strtoull(result.FetchNameValueDef("ADOPTION", "0"), nullptr, 10);
 }
 

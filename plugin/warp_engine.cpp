@@ -1,5 +1,5 @@
-// Materialising the work (docs/internals.md §5, §8, §9): a warped VRT is not read block by block but
-// re-run the way gdalwarp's direct mode runs it (the VRT's warp options, taken with gdalwarp's
+// Materialising the work (docs/internals.md §5, §8, §9): a warped VRT is not read block by block
+// but re-run the way gdalwarp's direct mode runs it (the VRT's warp options, taken with gdalwarp's
 // transformer or deserialised from <GDALWarpOptions>, the output created with the FORMAT
 // driver's Create(), GDALWarpOperation::ChunkAndWarpImage());
 // CreateCopy-only formats (COG, PNG, JPEG...) get that warp through a temporary GTiff; any other
@@ -236,7 +236,8 @@ CPLXMLTreeCloser warped_vrt_tree(GDALDataset* source, const std::string* known_x
 }
 
 // SourceDataset is written relative to the VRT's directory; an in-memory VRT (what gdalwarp and
-// rasterio hand CreateCopy) has no directory, so it is relative to the current directory (docs/internals.md §1).
+// rasterio hand CreateCopy) has no directory, so it is relative to the current directory
+// (docs/internals.md §1).
 void resolve_source_path(CPLXMLNode* warp_options, GDALDataset* vrt) {
   CPLXMLNode* source = CPLGetXMLNode(warp_options, "SourceDataset");
   if (source == nullptr) {
@@ -351,7 +352,9 @@ class PreparedWarp {
   GDALWarpOperation* m_initialized;
 };
 
-void PreparedWarpDeleter::operator()(PreparedWarp* warp) const { delete warp; }
+void PreparedWarpDeleter::operator()(PreparedWarp* warp) const {
+  delete warp;
+}
 
 namespace {
 
@@ -405,11 +408,11 @@ PreparedWarpPtr adopt_vrt_warp(GDALDataset* vrt, GDALDataset* kept) {
   if (theirs == nullptr || theirs->pfnTransformer == nullptr ||
       theirs->pTransformerArg == nullptr || theirs->hSrcDS == nullptr) {
     CPLDebug(k_debug_category, "the warped VRT has no initialised warp operation (%s)",
-             warper == nullptr                     ? "no operation"
-             : theirs == nullptr                   ? "no options"
-             : theirs->pfnTransformer == nullptr   ? "no transformer"
-             : theirs->pTransformerArg == nullptr  ? "no transformer argument"
-                                                   : "no source");
+             warper == nullptr                    ? "no operation"
+             : theirs == nullptr                  ? "no options"
+             : theirs->pfnTransformer == nullptr  ? "no transformer"
+             : theirs->pTransformerArg == nullptr ? "no transformer argument"
+                                                  : "no source");
     return nullptr;
   }
   GDALDataset* their_source = GDALDataset::FromHandle(theirs->hSrcDS);
@@ -501,7 +504,8 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDrive
   options->pfnProgress = progress;
   options->pProgressArg = progress_data;
 
-  // -multi is not serialised (docs/internals.md §9); NUM_THREADS is the warp's own request for threads.
+  // -multi is not serialised (docs/internals.md §9); NUM_THREADS is the warp's own request for
+  // threads.
   const bool multi = CSLFetchNameValue(options->papszWarpOptions, "NUM_THREADS") != nullptr ||
                      CPLTestBool(CPLGetConfigOption("IDEM_WARP_MULTI", "NO"));
   const auto run = [&](GDALWarpOperation& operation) {
@@ -539,7 +543,8 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDrive
 GDALDatasetUniquePtr create_copy(GDALDriver* driver, const std::string& path, GDALDataset* source,
                                  CSLConstList creation_options, const ProgressRelay& relay,
                                  GDALProgressFunc progress, void* progress_data) {
-  // The path is a fresh temporary name: GDAL's pre-delete (docs/internals.md §4) has nothing to do there.
+  // The path is a fresh temporary name: GDAL's pre-delete (docs/internals.md §4) has nothing to do
+  // there.
   CPLStringList options(creation_options);
   options.SetNameValue(IDEM_QUIET_DELETE_ON_CREATE_COPY, "NO");
   CPLDebug(k_debug_category, "CreateCopy %s (%s) from %s", path.c_str(), driver->GetDescription(),

@@ -9,8 +9,9 @@ namespace idem::cli {
 
 // Documented exit codes (docs/cli.md).
 constexpr int k_exit_ok = 0;
-constexpr int k_exit_problems = 1;  // the command ran and found problems (or the wrapped run failed)
-constexpr int k_exit_usage = 2;     // usage error, bad input, or the ledger cannot be reached
+constexpr int k_exit_problems =
+    1;                           // the command ran and found problems (or the wrapped run failed)
+constexpr int k_exit_usage = 2;  // usage error, bad input, or the ledger cannot be reached
 
 struct GlobalOptions {
   std::string ledger_dsn;  // --ledger, else IDEM_LEDGER, else the default SQLite file

@@ -144,13 +144,21 @@ void Progress::update(double fraction) {
 
 namespace json {
 
-std::string str(const std::string& text) { return json_quote(text); }
-std::string integer(int64_t value) { return std::to_string(value); }
+std::string str(const std::string& text) {
+  return json_quote(text);
+}
+std::string integer(int64_t value) {
+  return std::to_string(value);
+}
 std::string real(double value) {
   return std::isfinite(value) ? format_double(value) : "null";
 }
-std::string boolean(bool value) { return value ? "true" : "false"; }
-std::string null() { return "null"; }
+std::string boolean(bool value) {
+  return value ? "true" : "false";
+}
+std::string null() {
+  return "null";
+}
 std::string time(const std::optional<double>& epoch_seconds) {
   return epoch_seconds ? str(format_time(*epoch_seconds)) : null();
 }
@@ -195,8 +203,8 @@ std::map<std::string, std::string> row_json_members(const LedgerRow& row) {
   members["output"] = json::str(row.output_uri);
   members["state"] = json::str(row_state_name(row));
   members["attempt"] = json::integer(row.attempt);
-  members["worker"] = json::object(
-      {{"host", json::str(row.worker_host)}, {"pid", json::integer(row.worker_pid)}});
+  members["worker"] =
+      json::object({{"host", json::str(row.worker_host)}, {"pid", json::integer(row.worker_pid)}});
   members["claimed_at"] = json::time(row.claimed_at);
   members["completed_at"] = json::time(row.completed_at);
   return members;
@@ -243,7 +251,7 @@ std::string JsonNode::dump() const {
 namespace {
 
 class JsonParser {
-public:
+ public:
   explicit JsonParser(const std::string& text) : m_text(text) {}
 
   bool parse(JsonNode& out) {
@@ -254,7 +262,7 @@ public:
     return m_at == m_text.size();
   }
 
-private:
+ private:
   static constexpr int k_max_depth = 512;
 
   void skip_space() {

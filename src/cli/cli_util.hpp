@@ -35,7 +35,7 @@ std::string ledger_label(const GlobalOptions& global);
 // A GDAL-style text progress bar ("0...10...20... - done.") on stderr, silent with -q or when
 // stderr is not wanted. Usable as a GDALProgressFunc through `callback()`/`data()`.
 class Progress {
-public:
+ public:
   explicit Progress(bool enabled) : m_enabled(enabled) {}
   ~Progress();
   Progress(const Progress&) = delete;
@@ -44,7 +44,7 @@ public:
   void update(size_t done, size_t total) { update(total == 0 ? 1.0 : double(done) / total); }
   void finish() { update(1.0); }
 
-private:
+ private:
   bool m_enabled;
   int m_last_tick = -1;  // ticks of 2.5%, as GDALTermProgress
 };

@@ -36,7 +36,9 @@ std::string join(const std::string& path, const std::string& segment) {
   return path.empty() ? segment : path + "." + segment;
 }
 
-bool same(const JsonNode& a, const JsonNode& b) { return a.dump() == b.dump(); }
+bool same(const JsonNode& a, const JsonNode& b) {
+  return a.dump() == b.dump();
+}
 
 // Named entries of an array: "Tag" (or "Tag[n]" when a tag repeats) for VRT elements, "[i]"
 // otherwise, in order.

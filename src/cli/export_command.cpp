@@ -61,9 +61,8 @@ void set_time(OGRFeature& feature, const char* field, const std::optional<double
   const std::time_t seconds = static_cast<std::time_t>(std::floor(*epoch));
   std::tm utc{};
   gmtime_r(&seconds, &utc);
-  feature.SetField(field, utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour,
-                   utc.tm_min, static_cast<float>(utc.tm_sec + (*epoch - std::floor(*epoch))),
-                   100);
+  feature.SetField(field, utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min,
+                   static_cast<float>(utc.tm_sec + (*epoch - std::floor(*epoch))), 100);
 }
 
 }  // namespace
@@ -89,9 +88,9 @@ int run_export(const Args& args, const GlobalOptions& global) {
   }
   refuse_ledger_as_output(*destination, global);
   const std::string extension = CPLString(CPLGetExtension(destination->c_str())).tolower();
-  const char* driver_name = extension == "gpkg"                          ? "GPKG"
+  const char* driver_name = extension == "gpkg"                             ? "GPKG"
                             : extension == "geojson" || extension == "json" ? "GeoJSON"
-                                                                           : nullptr;
+                                                                            : nullptr;
   if (driver_name == nullptr) {
     throw UsageError{"cannot tell the format of '" + *destination +
                      "': name it .gpkg (GeoPackage) or .geojson (GeoJSON)"};
@@ -112,8 +111,7 @@ int run_export(const Args& args, const GlobalOptions& global) {
     CPLPopErrorHandler();
   }
   CPLErrorReset();
-  GDALDatasetUniquePtr dataset(
-      driver->Create(destination->c_str(), 0, 0, 0, GDT_Unknown, nullptr));
+  GDALDatasetUniquePtr dataset(driver->Create(destination->c_str(), 0, 0, 0, GDT_Unknown, nullptr));
   if (!dataset) {
     throw UsageError{"cannot create " + *destination + ": " + CPLGetLastErrorMsg()};
   }
@@ -125,14 +123,22 @@ int run_export(const Args& args, const GlobalOptions& global) {
     throw UsageError{"cannot create the layer in " + *destination + ": " + CPLGetLastErrorMsg()};
   }
   const std::pair<const char*, OGRFieldType> fields[] = {
-      {"work_key", OFTString},       {"namespace", OFTString},
-      {"layer", OFTString},          {"tile_z", OFTInteger},
-      {"tile_x", OFTInteger},        {"tile_y", OFTInteger},
-      {"state", OFTString},          {"output_uri", OFTString},
-      {"attempt", OFTInteger64},     {"worker_host", OFTString},
-      {"worker_pid", OFTInteger64},  {"claimed_at", OFTDateTime},
-      {"lease_expires_at", OFTDateTime}, {"completed_at", OFTDateTime},
-      {"superseded_at", OFTDateTime}, {"output_size", OFTInteger64},
+      {"work_key", OFTString},
+      {"namespace", OFTString},
+      {"layer", OFTString},
+      {"tile_z", OFTInteger},
+      {"tile_x", OFTInteger},
+      {"tile_y", OFTInteger},
+      {"state", OFTString},
+      {"output_uri", OFTString},
+      {"attempt", OFTInteger64},
+      {"worker_host", OFTString},
+      {"worker_pid", OFTInteger64},
+      {"claimed_at", OFTDateTime},
+      {"lease_expires_at", OFTDateTime},
+      {"completed_at", OFTDateTime},
+      {"superseded_at", OFTDateTime},
+      {"output_size", OFTInteger64},
   };
   for (const auto& [name, type] : fields) {
     OGRFieldDefn definition(name, type);

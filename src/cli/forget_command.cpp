@@ -20,8 +20,8 @@ namespace {
 std::vector<std::string> dataset_files(const std::string& uri) {
   std::vector<std::string> files;
   CPLPushErrorHandler(CPLQuietErrorHandler);
-  GDALDatasetUniquePtr dataset(GDALDataset::Open(uri.c_str(), GDAL_OF_RASTER | GDAL_OF_VECTOR |
-                                                                  GDAL_OF_READONLY));
+  GDALDatasetUniquePtr dataset(
+      GDALDataset::Open(uri.c_str(), GDAL_OF_RASTER | GDAL_OF_VECTOR | GDAL_OF_READONLY));
   CPLPopErrorHandler();
   if (dataset) {
     const CPLStringList list(dataset->GetFileList());
@@ -66,8 +66,8 @@ int run_forget(const Args& args, const GlobalOptions& global) {
       throw UsageError{"unknown argument '" + args[i] + "'; " + k_synopsis};
     }
   }
-  const int selectors = (key ? 1 : 0) + (filter.output_uri ? 1 : 0) +
-                        (filter.namespace_name ? 1 : 0);
+  const int selectors =
+      (key ? 1 : 0) + (filter.output_uri ? 1 : 0) + (filter.namespace_name ? 1 : 0);
   if (selectors != 1 || (filter.layer && !filter.namespace_name)) {
     throw UsageError{std::string("give exactly one of KEY, --output, --namespace (--layer goes "
                                  "with --namespace); ") +
@@ -153,9 +153,9 @@ int run_forget(const Args& args, const GlobalOptions& global) {
             removal.kept_because.empty() ? json::null() : json::str(removal.kept_because)},
            {"output", json::str(removal.output)}}));
     }
-    std::printf("%s\n", json::object({{"forgotten", json::array(rows)},
-                                      {"outputs", json::array(outputs)}})
-                            .c_str());
+    std::printf("%s\n",
+                json::object({{"forgotten", json::array(rows)}, {"outputs", json::array(outputs)}})
+                    .c_str());
   } else {
     for (const LedgerRow& row : forgotten) {
       std::printf("forgot %s (%s) %s\n", row.work_key.substr(0, 12).c_str(),

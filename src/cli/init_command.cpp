@@ -32,21 +32,20 @@ int run_init(const Args& args, const GlobalOptions& global) {
   if (print) {
     // No connection: the SQL every migration of this backend runs, in order.
     for (const auto& migration : migrations(backend)) {
-      std::printf("-- %s%s\n%s\n", migration.name.c_str(),
-                  migration.requires_extension
-                      ? (" (applied when the " + *migration.requires_extension +
-                         " extension is installed)")
-                            .c_str()
-                      : "",
-                  migration.sql.c_str());
+      std::printf(
+          "-- %s%s\n%s\n", migration.name.c_str(),
+          migration.requires_extension
+              ? (" (applied when the " + *migration.requires_extension + " extension is installed)")
+                    .c_str()
+              : "",
+          migration.sql.c_str());
     }
     return k_exit_ok;
   }
   auto ledger = Ledger::open(global.ledger_dsn);
   const MigrationReport report = ledger->migrate();
-  const std::string where = global.ledger_dsn.empty()
-                                ? "sqlite:" + Ledger::default_sqlite_path()
-                                : Ledger::redact_dsn(global.ledger_dsn);
+  const std::string where = global.ledger_dsn.empty() ? "sqlite:" + Ledger::default_sqlite_path()
+                                                      : Ledger::redact_dsn(global.ledger_dsn);
   if (global.json) {
     std::printf(
         "{\"applied\":%s,\"backend\":%s,\"footprints\":%s,\"ledger\":%s,\"schema_version\":%d,"

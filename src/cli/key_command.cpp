@@ -63,11 +63,11 @@ DatasetHandle open_source(const std::string& path, const std::vector<std::string
     open_opts.AddString(option.c_str());
   }
   CPLErrorReset();
-  GDALDatasetH dataset = GDALOpenEx(path.c_str(), GDAL_OF_RASTER | GDAL_OF_VERBOSE_ERROR,
-                                    nullptr, open_opts.List(), nullptr);
+  GDALDatasetH dataset = GDALOpenEx(path.c_str(), GDAL_OF_RASTER | GDAL_OF_VERBOSE_ERROR, nullptr,
+                                    open_opts.List(), nullptr);
   if (dataset == nullptr) {
-    throw Error(ErrorKind::k_source, "cannot open the source " + path + ": " +
-                                         CPLGetLastErrorMsg());
+    throw Error(ErrorKind::k_source,
+                "cannot open the source " + path + ": " + CPLGetLastErrorMsg());
   }
   return DatasetHandle(dataset);
 }
@@ -84,7 +84,7 @@ std::string dry_run_destination(const std::string& destination) {
 // The driver's dry-run report of one call; the listener is unset again however the call ends
 // (`gdal-idem pending` keys many commands in one process).
 class DryRunCapture {
-public:
+ public:
   DryRunCapture() {
     set_dry_run_listener([this](const DryRunReport& report) { m_report = report; });
   }
@@ -93,7 +93,7 @@ public:
   DryRunCapture& operator=(const DryRunCapture&) = delete;
   const std::optional<DryRunReport>& report() const { return m_report; }
 
-private:
+ private:
   std::optional<DryRunReport> m_report;
 };
 
@@ -148,18 +148,19 @@ int run_key(const Args& args, const GlobalOptions& global) {
   }
   const std::string program_name = basename_of(args[i + 1]);
   if (program_name == "ogr2ogr") {
-    return run_key_ogr2ogr(Args(args.begin() + static_cast<long>(i) + 2, args.end()),
-                           load_settings, load_namespace, json);
+    return run_key_ogr2ogr(Args(args.begin() + static_cast<long>(i) + 2, args.end()), load_settings,
+                           load_namespace, json);
   }
   if (load_options_given) {
-    throw UsageError{"--mode and --namespace are for ogr2ogr loads; gdalwarp and gdal_translate "
-                     "take -co NAMESPACE="};
+    throw UsageError{
+        "--mode and --namespace are for ogr2ogr loads; gdalwarp and gdal_translate "
+        "take -co NAMESPACE="};
   }
   if (program_name != "gdalwarp" && program_name != "gdal_translate") {
     throw UsageError{"'" + program_name + "' is not gdalwarp, gdal_translate or ogr2ogr"};
   }
-  const CommandKey key = key_raster_command(Args(args.begin() + static_cast<long>(i) + 1,
-                                                 args.end()));
+  const CommandKey key =
+      key_raster_command(Args(args.begin() + static_cast<long>(i) + 1, args.end()));
   if (json) {
     std::printf("{\"destination\":%s,\"key\":%s,\"work\":%s}\n",
                 json_quote(key.destination).c_str(), json_quote(key.key).c_str(),
@@ -203,8 +204,9 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
 
   SplitArguments parsed = split_program_arguments(program, tokens);
   if (CPLString(output_format(parsed.options)).toupper() != "IDEM") {
-    throw UsageError{"the command does not write through IDEM: add -of IDEM (and write the "
-                     "output as /vsiidem/PATH)"};
+    throw UsageError{
+        "the command does not write through IDEM: add -of IDEM (and write the "
+        "output as /vsiidem/PATH)"};
   }
   const size_t expected_min = 2;
   if (parsed.positionals.size() < expected_min ||
@@ -260,6 +262,8 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
   return CommandKey{report->key, report->canonical_json, report->destination};
 }
 
-std::string json_quote(const std::string& text) { return JsonValue::string(text).dump(); }
+std::string json_quote(const std::string& text) {
+  return JsonValue::string(text).dump();
+}
 
 }  // namespace idem::cli

@@ -56,12 +56,13 @@ int run_load(const Args& args, const GlobalOptions& global) {
     throw UsageError{k_load_usage};
   }
   // Parsing applies the command's --config options, so IDEM_* settings are read afterwards.
-  request.command = parse_ogr2ogr_command(Args(args.begin() + static_cast<long>(i) + 2, args.end()));
+  request.command =
+      parse_ogr2ogr_command(Args(args.begin() + static_cast<long>(i) + 2, args.end()));
   request.settings.namespace_name =
       namespace_name.value_or(CPLGetConfigOption("IDEM_NAMESPACE", "default"));
   request.settings.digest_policy = source_digest_policy_from_config();
-  request.ledger_dsn = global.ledger_dsn.empty() ? CPLGetConfigOption("IDEM_LEDGER", "")
-                                                 : global.ledger_dsn;
+  request.ledger_dsn =
+      global.ledger_dsn.empty() ? CPLGetConfigOption("IDEM_LEDGER", "") : global.ledger_dsn;
   request.lease = lease_from_config();
   const std::string on_busy = CPLString(CPLGetConfigOption("IDEM_ON_BUSY", "WAIT")).toupper();
   if (on_busy != "WAIT" && on_busy != "FAIL") {
@@ -77,25 +78,24 @@ int run_load(const Args& args, const GlobalOptions& global) {
   const FeatureLoadResult result = run_feature_load(request);
   const bool loaded = result.outcome == FeatureLoadOutcome::k_loaded;
   if (json) {
-    std::printf("{\"attempt\":%lld,\"completed_with_swap\":%s,\"feature_count\":%lld,"
-                "\"key\":%s,\"mode\":\"%s\",\"outcome\":\"%s\",\"target\":%s}\n",
-                static_cast<long long>(result.attempt),
-                result.completed_with_swap ? "true" : "false",
-                static_cast<long long>(result.feature_count), json_quote(result.work.key).c_str(),
-                load_mode_name(result.work.mode), loaded ? "loaded" : "skipped",
-                json_quote(result.work.target.display).c_str());
+    std::printf(
+        "{\"attempt\":%lld,\"completed_with_swap\":%s,\"feature_count\":%lld,"
+        "\"key\":%s,\"mode\":\"%s\",\"outcome\":\"%s\",\"target\":%s}\n",
+        static_cast<long long>(result.attempt), result.completed_with_swap ? "true" : "false",
+        static_cast<long long>(result.feature_count), json_quote(result.work.key).c_str(),
+        load_mode_name(result.work.mode), loaded ? "loaded" : "skipped",
+        json_quote(result.work.target.display).c_str());
   } else if (!global.quiet) {
     if (loaded) {
       std::printf("loaded %lld features into %s (%s, key %s, attempt %lld)\n",
-                  static_cast<long long>(result.feature_count),
-                  result.work.target.display.c_str(), load_mode_name(result.work.mode),
-                  result.work.key.substr(0, 12).c_str(), static_cast<long long>(result.attempt));
+                  static_cast<long long>(result.feature_count), result.work.target.display.c_str(),
+                  load_mode_name(result.work.mode), result.work.key.substr(0, 12).c_str(),
+                  static_cast<long long>(result.attempt));
     } else {
-      std::printf("skipped %s: %s (key %s, %lld features)\n", result.work.target.display.c_str(),
-                  result.waited ? "loaded by another worker while this one waited"
-                                : "already loaded",
-                  result.work.key.substr(0, 12).c_str(),
-                  static_cast<long long>(result.feature_count));
+      std::printf(
+          "skipped %s: %s (key %s, %lld features)\n", result.work.target.display.c_str(),
+          result.waited ? "loaded by another worker while this one waited" : "already loaded",
+          result.work.key.substr(0, 12).c_str(), static_cast<long long>(result.feature_count));
     }
   }
   return k_exit_ok;

@@ -57,8 +57,7 @@ constexpr const char* k_usage =
 // The global options may also follow the command's name, as users type them
 // (`gdal-idem status --json`): taken out of the command's arguments up to a "--", after which
 // everything belongs to the wrapped command.
-idem::cli::Args take_global_options(const idem::cli::Args& args,
-                                    idem::cli::GlobalOptions& global) {
+idem::cli::Args take_global_options(const idem::cli::Args& args, idem::cli::GlobalOptions& global) {
   idem::cli::Args rest;
   bool wrapped = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -122,10 +121,10 @@ int main(int argc, char** argv) {
     args = take_global_options(Args(argv + i + 1, argv + argc), global);
     using Runner = int (*)(const Args&, const GlobalOptions&);
     static const std::map<std::string, Runner> k_commands = {
-        {"init", run_init},       {"key", run_key},         {"status", run_status},
+        {"init", run_init},         {"key", run_key},       {"status", run_status},
         {"inflight", run_inflight}, {"reap", run_reap},     {"verify", run_verify},
-        {"explain", run_explain}, {"forget", run_forget},   {"prune", run_prune},
-        {"export", run_export},   {"load", run_load},       {"pending", run_pending},
+        {"explain", run_explain},   {"forget", run_forget}, {"prune", run_prune},
+        {"export", run_export},     {"load", run_load},     {"pending", run_pending},
     };
     const auto found = k_commands.find(command);
     if (found == k_commands.end()) {

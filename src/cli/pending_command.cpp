@@ -218,18 +218,18 @@ ShellLine split_shell_words(const std::string& text) {
 // that command only.
 
 class ConfigScope {
-public:
+ public:
   ConfigScope() : m_saved(CPLGetConfigOptions(), TRUE) {}
   ~ConfigScope() { CPLSetConfigOptions(m_saved.List()); }
   ConfigScope(const ConfigScope&) = delete;
   ConfigScope& operator=(const ConfigScope&) = delete;
 
-private:
+ private:
   CPLStringList m_saved;
 };
 
 class DryRunDigestCacheScope {
-public:
+ public:
   explicit DryRunDigestCacheScope(DigestCache* cache) { set_dry_run_digest_cache(cache); }
   ~DryRunDigestCacheScope() { set_dry_run_digest_cache(nullptr); }
   DryRunDigestCacheScope(const DryRunDigestCacheScope&) = delete;
@@ -257,7 +257,7 @@ std::optional<std::string> unsupported_general_option(const Args& command) {
 // Reading records: lines (with backslash continuations), or NUL-terminated records.
 
 class RecordReader {
-public:
+ public:
   RecordReader(std::istream& input, bool null_separated)
       : m_input(input), m_null_separated(null_separated) {}
 
@@ -281,7 +281,7 @@ public:
     return true;
   }
 
-private:
+ private:
   // Whether the text ends in a backslash that escapes the newline (outside single quotes and
   // comments), so the command goes on on the next line.
   static bool ends_in_continuation(const std::string& text) {
@@ -329,14 +329,14 @@ struct Counts {
 };
 
 class PendingFilter {
-public:
+ public:
   PendingFilter(bool null_separated, bool json_counts)
       : m_null_separated(null_separated), m_json_counts(json_counts) {}
 
   void handle(const std::string& record, size_t line_number);
   void print_counts() const;
 
-private:
+ private:
   enum class Verdict { k_done, k_pending };
   Verdict check(const std::vector<ShellWord>& words);
   Ledger& ledger_for(const std::string& dsn);

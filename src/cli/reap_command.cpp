@@ -227,17 +227,15 @@ int run_reap(const Args& args, const GlobalOptions& global) {
   } else {
     const char* verb = dry_run ? "would release" : "released";
     for (const LedgerRow& row : released) {
-      std::fprintf(human, "%s %s (%s pid %lld, claimed %s, lease expired %s ago) -> %s\n", verb,
-                   row.work_key.substr(0, 12).c_str(), row.worker_host.c_str(),
-                   static_cast<long long>(row.worker_pid),
-                   format_time(row.claimed_at.value_or(0)).c_str(),
-                   format_age(now - row.lease_expires_at.value_or(now)).c_str(),
-                   row.output_uri.c_str());
+      std::fprintf(
+          human, "%s %s (%s pid %lld, claimed %s, lease expired %s ago) -> %s\n", verb,
+          row.work_key.substr(0, 12).c_str(), row.worker_host.c_str(),
+          static_cast<long long>(row.worker_pid), format_time(row.claimed_at.value_or(0)).c_str(),
+          format_age(now - row.lease_expires_at.value_or(now)).c_str(), row.output_uri.c_str());
     }
     for (const Orphan& orphan : orphans) {
-      std::fprintf(human, "%s orphan %s (untouched for %s)\n",
-                   dry_run ? "would remove" : "removed", orphan.path.c_str(),
-                   format_age(orphan.age_seconds).c_str());
+      std::fprintf(human, "%s orphan %s (untouched for %s)\n", dry_run ? "would remove" : "removed",
+                   orphan.path.c_str(), format_age(orphan.age_seconds).c_str());
     }
     for (const auto& path : removed_failed) {
       std::fprintf(stderr, "gdal-idem reap: could not remove %s\n", path.c_str());

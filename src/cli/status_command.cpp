@@ -25,23 +25,25 @@ int run_status(const Args& args, const GlobalOptions& global) {
   const double oldest_claimed_at = counts.oldest_in_flight_claimed_at.value_or(now);
   const bool has_oldest = counts.oldest_in_flight_claimed_at.has_value();
   if (global.json) {
-    std::printf("%s\n",
-                json::object({
-                    {"backend", json::str(ledger->backend_name())},
-                    {"completed", json::integer(counts.completed)},
-                    {"completed_last_hour", json::integer(counts.completed_last_hour)},
-                    {"in_flight", json::integer(counts.in_flight)},
-                    {"layer", filter.layer ? json::str(*filter.layer) : json::null()},
-                    {"ledger", json::str(ledger_label(global))},
-                    {"namespace",
-                     filter.namespace_name ? json::str(*filter.namespace_name) : json::null()},
-                    {"oldest_in_flight_age_seconds",
-                     has_oldest ? json::real(now - oldest_claimed_at) : json::null()},
-                    {"oldest_in_flight_claimed_at", json::time(counts.oldest_in_flight_claimed_at)},
-                    {"stale", json::integer(counts.stale)},
-                    {"superseded", json::integer(counts.superseded)},
-                })
-                    .c_str());
+    std::printf(
+        "%s\n",
+        json::object(
+            {
+                {"backend", json::str(ledger->backend_name())},
+                {"completed", json::integer(counts.completed)},
+                {"completed_last_hour", json::integer(counts.completed_last_hour)},
+                {"in_flight", json::integer(counts.in_flight)},
+                {"layer", filter.layer ? json::str(*filter.layer) : json::null()},
+                {"ledger", json::str(ledger_label(global))},
+                {"namespace",
+                 filter.namespace_name ? json::str(*filter.namespace_name) : json::null()},
+                {"oldest_in_flight_age_seconds",
+                 has_oldest ? json::real(now - oldest_claimed_at) : json::null()},
+                {"oldest_in_flight_claimed_at", json::time(counts.oldest_in_flight_claimed_at)},
+                {"stale", json::integer(counts.stale)},
+                {"superseded", json::integer(counts.superseded)},
+            })
+            .c_str());
   } else {
     std::printf("ledger:     %s (%s)\n", ledger_label(global).c_str(),
                 ledger->backend_name().c_str());

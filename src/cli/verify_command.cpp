@@ -28,7 +28,7 @@ namespace {
 // bounded however many outputs fail, and stdout still comes out whole after the progress bar.
 // Falls back to memory when no temporary file can be made.
 class Spool {
-public:
+ public:
   Spool() : m_file(std::tmpfile()) {}
   ~Spool() {
     if (m_file != nullptr) {
@@ -55,12 +55,14 @@ public:
     std::fputs(m_memory.c_str(), out);
   }
 
-private:
+ private:
   FILE* m_file;
   std::string m_memory;
 };
 
-bool is_virtual(const std::string& uri) { return uri.rfind("/vsi", 0) == 0; }
+bool is_virtual(const std::string& uri) {
+  return uri.rfind("/vsi", 0) == 0;
+}
 
 std::optional<std::string> file_sha256(const std::string& uri) {
   VSILFILE* file = VSIFOpenL(uri.c_str(), "rb");
@@ -94,8 +96,8 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
     }
     const int64_t mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
     if (recorded.mtime_ns != 0 && mtime_ns != recorded.mtime_ns) {
-      return "modified since completion (mtime_ns " + std::to_string(mtime_ns) +
-             " != recorded " + std::to_string(recorded.mtime_ns) + ")";
+      return "modified since completion (mtime_ns " + std::to_string(mtime_ns) + " != recorded " +
+             std::to_string(recorded.mtime_ns) + ")";
     }
   } else if (is_object_store_path(uri)) {
     // Asked of the store now, as the driver's skip does (object_store.hpp).
@@ -139,8 +141,7 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
   CPLErrorReset();
   CPLPushErrorHandler(CPLQuietErrorHandler);
   GDALDatasetUniquePtr dataset(
-      GDALDataset::Open(uri.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY, nullptr, nullptr,
-                        nullptr));
+      GDALDataset::Open(uri.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY, nullptr, nullptr, nullptr));
   CPLPopErrorHandler();
   if (!dataset) {
     const std::string message = CPLGetLastErrorMsg();

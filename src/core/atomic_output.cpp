@@ -379,7 +379,12 @@ void AtomicOutput::place(const std::string& from, const std::string& to) {
     throw Error(ErrorKind::k_io, "cannot rename " + from + " to " + to +
                                      ": a directory is in the way at " + to + ", remove it");
   }
-  Placed placed{from, to, std::string(), ours.st_dev, ours.st_ino, ours.st_size,
+  Placed placed{from,
+                to,
+                std::string(),
+                ours.st_dev,
+                ours.st_ino,
+                ours.st_size,
                 int64_t(ours.st_mtim.tv_sec) * 1000000000 + ours.st_mtim.tv_nsec};
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
     m_placed.push_back(placed);
@@ -474,9 +479,9 @@ std::vector<std::string> AtomicOutput::upload(const std::vector<std::string>& or
     }
     const std::string to = join_path(final_dir, name);
     const auto expected = m_expected.find(to);
-    const CopiedBytes sent = copy_vsi_file(join_path(m_temp_dir, name), to,
-                                           expected != m_expected.end() ? &expected->second
-                                                                        : nullptr);
+    const CopiedBytes sent =
+        copy_vsi_file(join_path(m_temp_dir, name), to,
+                      expected != m_expected.end() ? &expected->second : nullptr);
     if (name == ordered.back()) {
       m_uploaded_primary = sent;
     }

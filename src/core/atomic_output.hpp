@@ -4,8 +4,12 @@
 // published without an explicit commit(); the destructor cleans up and never publishes.
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -13,11 +17,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <sys/types.h>
-#include <unistd.h>
-
-#include <cstdint>
 
 #include "core/object_store.hpp"
 
@@ -36,7 +35,7 @@ struct PublishedFile {
 };
 
 class AtomicOutput {
-public:
+ public:
   // `final_path` is the real path of the primary file. `token` makes the temporary directory
   // unique per attempt (the claim token). Creates the temporary directory; throws
   // idem::Error(k_io) naming the directory when it cannot be created (missing, read-only...).
@@ -85,7 +84,7 @@ public:
   // After commit() of an object output: what was uploaded as the primary object.
   const std::optional<CopiedBytes>& uploaded_primary() const { return m_uploaded_primary; }
 
-private:
+ private:
   struct Placed {
     std::string temp_path;
     std::string final_path;
@@ -135,7 +134,7 @@ void fsync_path(const std::string& path);
 // overlapping it. The commit's own fsync still makes the guarantee; this only does most of its
 // work early. A file that does not exist yet is looked for again at the next period.
 class EarlySync {
-public:
+ public:
   // `sync_file` is what is done to the file each time (tests observe it through it).
   explicit EarlySync(std::string path,
                      std::chrono::milliseconds period = std::chrono::milliseconds(50),
@@ -144,7 +143,7 @@ public:
   EarlySync(const EarlySync&) = delete;
   EarlySync& operator=(const EarlySync&) = delete;
 
-private:
+ private:
   void run();
 
   std::string m_path;

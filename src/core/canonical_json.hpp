@@ -10,7 +10,7 @@
 namespace idem {
 
 class JsonValue {
-public:
+ public:
   enum class Type { k_null, k_bool, k_number, k_string, k_array, k_object };
   using Array = std::vector<JsonValue>;
   using Object = std::map<std::string, JsonValue>;  // std::map: keys sorted bytewise
@@ -42,7 +42,7 @@ public:
   // Sorted keys, no whitespace.
   std::string dump() const;
 
-private:
+ private:
   void dump_to(std::string& out) const;
 
   Type m_type = Type::k_null;
@@ -55,9 +55,9 @@ private:
 // Throws idem::Error(k_internal) for NaN and infinities, which JSON cannot carry.
 std::string format_double(double value);
 
-// Canonical text of a number written by someone else ("3.3395847237981978e+05" -> "333958.47237981978",
-// "007" -> "7"). Integers are kept exact at any width; other numbers go through a double.
-// Returns false (and leaves `out` alone) when `text` is not entirely one number.
+// Canonical text of a number written by someone else ("3.3395847237981978e+05" ->
+// "333958.47237981978", "007" -> "7"). Integers are kept exact at any width; other numbers go
+// through a double. Returns false (and leaves `out` alone) when `text` is not entirely one number.
 bool canonical_number_text(const std::string& text, std::string& out);
 
 // `text` without leading and trailing spaces, tabs, CRs and LFs.

@@ -25,7 +25,6 @@ size_t option_value_count(GdalProgram program, const std::vector<std::string>& t
 // `tokens` are the arguments after the program's name, once GDALGeneralCmdLineProcessor has
 // taken --config and friends. Throws Error(k_usage) with GDAL's message when the options are not
 // valid for the program.
-SplitArguments split_program_arguments(GdalProgram program,
-                                       const std::vector<std::string>& tokens);
+SplitArguments split_program_arguments(GdalProgram program, const std::vector<std::string>& tokens);
 
 }  // namespace idem

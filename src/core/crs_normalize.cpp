@@ -1,25 +1,24 @@
 // CRS normalisation for the key: every spelling of one CRS gives one canonical form.
 #include "core/crs_normalize.hpp"
 
-#include <map>
-#include <mutex>
-#include <optional>
-#include <utility>
-
 #include <proj.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 
-#include "cpl_string.h"
-#include "ogr_spatialref.h"
 #include "core/canonical_json.hpp"
 #include "core/error.hpp"
 #include "core/sha256.hpp"
 #include "cpl_conv.h"
+#include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "gdal.h"
+#include "ogr_spatialref.h"
 
 namespace idem {
 
@@ -53,7 +52,8 @@ void parse_definition(const std::string& raw_definition, OGRSpatialReference& sr
   options.AddString("ALLOW_FILE_ACCESS=NO");
   CPLErrorStateBackuper error_state;
   CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
-  if (definition.empty() || srs.SetFromUserInput(definition.c_str(), options.List()) != OGRERR_NONE) {
+  if (definition.empty() ||
+      srs.SetFromUserInput(definition.c_str(), options.List()) != OGRERR_NONE) {
     throw Error(ErrorKind::k_usage, "cannot parse CRS '" + definition + "'");
   }
 }
@@ -62,7 +62,7 @@ PjPtr to_proj(const OGRSpatialReference& srs, const std::string& definition) {
   char* projjson = nullptr;
   {
     CPLErrorStateBackuper error_state;
-  CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
     if (srs.exportToPROJJSON(&projjson, nullptr) != OGRERR_NONE || projjson == nullptr) {
       CPLFree(projjson);
       throw Error(ErrorKind::k_usage, "cannot express CRS '" + definition + "' for PROJ");
@@ -169,8 +169,8 @@ JsonValue normalize_crs_with_axes_uncached(const std::string& definition,
 // path, and stands for itself by size and mtime (opening it is what the memo saves).
 std::string memo_environment() {
   static const std::string environment = [] {
-    std::string text = std::string("gdal ") + GDALVersionInfo("RELEASE_NAME") + "; proj " +
-                       proj_info().version;
+    std::string text =
+        std::string("gdal ") + GDALVersionInfo("RELEASE_NAME") + "; proj " + proj_info().version;
     const std::string search_path = proj_info().searchpath != nullptr ? proj_info().searchpath : "";
     text += "; path " + search_path;
     // ':'-separated on Unix, ';' on Windows.
@@ -195,8 +195,8 @@ constexpr const char* k_memo_prefix = "idem-memo:crs-v1:";
 const FileIdentity k_memo_identity{};
 
 std::string memo_path(const std::string& definition, const std::string& data_axis_mapping) {
-  return k_memo_prefix + sha256_hex(memo_environment() + "\n" + data_axis_mapping + "\n" +
-                                    definition);
+  return k_memo_prefix +
+         sha256_hex(memo_environment() + "\n" + data_axis_mapping + "\n" + definition);
 }
 
 // "id\tEPSG:4326" or "projjson\t{...}", then "\n" and the data axes joined by commas (empty
@@ -264,7 +264,7 @@ std::optional<JsonValue> decode_answer(const std::string& text, bool has_mapping
 namespace {
 
 class RememberedAnswers {
-public:
+ public:
   using Question = std::pair<std::string, std::string>;  // definition, data axis mapping
 
   static RememberedAnswers& instance() {
@@ -288,7 +288,7 @@ public:
     m_answers.emplace(question, answer);
   }
 
-private:
+ private:
   std::mutex m_mutex;
   std::map<Question, JsonValue> m_answers;
 };
@@ -396,14 +396,13 @@ JsonValue normalize_crs_with_axes_uncached(const std::string& definition,
     const int mapped = std::atoi(tokens[i]);
     const int index = mapped < 0 ? -mapped - 1 : mapped - 1;
     OGRAxisOrientation orientation = OAO_Other;
-    if (index < 0 || index >= axis_count ||
-        srs.GetAxis(nullptr, index, &orientation) == nullptr) {
+    if (index < 0 || index >= axis_count || srs.GetAxis(nullptr, index, &orientation) == nullptr) {
       // Not a mapping we can interpret: keep it as written (a rebuild is safe).
       axes.push_back(JsonValue::string("axis " + std::string(tokens[i])));
       continue;
     }
-    axes.push_back(JsonValue::string(std::string(mapped < 0 ? "-" : "") +
-                                     OSRAxisEnumToName(orientation)));
+    axes.push_back(
+        JsonValue::string(std::string(mapped < 0 ? "-" : "") + OSRAxisEnumToName(orientation)));
   }
   result.set("data_axes", std::move(axes));
   return result;

@@ -8,19 +8,19 @@
 namespace idem {
 
 enum class ErrorKind {
-  k_usage,       // bad input from the user: options, arguments, CRS, paths
-  k_source,      // a source cannot be read or described
-  k_ledger,      // the ledger cannot be reached or refused an operation
-  k_io,          // writing, renaming or syncing an output failed
+  k_usage,   // bad input from the user: options, arguments, CRS, paths
+  k_source,  // a source cannot be read or described
+  k_ledger,  // the ledger cannot be reached or refused an operation
+  k_io,      // writing, renaming or syncing an output failed
   k_internal,
 };
 
 class Error : public std::runtime_error {
-public:
+ public:
   Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), m_kind(kind) {}
   ErrorKind kind() const { return m_kind; }
 
-private:
+ private:
   ErrorKind m_kind;
 };
 

@@ -121,7 +121,8 @@ std::optional<std::vector<KeywordPair>> split_keywords(const std::string& text) 
       return pairs;
     }
     KeywordPair pair;
-    while (i < text.size() && text[i] != '=' && !std::isspace(static_cast<unsigned char>(text[i]))) {
+    while (i < text.size() && text[i] != '=' &&
+           !std::isspace(static_cast<unsigned char>(text[i]))) {
       pair.name += text[i++];
     }
     skip_spaces();
@@ -186,13 +187,16 @@ struct ConninfoFree {
 FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& layer_name) {
   if (const auto format = last_value(command.options, "-f")) {
     if (!EQUAL(format->c_str(), "PostgreSQL")) {
-      throw Error(ErrorKind::k_usage, "gdal-idem load writes PostgreSQL targets (-f PostgreSQL "
-                                      "PG:\"dbname=...\"), not -f " + *format);
+      throw Error(ErrorKind::k_usage,
+                  "gdal-idem load writes PostgreSQL targets (-f PostgreSQL "
+                  "PG:\"dbname=...\"), not -f " +
+                      *format);
     }
   }
   if (!starts_with_ci(command.destination, "PG:")) {
-    throw Error(ErrorKind::k_usage, "the destination must be a PostgreSQL connection string "
-                                    "PG:\"dbname=... \" (got a non-PG destination)");
+    throw Error(ErrorKind::k_usage,
+                "the destination must be a PostgreSQL connection string "
+                "PG:\"dbname=... \" (got a non-PG destination)");
   }
   FeatureTarget target;
   std::string conninfo = command.destination.substr(3);
@@ -200,8 +204,9 @@ FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& l
   if (conninfo.find("://") == std::string::npos) {
     const auto pairs = split_keywords(conninfo);
     if (!pairs) {
-      throw Error(ErrorKind::k_usage, "the PG: connection string is not a list of keyword=value "
-                                      "pairs");
+      throw Error(ErrorKind::k_usage,
+                  "the PG: connection string is not a list of keyword=value "
+                  "pairs");
     }
     conninfo.clear();
     for (const auto& pair : *pairs) {
@@ -211,8 +216,8 @@ FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& l
       } else if (name == "schemas" || name == "tables") {
         continue;  // read-side filters of the PG driver; nothing to do with the target
       } else {
-        conninfo += (conninfo.empty() ? "" : " ") + pair.name + "=" +
-                    quote_keyword_value(pair.value);
+        conninfo +=
+            (conninfo.empty() ? "" : " ") + pair.name + "=" + quote_keyword_value(pair.value);
       }
     }
   }
@@ -283,8 +288,8 @@ DatasetPtr open_vector(const std::string& name, const std::vector<std::string>& 
   GDALDataset* dataset = nullptr;
   {
     CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
-    dataset = GDALDataset::Open(name.c_str(), GDAL_OF_VECTOR | GDAL_OF_READONLY, nullptr,
-                                oo.List(), nullptr);
+    dataset = GDALDataset::Open(name.c_str(), GDAL_OF_VECTOR | GDAL_OF_READONLY, nullptr, oo.List(),
+                                nullptr);
   }
   if (dataset == nullptr) {
     const std::string reason = CPLGetLastErrorMsg();
@@ -321,9 +326,9 @@ JsonValue identity_of_files(GDALDataset* dataset, const std::string& name,
                             const FeatureLoadSettings& settings) {
   const CPLStringList files(dataset->GetFileList());
   if (files.size() == 0) {
-    throw Error(ErrorKind::k_source,
-                "the bundle '" + name + "' has no files to identify by content (a database or "
-                "service source); gdal-idem load keys file-based bundles");
+    throw Error(ErrorKind::k_source, "the bundle '" + name +
+                                         "' has no files to identify by content (a database or "
+                                         "service source); gdal-idem load keys file-based bundles");
   }
   JsonValue list = JsonValue::array();
   std::set<std::string> seen;
@@ -363,11 +368,11 @@ std::string read_text_file(const std::string& path) {
 // content.
 JsonValue key_options(const Ogr2ogrCommand& command, const FeatureLoadSettings& settings) {
   static const std::set<std::string> k_dropped_flags = {
-      "-progress", "-q", "-quiet", "-overwrite", "-append", "-update", "-ds_transaction",
-      "-lyr_transaction"};
+      "-progress", "-q",      "-quiet",          "-overwrite",
+      "-append",   "-update", "-ds_transaction", "-lyr_transaction"};
   static const std::set<std::string> k_dropped_with_value = {"-gt", "-f", "-of", "-nln"};
   static const std::set<std::string> k_crs_options = {"-a_srs", "-t_srs", "-s_srs", "-spat_srs"};
-  static const std::set<std::string> k_number_options = {"-spat", "-simplify", "-segmentize",
+  static const std::set<std::string> k_number_options = {"-spat",  "-simplify",       "-segmentize",
                                                          "-limit", "-datelineoffset", "-gcp"};
   const std::vector<std::string>& options = command.options;
   JsonValue out = JsonValue::array();
@@ -398,8 +403,8 @@ JsonValue key_options(const Ogr2ogrCommand& command, const FeatureLoadSettings& 
       file.set("text", JsonValue::string(read_text_file(value(0).substr(1))));
       out.push_back(std::move(file));
     } else if ((option == "-clipsrc" || option == "-clipdst") && arity == 1 &&
-               !EQUAL(value(0).c_str(), "spat_extent") &&
-               !starts_with_ci(value(0), "POLYGON") && !starts_with_ci(value(0), "MULTIPOLYGON")) {
+               !EQUAL(value(0).c_str(), "spat_extent") && !starts_with_ci(value(0), "POLYGON") &&
+               !starts_with_ci(value(0), "MULTIPOLYGON")) {
       // A clipping datasource: by content, like the bundle.
       out.push_back(JsonValue::string(option));
       DatasetPtr clip = open_vector(value(0), {});
@@ -417,13 +422,29 @@ JsonValue key_options(const Ogr2ogrCommand& command, const FeatureLoadSettings& 
 
 // Config options given with --config that cannot change the loaded rows (docs/loads.md).
 bool config_is_attempt_only(const std::string& name) {
-  static const std::set<std::string> k_attempt_only = {
-      "GDAL_CACHEMAX", "GDAL_NUM_THREADS", "CPL_DEBUG", "CPL_LOG", "CPL_LOG_ERRORS",
-      "CPL_TIMESTAMP", "CPL_CURL_VERBOSE", "PG_USE_COPY", "GDAL_HTTP_TIMEOUT",
-      "GDAL_HTTP_MAX_RETRY", "GDAL_HTTP_RETRY_DELAY", "OGR_PG_CURSOR_PAGE", "IDEM_LEDGER",
-      "IDEM_STALE_SECONDS", "IDEM_ON_BUSY", "IDEM_NAMESPACE", "IDEM_SOURCE_DIGEST",
-      "IDEM_TEST_PAUSE_AT", "IDEM_TEST_PAUSE_SECONDS", "PGPASSWORD", "PGPASSFILE",
-      "PGAPPNAME", "PGCONNECT_TIMEOUT"};
+  static const std::set<std::string> k_attempt_only = {"GDAL_CACHEMAX",
+                                                       "GDAL_NUM_THREADS",
+                                                       "CPL_DEBUG",
+                                                       "CPL_LOG",
+                                                       "CPL_LOG_ERRORS",
+                                                       "CPL_TIMESTAMP",
+                                                       "CPL_CURL_VERBOSE",
+                                                       "PG_USE_COPY",
+                                                       "GDAL_HTTP_TIMEOUT",
+                                                       "GDAL_HTTP_MAX_RETRY",
+                                                       "GDAL_HTTP_RETRY_DELAY",
+                                                       "OGR_PG_CURSOR_PAGE",
+                                                       "IDEM_LEDGER",
+                                                       "IDEM_STALE_SECONDS",
+                                                       "IDEM_ON_BUSY",
+                                                       "IDEM_NAMESPACE",
+                                                       "IDEM_SOURCE_DIGEST",
+                                                       "IDEM_TEST_PAUSE_AT",
+                                                       "IDEM_TEST_PAUSE_SECONDS",
+                                                       "PGPASSWORD",
+                                                       "PGPASSFILE",
+                                                       "PGAPPNAME",
+                                                       "PGCONNECT_TIMEOUT"};
   const std::string upper_name = upper(name);
   return k_attempt_only.count(upper_name) != 0 || upper_name.rfind("AWS_", 0) == 0 ||
          upper_name.rfind("GDAL_HTTP_", 0) == 0 || upper_name.rfind("CPL_VSIL_CURL_", 0) == 0;
@@ -439,7 +460,8 @@ std::string bundle_name(const std::string& source) {
       return prefix + absolute_path(rest);
     }
   }
-  if (is_vsi_path(source) || starts_with_ci(source, "PG:") || source.find(':') != std::string::npos) {
+  if (is_vsi_path(source) || starts_with_ci(source, "PG:") ||
+      source.find(':') != std::string::npos) {
     return source;
   }
   return absolute_path(source);
@@ -489,16 +511,18 @@ Ogr2ogrCommand parse_ogr2ogr_command(const std::vector<std::string>& arguments) 
   command.options = std::move(split.options);
   const std::vector<std::string>& positionals = split.positionals;
   if (positionals.size() < 2) {
-    throw Error(ErrorKind::k_usage, "the ogr2ogr command needs a destination (PG:\"...\") and a "
-                                    "source");
+    throw Error(ErrorKind::k_usage,
+                "the ogr2ogr command needs a destination (PG:\"...\") and a "
+                "source");
   }
   command.destination = positionals[0];
   command.source = positionals[1];
   command.layers.assign(positionals.begin() + 2, positionals.end());
   for (const auto& option : command.options) {
     if (option == "-upsert") {
-      throw Error(ErrorKind::k_usage, "-upsert is not supported by gdal-idem load: use --mode "
-                                      "append (rows of a bundle are replaced as a whole)");
+      throw Error(ErrorKind::k_usage,
+                  "-upsert is not supported by gdal-idem load: use --mode "
+                  "append (rows of a bundle are replaced as a whole)");
     }
   }
   for (size_t i = 0; i < command.options.size(); i += 1 + arity_at(command.options, i)) {
@@ -519,11 +543,10 @@ FeatureWork describe_feature_load(const Ogr2ogrCommand& command,
     throw Error(ErrorKind::k_usage, "the namespace is empty: give --namespace or IDEM_NAMESPACE");
   }
   if (settings.mode && command.mode_from_flags && *settings.mode != *command.mode_from_flags) {
-    throw Error(ErrorKind::k_usage, std::string("--mode ") + load_mode_name(*settings.mode) +
-                                        " contradicts the command's -" +
-                                        (*command.mode_from_flags == LoadMode::k_append
-                                             ? "append"
-                                             : "overwrite"));
+    throw Error(ErrorKind::k_usage,
+                std::string("--mode ") + load_mode_name(*settings.mode) +
+                    " contradicts the command's -" +
+                    (*command.mode_from_flags == LoadMode::k_append ? "append" : "overwrite"));
   }
   work.mode = settings.mode.value_or(command.mode_from_flags.value_or(LoadMode::k_replace));
 
@@ -537,12 +560,15 @@ FeatureWork describe_feature_load(const Ogr2ogrCommand& command,
     layer_name = source->GetLayer(0)->GetName();
   }
   if (layer_name.empty() && !last_value(command.options, "-nln")) {
-    throw Error(ErrorKind::k_usage, "the load must write one table: name it with -nln TABLE (and "
-                                    "select one source layer)");
+    throw Error(ErrorKind::k_usage,
+                "the load must write one table: name it with -nln TABLE (and "
+                "select one source layer)");
   }
   if (command.layers.size() > 1) {
-    throw Error(ErrorKind::k_usage, "the load must write one table: give one source layer name, "
-                                    "not " + std::to_string(command.layers.size()));
+    throw Error(ErrorKind::k_usage,
+                "the load must write one table: give one source layer name, "
+                "not " +
+                    std::to_string(command.layers.size()));
   }
   work.target = resolve_target(command, layer_name);
   work.bundle = bundle_name(command.source);
@@ -571,8 +597,8 @@ FeatureWork describe_feature_load(const Ogr2ogrCommand& command,
   description.set("config", std::move(config));
   JsonValue target = JsonValue::object();
   target.set("database", work.target.database);
-  target.set("schema", work.target.schema ? JsonValue::string(*work.target.schema)
-                                          : JsonValue::null());
+  target.set("schema",
+             work.target.schema ? JsonValue::string(*work.target.schema) : JsonValue::null());
   target.set("table", JsonValue::string(work.target.table));
   description.set("target", std::move(target));
 

@@ -23,10 +23,10 @@ const char* load_mode_name(LoadMode mode);
 
 // An ogr2ogr command line split exactly as GDALVectorTranslateOptionsNew() reads it.
 struct Ogr2ogrCommand {
-  std::vector<std::string> options;   // every non-positional token, in order
-  std::string destination;            // first positional: the PG: connection string
-  std::string source;                 // second positional: the bundle
-  std::vector<std::string> layers;    // further positionals: source layer names
+  std::vector<std::string> options;  // every non-positional token, in order
+  std::string destination;           // first positional: the PG: connection string
+  std::string source;                // second positional: the bundle
+  std::vector<std::string> layers;   // further positionals: source layer names
   // --config NAME VALUE pairs given on the command line (already applied to the process).
   std::vector<std::pair<std::string, std::string>> config;
   std::optional<LoadMode> mode_from_flags;  // -overwrite (replace) / -append (append)
@@ -39,17 +39,17 @@ Ogr2ogrCommand parse_ogr2ogr_command(const std::vector<std::string>& arguments);
 
 // The PostgreSQL table a load writes.
 struct FeatureTarget {
-  std::string conninfo;                // libpq connection string (GDAL-only keywords removed)
-  std::optional<std::string> schema;   // explicit schema (-nln s.t, -lco SCHEMA, active_schema)
-  std::string table;                   // as the PG driver will name it (laundered unless
-                                       // -lco LAUNDER=NO)
-  JsonValue database;                  // {"dbname","host","hostaddr","port","service"} given
-  std::string display;                 // for messages and the ledger's output_uri, no password
+  std::string conninfo;               // libpq connection string (GDAL-only keywords removed)
+  std::optional<std::string> schema;  // explicit schema (-nln s.t, -lco SCHEMA, active_schema)
+  std::string table;                  // as the PG driver will name it (laundered unless
+                                      // -lco LAUNDER=NO)
+  JsonValue database;                 // {"dbname","host","hostaddr","port","service"} given
+  std::string display;                // for messages and the ledger's output_uri, no password
 };
 
 struct FeatureLoadSettings {
   std::string namespace_name = "default";
-  std::optional<LoadMode> mode;        // --mode; else the command's flags; else replace
+  std::optional<LoadMode> mode;  // --mode; else the command's flags; else replace
   SourceDigestPolicy digest_policy = SourceDigestPolicy::k_auto;
   DigestCache* digest_cache = nullptr;  // may be null
 };
@@ -61,7 +61,7 @@ struct FeatureWork {
   std::string bundle;          // the source as given, made absolute (append mode's provenance)
   std::string canonical_json;  // what the key hashes
   std::string key;
-  std::string output_uri;      // the ledger's output_uri: the table (append: plus the bundle)
+  std::string output_uri;  // the ledger's output_uri: the table (append: plus the bundle)
 };
 
 // Resolve the target and describe the load: opens the source (vector) to identify every file of

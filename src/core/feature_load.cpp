@@ -2,7 +2,6 @@
 // failure. The staging copy runs GDALVectorTranslate, ogr2ogr's own library call, into the
 // target database; every statement of the swap is parameterised or quotes identifiers with
 // PQescapeIdentifier.
-#include "core/lease.hpp"
 #include "core/feature_load.hpp"
 
 #include <libpq-fe.h>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/lease.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -64,7 +64,7 @@ int CPL_STDCALL relay_progress(double complete, const char* message, void* data)
 // The target database session: one libpq connection, messages without the password.
 
 class TargetSession {
-public:
+ public:
   explicit TargetSession(const FeatureTarget& target) : m_target(target) {
     m_secrets = ledger_detail::dsn_secrets(target.conninfo);
     connect();
@@ -77,15 +77,13 @@ public:
     const char* values[] = {"gdal-idem load", "10", m_target.conninfo.c_str(), nullptr};
     m_connection.reset(PQconnectdbParams(keywords, values, 1));
     if (!m_connection || PQstatus(m_connection.get()) != CONNECTION_OK) {
-      throw Error(ErrorKind::k_io, scrub("cannot connect to the target " + m_target.display +
-                                         ": " + connection_message()));
+      throw Error(ErrorKind::k_io, scrub("cannot connect to the target " + m_target.display + ": " +
+                                         connection_message()));
     }
     exec("SET client_min_messages = warning", {}, "setting up the session");
   }
 
-  bool ok() const {
-    return m_connection && PQstatus(m_connection.get()) == CONNECTION_OK;
-  }
+  bool ok() const { return m_connection && PQstatus(m_connection.get()) == CONNECTION_OK; }
 
   pg::Result exec(const std::string& sql, const Params& params, const std::string& what) {
     std::vector<const char*> raw;
@@ -100,8 +98,8 @@ public:
       if (message.empty()) {
         message = connection_message();
       }
-      throw Error(ErrorKind::k_io, scrub(what + " failed on " + m_target.display + ": " +
-                                         one_line(message)));
+      throw Error(ErrorKind::k_io,
+                  scrub(what + " failed on " + m_target.display + ": " + one_line(message)));
     }
     return result;
   }
@@ -126,7 +124,7 @@ public:
     return ledger_detail::scrub_secrets(message, m_secrets);
   }
 
-private:
+ private:
   static std::string one_line(std::string message) {
     for (char& c : message) {
       if (c == '\n' || c == '\t' || c == '\r') {
@@ -180,10 +178,13 @@ bool has_layer_schema_option(const std::vector<std::string>& options) {
 }
 
 class LoadAttempt {
-public:
+ public:
   LoadAttempt(const FeatureLoadRequest& request, const FeatureWork& work, Ledger& ledger,
               const ClaimResult& claim)
-      : m_request(request), m_work(work), m_ledger(ledger), m_token(claim.claim_token),
+      : m_request(request),
+        m_work(work),
+        m_ledger(ledger),
+        m_token(claim.claim_token),
         m_session(work.target) {}
 
   FeatureLoadResult run() {
@@ -213,7 +214,7 @@ public:
     return result;
   }
 
-private:
+ private:
   std::string qualified(const std::string& table) {
     return m_session.ident(m_schema) + "." + m_session.ident(table);
   }
@@ -222,8 +223,9 @@ private:
     m_schema = m_work.target.schema.value_or(
         m_session.value("SELECT current_schema()", {}, "reading the current schema"));
     if (m_schema.empty()) {
-      throw Error(ErrorKind::k_usage, "the target has no current schema (empty search_path): "
-                                      "name it with -nln SCHEMA.TABLE or -lco SCHEMA=...");
+      throw Error(ErrorKind::k_usage,
+                  "the target has no current schema (empty search_path): "
+                  "name it with -nln SCHEMA.TABLE or -lco SCHEMA=...");
     }
     m_staging = staging_table_prefix(m_work.key) + m_token.substr(0, 8);
     m_target_sql = qualified(m_work.target.table);
@@ -231,9 +233,8 @@ private:
     const std::optional<std::string> ledger_identity = m_ledger.database_identity();
     m_same_database =
         ledger_identity && *ledger_identity == Ledger::database_identity_of(m_session.get());
-    CPLDebug("IDEM", "load %s: staging %s.%s, ledger %s the target database",
-             m_work.key.c_str(), m_schema.c_str(), m_staging.c_str(),
-             m_same_database ? "in" : "outside");
+    CPLDebug("IDEM", "load %s: staging %s.%s, ledger %s the target database", m_work.key.c_str(),
+             m_schema.c_str(), m_staging.c_str(), m_same_database ? "in" : "outside");
     // Staging tables of earlier attempts of this key (killed workers): we hold the claim now.
     pg::Result orphans = m_session.exec(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -269,26 +270,26 @@ private:
 
     LeaseKeeper keeper(m_ledger, m_work.key, m_token, m_request.lease, std::nullopt);
     CPLErrorReset();
-    DatasetHandle source(GDALOpenEx(command.source.c_str(), GDAL_OF_VECTOR | GDAL_OF_READONLY |
-                                                              GDAL_OF_VERBOSE_ERROR,
+    DatasetHandle source(GDALOpenEx(command.source.c_str(),
+                                    GDAL_OF_VECTOR | GDAL_OF_READONLY | GDAL_OF_VERBOSE_ERROR,
                                     nullptr, open_options.List(), nullptr));
     if (!source) {
-      throw Error(ErrorKind::k_source, "cannot open the bundle '" + command.source + "': " +
-                                           CPLGetLastErrorMsg());
+      throw Error(ErrorKind::k_source,
+                  "cannot open the bundle '" + command.source + "': " + CPLGetLastErrorMsg());
     }
     DatasetHandle target(GDALOpenEx(command.destination.c_str(),
                                     GDAL_OF_VECTOR | GDAL_OF_UPDATE | GDAL_OF_VERBOSE_ERROR,
                                     pg_only, target_open_options.List(), nullptr));
     if (!target) {
-      throw Error(ErrorKind::k_io, m_session.scrub("cannot open the target " +
-                                                   m_work.target.display + " for writing: " +
-                                                   CPLGetLastErrorMsg()));
+      throw Error(ErrorKind::k_io,
+                  m_session.scrub("cannot open the target " + m_work.target.display +
+                                  " for writing: " + CPLGetLastErrorMsg()));
     }
     GDALVectorTranslateOptions* options =
         GDALVectorTranslateOptionsNew(translate_options.List(), nullptr);
     if (options == nullptr) {
-      throw Error(ErrorKind::k_usage, std::string("the ogr2ogr options are invalid: ") +
-                                          CPLGetLastErrorMsg());
+      throw Error(ErrorKind::k_usage,
+                  std::string("the ogr2ogr options are invalid: ") + CPLGetLastErrorMsg());
     }
     ProgressRelay relay{&keeper, m_request.show_progress, false};
     GDALVectorTranslateOptionsSetProgress(options, relay_progress, &relay);
@@ -315,13 +316,14 @@ private:
     }
     if (m_session.value("SELECT to_regclass($1) IS NOT NULL", {m_staging_sql},
                         "checking the staging table") != "t") {
-      throw Error(ErrorKind::k_source, "ogr2ogr wrote no table from '" + command.source +
-                                           "' (no layer selected?)");
+      throw Error(ErrorKind::k_source,
+                  "ogr2ogr wrote no table from '" + command.source + "' (no layer selected?)");
     }
     test_pause("before_swap");
     if (!keeper.renew_now()) {
-      throw Error(ErrorKind::k_ledger, "the claim on this load was lost before the swap (lease "
-                                       "expired and another worker took it over)");
+      throw Error(ErrorKind::k_ledger,
+                  "the claim on this load was lost before the swap (lease "
+                  "expired and another worker took it over)");
     }
     keeper.stop();  // the swap's completion locks the ledger row: no heartbeat may wait on it
   }
@@ -429,9 +431,9 @@ private:
         m_session.exec("DROP TABLE " + m_target_sql, {}, "dropping the replaced target table");
         test_pause("swap_dropped");
       }
-      m_session.exec("ALTER TABLE " + m_staging_sql + " RENAME TO " +
-                         m_session.ident(m_work.target.table),
-                     {}, "renaming the staging table to the target");
+      m_session.exec(
+          "ALTER TABLE " + m_staging_sql + " RENAME TO " + m_session.ident(m_work.target.table), {},
+          "renaming the staging table to the target");
       rename_dependents();
       if (append) {
         create_source_index();
@@ -443,9 +445,9 @@ private:
                          m_session.ident(k_key_column) + " text",
                      {}, "adding the provenance columns to the target");
       create_source_index();
-      m_session.exec("DELETE FROM " + m_target_sql + " WHERE " +
-                         m_session.ident(k_source_column) + " = $1",
-                     {m_work.bundle}, "deleting the bundle's previous rows");
+      m_session.exec(
+          "DELETE FROM " + m_target_sql + " WHERE " + m_session.ident(k_source_column) + " = $1",
+          {m_work.bundle}, "deleting the bundle's previous rows");
       test_pause("swap_deleted");
       const std::string columns = data_columns();
       pg::Result inserted = m_session.exec("INSERT INTO " + m_target_sql + " (" + columns +
@@ -461,8 +463,9 @@ private:
       fingerprint.size = count;
       if (!m_ledger.complete_in_transaction(m_session.get(), m_work.key, m_token, fingerprint,
                                             count)) {
-        throw Error(ErrorKind::k_ledger, "the claim on this load was taken over by another "
-                                         "worker during the swap; the swap was rolled back");
+        throw Error(ErrorKind::k_ledger,
+                    "the claim on this load was taken over by another "
+                    "worker during the swap; the swap was rolled back");
       }
     }
     test_pause("before_commit");
@@ -476,8 +479,8 @@ private:
     if (index.size() > k_max_identifier) {
       index = "idem_source_" + m_work.key.substr(0, 16) + "_idx";
     }
-    m_session.exec("CREATE INDEX IF NOT EXISTS " + m_session.ident(index) + " ON " +
-                       m_target_sql + " (" + m_session.ident(k_source_column) + ")",
+    m_session.exec("CREATE INDEX IF NOT EXISTS " + m_session.ident(index) + " ON " + m_target_sql +
+                       " (" + m_session.ident(k_source_column) + ")",
                    {}, "indexing the provenance column");
   }
 

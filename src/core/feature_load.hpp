@@ -13,11 +13,11 @@ namespace idem {
 
 struct FeatureLoadRequest {
   Ogr2ogrCommand command;
-  FeatureLoadSettings settings;         // digest_cache is set from the ledger when null
-  std::string ledger_dsn;               // Ledger::open() DSN ("" = default SQLite file)
-  std::chrono::seconds lease{300};      // IDEM_STALE_SECONDS
-  bool fail_when_busy = false;          // IDEM_ON_BUSY=FAIL
-  bool show_progress = false;           // the command asked for -progress
+  FeatureLoadSettings settings;     // digest_cache is set from the ledger when null
+  std::string ledger_dsn;           // Ledger::open() DSN ("" = default SQLite file)
+  std::chrono::seconds lease{300};  // IDEM_STALE_SECONDS
+  bool fail_when_busy = false;      // IDEM_ON_BUSY=FAIL
+  bool show_progress = false;       // the command asked for -progress
 };
 
 enum class FeatureLoadOutcome { k_loaded, k_skipped };

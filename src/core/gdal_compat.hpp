@@ -50,7 +50,9 @@ std::vector<VRTSource*> vrt_band_sources(Band* band) {
 // `flush_done()` when it has nothing to flush, and the base's result otherwise.
 #if IDEM_GDAL_AT_LEAST(3, 7, 0)
 using DatasetFlushResult = CPLErr;
-inline CPLErr flush_done() { return CE_None; }
+inline CPLErr flush_done() {
+  return CE_None;
+}
 #else
 using DatasetFlushResult = void;
 inline void flush_done() {}
@@ -204,7 +206,9 @@ inline VSIVirtualHandle* open_handle(VSIFilesystemHandler* handler, const char* 
 }
 #else
 using VsiOpenResult = VSIVirtualHandle*;
-inline VsiOpenResult to_open_result(VSIVirtualHandle* handle) { return handle; }
+inline VsiOpenResult to_open_result(VSIVirtualHandle* handle) {
+  return handle;
+}
 inline VSIVirtualHandle* open_handle(VSIFilesystemHandler* handler, const char* path,
                                      const char* access, bool set_error, CSLConstList options) {
   return handler->Open(path, access, set_error, options);

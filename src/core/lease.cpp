@@ -60,7 +60,9 @@ void test_pause(const char* point) {
 LeaseKeeper::LeaseKeeper(Ledger& ledger, std::string work_key, std::string token,
                          std::chrono::seconds lease, std::optional<Clock::time_point> held_since,
                          Start start_mode)
-    : m_ledger(ledger), m_work_key(std::move(work_key)), m_token(std::move(token)),
+    : m_ledger(ledger),
+      m_work_key(std::move(work_key)),
+      m_token(std::move(token)),
       m_lease(lease),
       m_confirmed_at(held_since ? held_since->time_since_epoch().count() : k_never) {
   if (start_mode == Start::k_now) {
@@ -68,7 +70,9 @@ LeaseKeeper::LeaseKeeper(Ledger& ledger, std::string work_key, std::string token
   }
 }
 
-LeaseKeeper::~LeaseKeeper() { stop(); }
+LeaseKeeper::~LeaseKeeper() {
+  stop();
+}
 
 void LeaseKeeper::poll() {
   if (!m_started.load(std::memory_order_relaxed) && Clock::now() - m_created >= k_lazy_start) {
@@ -142,9 +146,8 @@ bool LeaseKeeper::ensure_held() {
     return false;
   }
   const Clock::rep confirmed_at = m_confirmed_at.load();
-  if (confirmed_at != k_never &&
-      Clock::now() - Clock::time_point(Clock::duration(confirmed_at)) <
-          std::chrono::duration_cast<Clock::duration>(m_lease) / 3) {
+  if (confirmed_at != k_never && Clock::now() - Clock::time_point(Clock::duration(confirmed_at)) <
+                                     std::chrono::duration_cast<Clock::duration>(m_lease) / 3) {
     return true;
   }
   return renew_now();
@@ -159,9 +162,9 @@ void LeaseKeeper::run() {
     // Due a third of a lease after the last confirmation: a thread started late (lazily)
     // renews at once when that moment has passed.
     const Clock::rep confirmed_at = m_confirmed_at.load();
-    const Clock::time_point due =
-        confirmed_at == k_never ? Clock::now() + interval
-                                : Clock::time_point(Clock::duration(confirmed_at)) + interval;
+    const Clock::time_point due = confirmed_at == k_never
+                                      ? Clock::now() + interval
+                                      : Clock::time_point(Clock::duration(confirmed_at)) + interval;
     m_wake.wait_until(lock, due, [this] { return m_stopping; });
     if (m_stopping) {
       break;

@@ -45,7 +45,7 @@ void test_pause(const char* point);
 // lease, and nobody can take it over before then. std::nullopt when unknown: ensure_held() then
 // renews until a renewal of its own has succeeded.
 class LeaseKeeper {
-public:
+ public:
   using Clock = std::chrono::steady_clock;
   enum class Start { k_now, k_when_work_is_long };
   static constexpr std::chrono::milliseconds k_lazy_start{1000};
@@ -75,7 +75,7 @@ public:
   // at the same output meanwhile, which the caller checks before it records its completion.
   bool lapsed() const;
 
-private:
+ private:
   void run();
 
   Ledger& m_ledger;

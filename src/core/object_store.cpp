@@ -49,7 +49,7 @@ std::string last_vsi_error() {
 }
 
 class Md5 {
-public:
+ public:
   Md5() { MD5_Init(&m_context); }
   void update(const void* data, size_t size) { MD5_Update(&m_context, data, size); }
   std::string finish_hex() {
@@ -58,7 +58,7 @@ public:
     return hex_of(digest, sizeof(digest));
   }
 
-private:
+ private:
   MD5_CTX m_context;
 };
 
@@ -93,11 +93,21 @@ std::string bare_etag(const std::string& etag) {
 }  // namespace
 
 bool is_object_store_path(const std::string& path) {
-  static const char* const k_prefixes[] = {
-      "/vsis3/",           "/vsigs/",           "/vsiaz/",           "/vsiadls/",
-      "/vsioss/",          "/vsiswift/",        "/vsicurl/",         "/vsis3_streaming/",
-      "/vsigs_streaming/", "/vsiaz_streaming/", "/vsioss_streaming/", "/vsiswift_streaming/",
-      "/vsicurl_streaming/", "/vsiwebhdfs/",    "/vsihdfs/"};
+  static const char* const k_prefixes[] = {"/vsis3/",
+                                           "/vsigs/",
+                                           "/vsiaz/",
+                                           "/vsiadls/",
+                                           "/vsioss/",
+                                           "/vsiswift/",
+                                           "/vsicurl/",
+                                           "/vsis3_streaming/",
+                                           "/vsigs_streaming/",
+                                           "/vsiaz_streaming/",
+                                           "/vsioss_streaming/",
+                                           "/vsiswift_streaming/",
+                                           "/vsicurl_streaming/",
+                                           "/vsiwebhdfs/",
+                                           "/vsihdfs/"};
   for (const char* prefix : k_prefixes) {
     if (path.rfind(prefix, 0) == 0) {
       return true;
@@ -206,8 +216,8 @@ bool conditional_writes_enabled() {
     return false;
   }
   if (!EQUAL(mode.c_str(), "AUTO")) {
-    throw Error(ErrorKind::k_usage, "IDEM_CONDITIONAL_WRITE=" + mode +
-                                        " is not valid: use AUTO (the default) or NO");
+    throw Error(ErrorKind::k_usage,
+                "IDEM_CONDITIONAL_WRITE=" + mode + " is not valid: use AUTO (the default) or NO");
   }
   return true;
 }
@@ -298,9 +308,9 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
     // Refused for its condition, or failed for another reason: the store's object now decides.
     const std::string error = last_vsi_error();
     if (current_object_etag(to) != expected->etag) {
-      throw UploadRefused(ErrorKind::k_ledger,
-                          "the upload to " + to + " was refused: another writer changed the " +
-                              "object after this attempt looked at it");
+      throw UploadRefused(ErrorKind::k_ledger, "the upload to " + to +
+                                                   " was refused: another writer changed the " +
+                                                   "object after this attempt looked at it");
     }
     throw Error(ErrorKind::k_io,
                 "uploading " + to + " failed: " + error +

@@ -68,7 +68,7 @@ bool conditional_writes_enabled();
 // Thrown by copy_vsi_file when the store refused a conditional upload and the object is indeed no
 // longer the one expected: another writer changed it since it was looked at.
 class UploadRefused : public Error {
-public:
+ public:
   using Error::Error;
 };
 

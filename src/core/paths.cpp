@@ -49,7 +49,9 @@ std::string normalise(const std::string& path) {
 
 }  // namespace
 
-bool is_vsi_path(const std::string& path) { return path.rfind("/vsi", 0) == 0; }
+bool is_vsi_path(const std::string& path) {
+  return path.rfind("/vsi", 0) == 0;
+}
 
 std::string absolute_path(const std::string& path) {
   if (path.empty()) {
@@ -64,8 +66,8 @@ std::string absolute_path(const std::string& path) {
   }
   char cwd[PATH_MAX];
   if (getcwd(cwd, sizeof(cwd)) == nullptr) {
-    throw Error(ErrorKind::k_io, std::string("cannot read the current directory: ") +
-                                     std::strerror(errno));
+    throw Error(ErrorKind::k_io,
+                std::string("cannot read the current directory: ") + std::strerror(errno));
   }
   return normalise(std::string(cwd) + "/" + path);
 }

@@ -9,7 +9,7 @@
 namespace idem {
 
 class Sha256 {
-public:
+ public:
   Sha256();
   ~Sha256();
   Sha256(const Sha256&) = delete;
@@ -22,7 +22,7 @@ public:
   // Lowercase hex of the digest. The hasher cannot be used afterwards.
   std::string finish_hex();
 
-private:
+ private:
   struct Context;
   std::unique_ptr<Context> m_context;
   bool m_finished = false;

@@ -16,11 +16,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.hpp"
+#include "core/sha256.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
-#include "core/error.hpp"
-#include "core/sha256.hpp"
 
 namespace idem {
 
@@ -44,7 +44,7 @@ FileIdentity identity_from_stat(const struct stat& info) {
 }
 
 class FileDescriptor {
-public:
+ public:
   explicit FileDescriptor(int fd) : m_fd(fd) {}
   ~FileDescriptor() {
     if (m_fd >= 0) {
@@ -56,7 +56,7 @@ public:
   FileDescriptor& operator=(const FileDescriptor&) = delete;
   int get() const { return m_fd; }
 
-private:
+ private:
   int m_fd;
 };
 
@@ -64,7 +64,9 @@ struct VsiFileCloser {
   void operator()(VSILFILE* file) const { VSIFCloseL(file); }
 };
 
-std::string errno_text(int error_number) { return std::strerror(error_number); }
+std::string errno_text(int error_number) {
+  return std::strerror(error_number);
+}
 
 // A local source file opened for reading, with its stat in `info`; throws idem::Error(k_source)
 // naming the file when it cannot be opened or is not a regular file.
@@ -84,7 +86,9 @@ FileDescriptor open_regular_file(const std::string& path, struct stat& info) {
   return fd;
 }
 
-bool is_vsi_path(const std::string& path) { return path.rfind("/vsi", 0) == 0; }
+bool is_vsi_path(const std::string& path) {
+  return path.rfind("/vsi", 0) == 0;
+}
 
 // The content digest (docs/keys.md, "Source identity"): SHA-256 over the SHA-256 of each
 // k_leaf_size piece. A single SHA-256 cannot use a second core; this one hashes pieces in parallel
@@ -125,7 +129,7 @@ std::string root_hex(uint64_t size, const std::vector<unsigned char>& leaf_diges
 
 // The content digest of a stream read in blocks of any size.
 class StreamingContentDigest {
-public:
+ public:
   void update(const unsigned char* data, std::size_t size) {
     m_size += size;
     while (size > 0) {
@@ -150,7 +154,7 @@ public:
     return root_hex(m_size, m_leaf_digests);
   }
 
-private:
+ private:
   void close_leaf() {
     m_leaf_digests.resize(m_leaf_digests.size() + k_leaf_digest_size);
     finish_leaf(*m_leaf, m_leaf_digests.data() + m_leaf_digests.size() - k_leaf_digest_size);
@@ -166,7 +170,7 @@ private:
 // taking the next leaf number from a shared counter. The file's size is taken once, before; a
 // file that ends early (truncated meanwhile) or cannot be read is a source error naming it.
 class ParallelContentDigest {
-public:
+ public:
   // `size`: the file's size when it was opened (open_regular_file).
   ParallelContentDigest(int fd, const std::string& path, int64_t size)
       : m_fd(fd), m_path(path), m_size(static_cast<uint64_t>(size)) {}
@@ -195,7 +199,7 @@ public:
     return root_hex(m_size, m_leaf_digests);
   }
 
-private:
+ private:
   void hash_leaves() {
     std::unique_ptr<unsigned char[]> buffer;
     try {
@@ -347,8 +351,7 @@ std::map<std::string, std::string> DigestCache::get_many(const std::vector<Entry
   return found;
 }
 
-PrefetchedDigestCache::PrefetchedDigestCache(DigestCache& backing,
-                                             const std::vector<Entry>& asked,
+PrefetchedDigestCache::PrefetchedDigestCache(DigestCache& backing, const std::vector<Entry>& asked,
                                              std::map<std::string, std::string> found)
     : m_backing(backing) {
   for (const auto& [path, identity] : asked) {
@@ -456,7 +459,8 @@ SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy poli
     if (policy == SourceDigestPolicy::k_etag) {
       throw Error(ErrorKind::k_source,
                   "IDEM_SOURCE_DIGEST=ETAG but the object store sent neither "
-                  "x-amz-checksum-sha256 nor ETag for '" + path + "'");
+                  "x-amz-checksum-sha256 nor ETag for '" +
+                      path + "'");
     }
   }
   // Content: cached by URI + ETag + size (no inode for objects; see InMemoryDigestCache).

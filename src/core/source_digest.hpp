@@ -31,7 +31,7 @@ struct FileIdentity {
 // Cache of digests. The ledger database provides the persistent one; an in-process one exists
 // for runs without a ledger (dry runs of `gdal-idem key`).
 class DigestCache {
-public:
+ public:
   virtual ~DigestCache() = default;
   // A digest recorded for `path` with exactly this identity, if any.
   virtual std::optional<std::string> get(const std::string& path, const FileIdentity& identity) = 0;
@@ -55,7 +55,7 @@ public:
 // meanwhile) and every put go to `backing`. A describe reads the digests of its sources with
 // its CRS memo answers this way: one round trip to a PostgreSQL ledger instead of two.
 class PrefetchedDigestCache : public DigestCache {
-public:
+ public:
   PrefetchedDigestCache(DigestCache& backing, const std::vector<Entry>& asked,
                         std::map<std::string, std::string> found);
   std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
@@ -63,7 +63,7 @@ public:
            const std::string& digest) override;
   std::map<std::string, std::string> get_many(const std::vector<Entry>& entries) override;
 
-private:
+ private:
   DigestCache& m_backing;
   std::map<std::string, std::pair<FileIdentity, std::string>> m_found;  // path -> as asked
 };
@@ -72,13 +72,13 @@ private:
 // (another spelling of the path to the same inode hits); entries without an inode (object-store
 // keys, see digest_source_file) are keyed by path and identity.
 class InMemoryDigestCache : public DigestCache {
-public:
+ public:
   std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
   void put(const std::string& path, const FileIdentity& identity,
            const std::string& digest) override;
   std::size_t size() const;
 
-private:
+ private:
   using Key = std::tuple<std::string, uint64_t, uint64_t, int64_t, int64_t, int64_t>;
   static Key make_key(const std::string& path, const FileIdentity& identity);
   mutable std::mutex m_mutex;
@@ -109,7 +109,7 @@ std::string digest_local_file(const std::string& path, DigestCache* cache);
 struct SourceDigest {
   std::string method;  // k_content_digest_method, "x-amz-checksum-sha256" or "etag"
   std::string value;
-  int64_t size = -1;   // bytes; part of the identity for header-based methods
+  int64_t size = -1;  // bytes; part of the identity for header-based methods
 };
 
 // Identify one source file under `policy`:
@@ -121,6 +121,5 @@ struct SourceDigest {
 // Throws idem::Error(k_source) naming the file when it cannot be read or identified.
 SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy policy,
                                 DigestCache* cache);
-
 
 }  // namespace idem

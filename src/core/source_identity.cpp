@@ -7,12 +7,12 @@
 #include <set>
 #include <vector>
 
+#include "core/error.hpp"
+#include "core/sha256.hpp"
 #include "cpl_conv.h"
 #include "cpl_minixml.h"
 #include "cpl_string.h"
 #include "gdal_priv.h"
-#include "core/error.hpp"
-#include "core/sha256.hpp"
 
 namespace idem {
 
@@ -38,7 +38,8 @@ std::string dedup_key(const std::string& path) {
 
 bool is_true_attribute(const CPLXMLNode* node, const char* name) {
   for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
-    if (child->eType == CXT_Attribute && EQUAL(child->pszValue, name) && child->psChild != nullptr) {
+    if (child->eType == CXT_Attribute && EQUAL(child->pszValue, name) &&
+        child->psChild != nullptr) {
       return CPLTestBool(child->psChild->pszValue);
     }
   }
@@ -66,8 +67,8 @@ std::string pixels_sha256(GDALDataset* dataset) {
     hasher.update(std::string(GDALGetDataTypeName(type)) + ";");
     std::vector<unsigned char> row(static_cast<std::size_t>(x_size) * type_size);
     for (int y = 0; y < y_size; ++y) {
-      if (band->RasterIO(GF_Read, 0, y, x_size, 1, row.data(), x_size, 1, type, 0, 0,
-                         nullptr) != CE_None) {
+      if (band->RasterIO(GF_Read, 0, y, x_size, 1, row.data(), x_size, 1, type, 0, 0, nullptr) !=
+          CE_None) {
         throw Error(ErrorKind::k_source, std::string("cannot read pixels of source '") +
                                              dataset->GetDescription() + "'");
       }
@@ -93,7 +94,7 @@ GDALDatasetUniquePtr open_source(const std::string& name) {
 }
 
 class IdentityCollector {
-public:
+ public:
   explicit IdentityCollector(const SourceIdentityOptions& options) : m_options(options) {}
 
   void add_dataset(GDALDataset* dataset, int depth) {
@@ -161,7 +162,7 @@ public:
   JsonValue::Array take_files() { return std::move(m_files); }
   bool empty() const { return m_files.empty(); }
 
-private:
+ private:
   const SourceIdentityOptions& m_options;
   std::set<std::string> m_seen_sources;
   std::set<std::string> m_seen_files;

@@ -17,7 +17,7 @@ namespace idem {
 // so that it does not open each source again (a GDALOpen costs about 1 ms, over half a percent of
 // a 256x256 tile). Each holds one reference, released on destruction.
 class KeptSources {
-public:
+ public:
   KeptSources() = default;
   ~KeptSources();
   KeptSources(const KeptSources&) = delete;
@@ -28,14 +28,14 @@ public:
   // The dataset kept under exactly this name (as written in the VRT, resolved), or nullptr.
   GDALDataset* find(const std::string& name) const;
 
-private:
+ private:
   std::map<std::string, GDALDataset*> m_datasets;
 };
 
 struct SourceIdentityOptions {
   SourceDigestPolicy policy = SourceDigestPolicy::k_auto;
   DigestCache* cache = nullptr;
-  KeptSources* kept_sources = nullptr;  // null: each source is closed once identified
+  KeptSources* kept_sources = nullptr;             // null: each source is closed once identified
   std::vector<std::string>* seen_files = nullptr;  // when set, every file identified is added
 };
 

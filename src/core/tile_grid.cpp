@@ -22,7 +22,9 @@ constexpr double k_web_mercator_radius = 6378137.0;  // the WGS 84 semi-major ax
 constexpr int k_web_mercator_tile_size = 256;
 constexpr int k_max_zoom = 30;
 
-bool nearly_equal(double a, double b, double tolerance) { return std::fabs(a - b) <= tolerance; }
+bool nearly_equal(double a, double b, double tolerance) {
+  return std::fabs(a - b) <= tolerance;
+}
 
 constexpr int k_points_per_edge = 16;
 
@@ -100,8 +102,8 @@ std::vector<Ring> footprint_rings(const TargetGrid& grid) {
   // and latitude, so its corners are its whole outline, as long as neighbouring corners are
   // less than 180 degrees apart for the unwrapping below. Other grids' edges are densified.
   const bool web_mercator = grid.web_mercator.value_or(false);
-  const double width_degrees = std::fabs(grid.x_size * grid.geotransform[1]) /
-                               k_web_mercator_radius * (180.0 / M_PI);
+  const double width_degrees =
+      std::fabs(grid.x_size * grid.geotransform[1]) / k_web_mercator_radius * (180.0 / M_PI);
   const int points_per_edge = web_mercator && grid.geotransform[2] == 0.0 &&
                                       grid.geotransform[4] == 0.0 && width_degrees < 90.0
                                   ? 1
@@ -200,8 +202,8 @@ TileIndex parse_tile_index(const std::string& text) {
   TileIndex tile;
   char trailing = 0;
   if (std::sscanf(text.c_str(), "%d/%d/%d%c", &tile.z, &tile.x, &tile.y, &trailing) != 3 ||
-      tile.z < 0 || tile.z > k_max_zoom || tile.x < 0 || tile.y < 0 ||
-      tile.x >= (1 << tile.z) || tile.y >= (1 << tile.z)) {
+      tile.z < 0 || tile.z > k_max_zoom || tile.x < 0 || tile.y < 0 || tile.x >= (1 << tile.z) ||
+      tile.y >= (1 << tile.z)) {
     throw Error(ErrorKind::k_usage, "TILE=" + text +
                                         " is not a tile index: write it as z/x/y with 0 <= x, y "
                                         "< 2^z (e.g. TILE=12/2200/1343)");

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "core/work_key.hpp"
+#include "ledger/ledger.hpp"
 #include "ogr_geometry.h"
 #include "ogr_spatialref.h"
-#include "ledger/ledger.hpp"
 
 namespace idem {
 

@@ -7,7 +7,9 @@
 
 namespace idem {
 
-std::string idem_version() { return IDEM_VERSION; }
+std::string idem_version() {
+  return IDEM_VERSION;
+}
 
 std::string library_versions() {
   const PJ_INFO info = proj_info();

@@ -8,13 +8,13 @@
 #include <utility>
 #include <vector>
 
+#include "core/crs_normalize.hpp"
+#include "core/error.hpp"
+#include "core/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_minixml.h"
 #include "cpl_string.h"
 #include "gdal_priv.h"
-#include "core/crs_normalize.hpp"
-#include "core/error.hpp"
-#include "core/paths.hpp"
 
 namespace idem {
 
@@ -186,7 +186,7 @@ void open_warp_sources(const CPLXMLNode* node, const std::string& vrt_dir, KeptS
 }
 
 class VrtCanonicaliser {
-public:
+ public:
   explicit VrtCanonicaliser(const VrtCanonicalOptions& options) : m_options(options) {}
 
   JsonValue element(const CPLXMLNode* node, int depth) {
@@ -273,7 +273,7 @@ public:
     return result;
   }
 
-private:
+ private:
   JsonValue source_element(const CPLXMLNode* node, JsonValue result) {
     const std::string resolved = resolved_source_name(node, m_options.vrt_dir);
     auto cached = m_identities.find(resolved);
@@ -291,8 +291,9 @@ private:
     JsonValue attributes = JsonValue::object();
     for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
       if (child->eType == CXT_Attribute && !EQUAL(child->pszValue, "relativeToVRT")) {
-        attributes.set(child->pszValue,
-                       JsonValue::string(child->psChild != nullptr ? child->psChild->pszValue : ""));
+        attributes.set(
+            child->pszValue,
+            JsonValue::string(child->psChild != nullptr ? child->psChild->pszValue : ""));
       }
     }
     if (!attributes.members().empty()) {
@@ -349,7 +350,8 @@ private:
     return result;
   }
 
-  static void add_option(JsonValue& options, const std::string& raw_name, const std::string& value) {
+  static void add_option(JsonValue& options, const std::string& raw_name,
+                         const std::string& value) {
     const std::string name = CPLString(raw_name).toupper();
     if (tag_in(name.c_str(), k_dropped_options)) {
       return;

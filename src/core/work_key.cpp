@@ -1,5 +1,4 @@
 // Work description -> idempotency key (docs/keys.md is the contract this file implements).
-#include "core/gdal_compat.hpp"
 #include "core/work_key.hpp"
 
 #include <proj.h>
@@ -7,16 +6,17 @@
 #include <cstring>
 #include <iterator>
 
-#include "cpl_conv.h"
-#include "cpl_string.h"
-#include "gdal_priv.h"
-#include "ogr_spatialref.h"
 #include "core/canonical_json.hpp"
 #include "core/error.hpp"
+#include "core/gdal_compat.hpp"
 #include "core/sha256.hpp"
 #include "core/source_identity.hpp"
 #include "core/tile_grid.hpp"
 #include "core/vrt_canonical.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "gdal_priv.h"
+#include "ogr_spatialref.h"
 
 namespace idem {
 
@@ -96,7 +96,8 @@ bool looks_materialised(GDALDataset* src, const std::string& destination) {
   if (!ends_with(description, k_materialised_suffix)) {
     return false;
   }
-  const std::string stem = description.substr(0, description.size() - std::strlen(k_materialised_suffix));
+  const std::string stem =
+      description.substr(0, description.size() - std::strlen(k_materialised_suffix));
   return stem.rfind("/vsiidem/", 0) == 0 ||
          (!destination.empty() &&
           EQUAL(CPLGetFilename(stem.c_str()), CPLGetFilename(destination.c_str())));
@@ -179,7 +180,8 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     description.vrt_xml = xml[0];
   } else {
     description.source_was_materialised = looks_materialised(src, options.destination);
-    work.set("kind", JsonValue::string(description.source_was_materialised ? "materialised" : "copy"));
+    work.set("kind",
+             JsonValue::string(description.source_was_materialised ? "materialised" : "copy"));
     work.set("source", identity_of_dataset(src, source_options));
   }
 

@@ -18,9 +18,9 @@ constexpr int k_algo_version = 2;
 
 struct KeyOptions {
   std::string namespace_name = "default";
-  std::string format = "GTiff";                      // the real output driver (FORMAT=)
+  std::string format = "GTiff";  // the real output driver (FORMAT=)
   std::vector<std::pair<std::string, std::string>> creation_options;  // pass-through, as given
-  std::string destination;                           // real output path/URI, made absolute
+  std::string destination;  // real output path/URI, made absolute
   SourceDigestPolicy digest_policy = SourceDigestPolicy::k_auto;
   bool include_gdal_version = false;                 // IDEM_KEY_GDAL_VERSION
   DigestCache* digest_cache = nullptr;               // may be null: no caching
@@ -44,8 +44,8 @@ struct WorkDescription {
   std::string canonical_json;  // sorted keys, no whitespace; what the key hashes
   std::string key;             // lowercase hex SHA-256 of "namespace:v<ALGO>:" + canonical_json
   TargetGrid grid;
-  bool is_warp = false;        // the source is a VRTWarpedDataset
-  std::string vrt_xml;         // the source's xml:VRT when it is a VRT (what was described)
+  bool is_warp = false;  // the source is a VRTWarpedDataset
+  std::string vrt_xml;   // the source's xml:VRT when it is a VRT (what was described)
   // The source is a temporary dataset GDAL materialised before calling the driver (multi-source
   // gdalwarp, docs/internals.md §3): the claim necessarily comes after the work.
   bool source_was_materialised = false;

@@ -239,7 +239,8 @@ std::optional<std::string> Ledger::sqlite_path_of(const std::string& dsn) {
     path = dsn;
   }
   if (path.empty()) {
-    throw Error(ErrorKind::k_usage, "IDEM_LEDGER=sqlite: needs a path (sqlite:/path/ledger.sqlite)");
+    throw Error(ErrorKind::k_usage,
+                "IDEM_LEDGER=sqlite: needs a path (sqlite:/path/ledger.sqlite)");
   }
   return path;
 }
@@ -269,7 +270,9 @@ void Ledger::preopen(const std::string& dsn) {
   }
 }
 
-void Ledger::advance_preopened() { ledger_detail::advance_postgres_preopens(); }
+void Ledger::advance_preopened() {
+  ledger_detail::advance_postgres_preopens();
+}
 
 std::vector<Migration> migrations(const std::string& backend) {
   std::string directory;
@@ -433,7 +436,8 @@ namespace {
 std::string percent_decoded(const std::string& text) {
   std::string result;
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+    if (text[i] == '%' && i + 2 < text.size() &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
         std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
       result += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
       i += 2;
@@ -528,9 +532,8 @@ std::vector<std::string> dsn_secrets(const std::string& dsn) {
                                [](const std::string& secret) { return secret.empty(); }),
                 secrets.end());
   // Longest first, so that a secret containing another is masked whole.
-  std::sort(secrets.begin(), secrets.end(), [](const std::string& a, const std::string& b) {
-    return a.size() > b.size();
-  });
+  std::sort(secrets.begin(), secrets.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
   return secrets;
 }

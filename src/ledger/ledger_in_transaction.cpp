@@ -23,8 +23,8 @@ std::string Ledger::database_identity_of(PGconn* connection) {
   if (connection == nullptr || PQstatus(connection) != CONNECTION_OK) {
     throw Error(ErrorKind::k_ledger, "no open PostgreSQL connection to identify");
   }
-  pg::Result result(PQexecParams(connection, k_identity_sql, 0, nullptr, nullptr, nullptr,
-                                 nullptr, 0));
+  pg::Result result(
+      PQexecParams(connection, k_identity_sql, 0, nullptr, nullptr, nullptr, nullptr, 0));
   if (!result || PQresultStatus(result.get()) != PGRES_TUPLES_OK || PQntuples(result.get()) != 1) {
     std::string message = result ? PQresultErrorMessage(result.get()) : PQerrorMessage(connection);
     while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {

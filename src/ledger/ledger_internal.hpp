@@ -167,8 +167,8 @@ inline std::optional<ClaimOutcome> classify_lost_claim(const LedgerRow& row) {
   if (row.state == RowState::k_completed && !row.superseded_at) {
     return ClaimOutcome::k_completed;
   }
-  if (row.state == RowState::k_in_flight && row.lease_left_seconds &&
-      *row.lease_left_seconds > 0 && !row.released_at) {
+  if (row.state == RowState::k_in_flight && row.lease_left_seconds && *row.lease_left_seconds > 0 &&
+      !row.released_at) {
     return ClaimOutcome::k_busy;
   }
   return std::nullopt;

@@ -115,7 +115,8 @@ constexpr const char* k_invalidate_sql =
     "UPDATE idem.ledger SET completed_at = NULL, superseded_at = NULL, "
     "released_at = GREATEST(now(), claimed_at), lease_expires_at = GREATEST(now(), claimed_at), "
     "output_size = NULL, output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, "
-    "output_members = NULL, feature_count = NULL WHERE work_key = $1 AND claim_token = $2 AND completed_at IS NOT NULL";
+    "output_members = NULL, feature_count = NULL WHERE work_key = $1 AND claim_token = $2 AND "
+    "completed_at IS NOT NULL";
 
 constexpr const char* k_replace_etag_sql =
     "UPDATE idem.ledger SET output_etag = $4 WHERE work_key = $1 AND claim_token = $2 "
@@ -243,14 +244,14 @@ using PgResult = pg::Result;
 
 // Cells of one result row, for ledger_detail::make_row.
 class ResultRow {
-public:
+ public:
   ResultRow(const PGresult* result, int row) : m_result(result), m_row(row) {}
   bool is_null(int i) const { return PQgetisnull(m_result, m_row, i) != 0; }
   std::string text(int i) const { return PQgetvalue(m_result, m_row, i); }
   int64_t integer(int i) const { return std::strtoll(PQgetvalue(m_result, m_row, i), nullptr, 10); }
   double real(int i) const { return std::strtod(PQgetvalue(m_result, m_row, i), nullptr); }
 
-private:
+ private:
   const PGresult* m_result;
   int m_row;
 };
@@ -294,7 +295,7 @@ std::string text_array_literal(const std::vector<std::string>& items) {
 class PostgresLedger;
 
 class PostgresDigestCache : public DigestCache {
-public:
+ public:
   explicit PostgresDigestCache(PostgresLedger& ledger) : m_ledger(ledger) {}
   std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
   void put(const std::string& path, const FileIdentity& identity,
@@ -302,12 +303,12 @@ public:
   std::map<std::string, std::string> get_many(const std::vector<Entry>& entries) override;
   void read_ahead(const std::vector<std::string>& paths) override;
 
-private:
+ private:
   PostgresLedger& m_ledger;
 };
 
 class PostgresLedger : public Ledger {
-public:
+ public:
   explicit PostgresLedger(const std::string& dsn)
       : m_dsn(dsn),
         m_redacted(Ledger::redact_dsn(dsn)),
@@ -400,21 +401,19 @@ public:
   // `meanwhile` (when set) runs while the server works on it.
   ClaimResult claim_locked(const ClaimRequest& request, bool unless_completed,
                            std::function<void()>* meanwhile = nullptr) {
-    Params params = {request.work_key,
-                     request.namespace_name,
-                     request.layer,
-                     request.tile ? std::optional<std::string>(std::to_string(request.tile->z))
-                                  : std::nullopt,
-                     request.tile ? std::optional<std::string>(std::to_string(request.tile->x))
-                                  : std::nullopt,
-                     request.tile ? std::optional<std::string>(std::to_string(request.tile->y))
-                                  : std::nullopt,
-                     std::to_string(request.lease.count()),
-                     request.claim_token,
-                     request.worker_host,
-                     std::to_string(request.worker_pid),
-                     request.output_uri,
-                     request.work_json};
+    Params params = {
+        request.work_key,
+        request.namespace_name,
+        request.layer,
+        request.tile ? std::optional<std::string>(std::to_string(request.tile->z)) : std::nullopt,
+        request.tile ? std::optional<std::string>(std::to_string(request.tile->x)) : std::nullopt,
+        request.tile ? std::optional<std::string>(std::to_string(request.tile->y)) : std::nullopt,
+        std::to_string(request.lease.count()),
+        request.claim_token,
+        request.worker_host,
+        std::to_string(request.worker_pid),
+        request.output_uri,
+        request.work_json};
     if (m_has_footprint) {
       params.push_back(footprint_ewkt(request.footprint_wkt));
     }
@@ -462,9 +461,9 @@ public:
                  std::chrono::seconds lease) override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    PgResult result = exec_statement("idem_heartbeat", k_heartbeat_sql,
-                                     {work_key, claim_token, std::to_string(lease.count())},
-                                     "heartbeat");
+    PgResult result =
+        exec_statement("idem_heartbeat", k_heartbeat_sql,
+                       {work_key, claim_token, std::to_string(lease.count())}, "heartbeat");
     return affected(result) == 1;
   }
 
@@ -475,18 +474,18 @@ public:
     ensure_connected();
     m_confirmations.erase(claim_token);
     const CompletionStatement statement = completion_statement();
-    PgResult result = exec_statement(statement.base_name, statement.sql,
-                                     {work_key, claim_token, std::to_string(fingerprint.size),
-                                      std::to_string(fingerprint.mtime_ns), fingerprint.sha256,
-                                      fingerprint.etag, text_param(feature_count),
-                                      fingerprint.members},
-                                     "complete");
+    PgResult result =
+        exec_statement(statement.base_name, statement.sql,
+                       {work_key, claim_token, std::to_string(fingerprint.size),
+                        std::to_string(fingerprint.mtime_ns), fingerprint.sha256, fingerprint.etag,
+                        text_param(feature_count), fingerprint.members},
+                       "complete");
     if (std::string(PQgetvalue(result.get(), 0, 0)) == "1") {
       return true;
     }
     // Nothing in flight under this token: a retry of a completion that did commit is true.
-    PgResult done = exec_statement("idem_completed_by", k_completed_by_sql,
-                                   {work_key, claim_token}, "complete");
+    PgResult done = exec_statement("idem_completed_by", k_completed_by_sql, {work_key, claim_token},
+                                   "complete");
     return PQntuples(done.get()) == 1;
   }
 
@@ -570,7 +569,8 @@ public:
         "OR lease_expires_at <= now())), "
         "CAST(extract(epoch FROM min(claimed_at) FILTER (WHERE completed_at IS NULL)) AS float8), "
         "count(*) FILTER (WHERE completed_at >= now() - interval '1 hour') "
-        "FROM idem.ledger WHERE " + filter_conditions(scope, params);
+        "FROM idem.ledger WHERE " +
+        filter_conditions(scope, params);
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
     PgResult result = exec_params(sql, params, "counts");
@@ -594,9 +594,8 @@ public:
       return result;
     }
     Params params;
-    std::string sql = std::string("SELECT ") + k_row_columns +
-                      " FROM idem.ledger_history WHERE " + filter_conditions(*scope, params) +
-                      " ORDER BY work_key, completed_at";
+    std::string sql = std::string("SELECT ") + k_row_columns + " FROM idem.ledger_history WHERE " +
+                      filter_conditions(*scope, params) + " ORDER BY work_key, completed_at";
     if (filter.limit) {
       params.push_back(std::to_string(*filter.limit));
       sql += " LIMIT $" + std::to_string(params.size());
@@ -645,9 +644,8 @@ public:
       columns += ", footprint";
     }
     Params params = {std::to_string(request.older_than.value_or(std::chrono::seconds(0)).count())};
-    std::string where = request.older_than
-                            ? "completed_at < now() - make_interval(secs => $1)"
-                            : "completed_at <= now() - make_interval(secs => $1)";
+    std::string where = request.older_than ? "completed_at < now() - make_interval(secs => $1)"
+                                           : "completed_at <= now() - make_interval(secs => $1)";
     if (request.namespace_name) {
       params.push_back(*request.namespace_name);
       where += " AND namespace = $2";
@@ -659,11 +657,11 @@ public:
     // now() is fixed for the transaction: the partitions and the move use the same cutoff.
     exec_params("SELECT idem.ensure_history_partitions(now() + interval '1 second')", {},
                 "archive");
-    PgResult moved = exec_params("WITH moved AS (DELETE FROM idem.ledger WHERE " + where +
-                                     " RETURNING " + columns + ") INSERT INTO idem.ledger_history (" +
-                                     columns + ", archived_at) SELECT " + columns +
-                                     ", now() FROM moved",
-                                 params, "archive");
+    PgResult moved =
+        exec_params("WITH moved AS (DELETE FROM idem.ledger WHERE " + where + " RETURNING " +
+                        columns + ") INSERT INTO idem.ledger_history (" + columns +
+                        ", archived_at) SELECT " + columns + ", now() FROM moved",
+                    params, "archive");
     transaction.commit();
     return affected(moved);
   }
@@ -700,8 +698,9 @@ public:
                 {seconds}, "archive_completed");
     PgResult moved = exec_params(
         "WITH moved AS (DELETE FROM idem.ledger WHERE completed_at < now() - make_interval(secs "
-        "=> $1) RETURNING " + columns + ") INSERT INTO idem.ledger_history (" + columns +
-            ", archived_at) SELECT " + columns + ", now() FROM moved",
+        "=> $1) RETURNING " +
+            columns + ") INSERT INTO idem.ledger_history (" + columns + ", archived_at) SELECT " +
+            columns + ", now() FROM moved",
         {seconds}, "archive_completed");
     transaction.commit();
     return affected(moved);
@@ -723,12 +722,12 @@ public:
   // The fenced completion statement of complete(), on the caller's connection and inside its
   // transaction; errors leave that transaction aborted (the caller rolls back).
   bool complete_in_transaction(PGconn* connection, const std::string& work_key,
-                               const std::string& claim_token,
-                               const OutputFingerprint& fingerprint,
+                               const std::string& claim_token, const OutputFingerprint& fingerprint,
                                std::optional<int64_t> feature_count) override {
     if (connection == nullptr || PQtransactionStatus(connection) != PQTRANS_INTRANS) {
-      throw Error(ErrorKind::k_ledger, "complete_in_transaction needs a transaction open (BEGIN "
-                                       "done, no error) on the caller's connection");
+      throw Error(ErrorKind::k_ledger,
+                  "complete_in_transaction needs a transaction open (BEGIN "
+                  "done, no error) on the caller's connection");
     }
     const std::optional<std::string> ours = database_identity();
     if (Ledger::database_identity_of(connection) != *ours) {
@@ -744,14 +743,15 @@ public:
             result ? PQresultErrorMessage(result.get()) : PQerrorMessage(connection);
         throw Error(ErrorKind::k_ledger, scrub("PostgreSQL ledger " + m_redacted +
                                                ": completion in the caller's transaction "
-                                               "failed: " + message));
+                                               "failed: " +
+                                               message));
       }
       return result;
     };
-    PgResult result = run(k_complete_sql, {work_key, claim_token, std::to_string(fingerprint.size),
-                                           std::to_string(fingerprint.mtime_ns),
-                                           fingerprint.sha256, fingerprint.etag,
-                                           text_param(feature_count), fingerprint.members});
+    PgResult result =
+        run(k_complete_sql, {work_key, claim_token, std::to_string(fingerprint.size),
+                             std::to_string(fingerprint.mtime_ns), fingerprint.sha256,
+                             fingerprint.etag, text_param(feature_count), fingerprint.members});
     if (std::string(PQgetvalue(result.get(), 0, 0)) == "1") {
       return true;
     }
@@ -853,10 +853,10 @@ public:
     exec_statement("idem_digest_put", k_digest_put_sql, params, "digest cache store");
   }
 
-private:
+ private:
   // BEGIN ... COMMIT on this connection; rolls back unless committed.
   class Transaction {
-  public:
+   public:
     Transaction(PostgresLedger& ledger, const char* what) : m_ledger(ledger), m_what(what) {
       m_ledger.exec_params("BEGIN", {}, m_what);
     }
@@ -873,7 +873,7 @@ private:
       m_committed = true;
     }
 
-  private:
+   private:
     PostgresLedger& m_ledger;
     const char* m_what;
     bool m_committed = false;
@@ -937,8 +937,8 @@ private:
       connection = connect_now(false);
     }
     if (!connection) {
-      throw Error(ErrorKind::k_ledger, "cannot connect to the PostgreSQL ledger " + m_redacted +
-                                           ": out of memory");
+      throw Error(ErrorKind::k_ledger,
+                  "cannot connect to the PostgreSQL ledger " + m_redacted + ": out of memory");
     }
     if (PQstatus(connection.get()) != CONNECTION_OK) {
       std::string message = PQerrorMessage(connection.get());
@@ -978,9 +978,8 @@ private:
       return;
     }
     const char* values[] = {"SRID=4326;MULTIPOLYGON EMPTY"};
-    if (PQsendQueryParams(m_connection.get(),
-                          "UPDATE idem.ledger SET footprint = $1 WHERE false", 1, nullptr,
-                          values, nullptr, nullptr, 0) == 1) {
+    if (PQsendQueryParams(m_connection.get(), "UPDATE idem.ledger SET footprint = $1 WHERE false",
+                          1, nullptr, values, nullptr, nullptr, 0) == 1) {
       m_postgis_load = PostgisLoad::k_pending;
     }
   }
@@ -1135,13 +1134,14 @@ private:
                   scrub("the connection to the PostgreSQL ledger " + m_redacted +
                         " was lost during " + what +
                         " (its outcome is unknown; retrying with the same claim token is safe; "
-                        "the next call reconnects): " + message));
+                        "the next call reconnects): " +
+                        message));
     }
     const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
-    throw Error(ErrorKind::k_ledger,
-                scrub("PostgreSQL ledger " + m_redacted + ": " + what + " failed" +
-                      (state != nullptr ? std::string(" (SQLSTATE ") + state + ")" : "") + ": " +
-                      message));
+    throw Error(
+        ErrorKind::k_ledger,
+        scrub("PostgreSQL ledger " + m_redacted + ": " + what + " failed" +
+              (state != nullptr ? std::string(" (SQLSTATE ") + state + ")" : "") + ": " + message));
   }
 
   static std::vector<const char*> raw_params(const Params& params) {
@@ -1188,11 +1188,10 @@ private:
                            const std::string& what, std::function<void()>& meanwhile) {
     const std::vector<const char*> raw = raw_params(params);
     const int count = static_cast<int>(raw.size());
-    const int sent =
-        name != nullptr
-            ? PQsendQueryPrepared(m_connection.get(), name, count, raw.data(), nullptr, nullptr, 0)
-            : PQsendQueryParams(m_connection.get(), sql.c_str(), count, nullptr, raw.data(),
-                                nullptr, nullptr, 0);
+    const int sent = name != nullptr ? PQsendQueryPrepared(m_connection.get(), name, count,
+                                                           raw.data(), nullptr, nullptr, 0)
+                                     : PQsendQueryParams(m_connection.get(), sql.c_str(), count,
+                                                         nullptr, raw.data(), nullptr, nullptr, 0);
     std::exception_ptr failure;
     if (sent == 1) {
       std::function<void()> run = std::move(meanwhile);
@@ -1249,8 +1248,7 @@ private:
     }
     if (uses == 1) {
       PgResult prepared(PQprepare(m_connection.get(), name, sql.c_str(), 0, nullptr));
-      const char* code =
-          prepared ? PQresultErrorField(prepared.get(), PG_DIAG_SQLSTATE) : nullptr;
+      const char* code = prepared ? PQresultErrorField(prepared.get(), PG_DIAG_SQLSTATE) : nullptr;
       if (code != nullptr && std::strcmp(code, k_duplicate_prepared_statement) == 0) {
         // A pooler handed over a server session where an earlier client prepared it.
         checked(PQexec(m_connection.get(), (std::string("DEALLOCATE ") + name).c_str()),
@@ -1341,8 +1339,8 @@ private:
   // dropped with CASCADE) is recorded as not applied, so that it applies again once PostGIS is
   // installed.
   void forget_lost_footprint(SchemaState& state) {
-    auto applied = std::find(state.versions.begin(), state.versions.end(),
-                             k_footprint_migration_version);
+    auto applied =
+        std::find(state.versions.begin(), state.versions.end(), k_footprint_migration_version);
     if (applied == state.versions.end()) {
       return;
     }
@@ -1380,8 +1378,7 @@ private:
     MigrationReport report;
     {
       Transaction transaction(*this, "migration");
-      exec_params("SELECT pg_advisory_xact_lock($1)", {std::string(k_migration_lock)},
-                  "migration");
+      exec_params("SELECT pg_advisory_xact_lock($1)", {std::string(k_migration_lock)}, "migration");
       SchemaState state = read_schema_state(true);
       forget_lost_footprint(state);
       for (const Migration& migration : applicable_migrations(state, &report)) {
@@ -1460,7 +1457,8 @@ private:
         throw Error(ErrorKind::k_ledger,
                     std::string("the PostgreSQL ledger ") + m_redacted +
                         " has no idem schema and this user cannot create it; run `gdal-idem "
-                        "init` as the schema owner (" + error.what() + ")");
+                        "init` as the schema owner (" +
+                        error.what() + ")");
       }
       use_schema(existing);
     }
@@ -1479,11 +1477,13 @@ private:
                       "run again (docs/operations.md, upgrading)");
     }
     m_has_footprint = state.has_footprint();
-    std::string columns = "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, "
-                          "lease_expires_at, attempt, claim_token, worker_host, worker_pid, "
-                          "output_uri, work_json";
-    std::string values = "$1, $2, $3, $4, $5, $6, now(), now() + make_interval(secs => $7), 1, "
-                         "$8, $9, $10, $11, $12";
+    std::string columns =
+        "work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, "
+        "lease_expires_at, attempt, claim_token, worker_host, worker_pid, "
+        "output_uri, work_json";
+    std::string values =
+        "$1, $2, $3, $4, $5, $6, now(), now() + make_interval(secs => $7), 1, "
+        "$8, $9, $10, $11, $12";
     std::string footprint_update;
     if (m_has_footprint) {
       // $13 takes the column's type (footprint_ewkt): no PostGIS function, whatever the
@@ -1503,10 +1503,12 @@ private:
         "worker_host = EXCLUDED.worker_host, worker_pid = EXCLUDED.worker_pid, "
         "output_uri = EXCLUDED.output_uri, work_json = EXCLUDED.work_json, output_size = NULL, "
         "output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, "
-        "output_members = NULL, feature_count = NULL" + footprint_update +
+        "output_members = NULL, feature_count = NULL" +
+        footprint_update +
         " WHERE (l.completed_at IS NULL AND (l.lease_expires_at <= now() "
         "OR l.claim_token = EXCLUDED.claim_token)) OR l.superseded_at IS NOT NULL "
-        "RETURNING " + k_row_columns;
+        "RETURNING " +
+        k_row_columns;
     const std::string claim_sql =
         "INSERT INTO idem.ledger AS l (" + columns + ") VALUES (" + values + ")" + on_conflict;
     // The same claim, attempted only when the row is not completed: a completed row is
@@ -1697,7 +1699,9 @@ ConnectParameters connect_parameters(const std::string& dsn, bool skip_gss) {
   return parameters;
 }
 
-void preopen_postgres_ledger(const std::string& dsn) { PostgresLedger::preopen(dsn); }
+void preopen_postgres_ledger(const std::string& dsn) {
+  PostgresLedger::preopen(dsn);
+}
 
 }  // namespace ledger_detail
 

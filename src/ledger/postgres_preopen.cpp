@@ -94,10 +94,9 @@ void drive(Attempt& attempt, std::optional<Clock::time_point> deadline) {
           for (const std::string& value : attempt.opening.query_params) {
             values.push_back(value.c_str());
           }
-          const bool sent =
-              PQsendQueryParams(connection, attempt.opening.query.c_str(),
-                                static_cast<int>(values.size()), nullptr, values.data(), nullptr,
-                                nullptr, 0) == 1;
+          const bool sent = PQsendQueryParams(connection, attempt.opening.query.c_str(),
+                                              static_cast<int>(values.size()), nullptr,
+                                              values.data(), nullptr, nullptr, 0) == 1;
           attempt.phase = sent ? Attempt::Phase::k_asking : Attempt::Phase::k_done;
           break;
         }

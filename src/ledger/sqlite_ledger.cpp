@@ -26,10 +26,11 @@ namespace {
 
 constexpr int k_busy_timeout_ms = 60000;
 
-#define IDEM_SQLITE_ROW_COLUMNS                                                                \
-  "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, "    \
-  "worker_pid, output_uri, output_size, output_mtime_ns, output_sha256, output_etag, "         \
-  "output_members, feature_count, work_json, claimed_at, lease_expires_at, completed_at, superseded_at, "      \
+#define IDEM_SQLITE_ROW_COLUMNS                                                             \
+  "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, " \
+  "worker_pid, output_uri, output_size, output_mtime_ns, output_sha256, output_etag, "      \
+  "output_members, feature_count, work_json, claimed_at, lease_expires_at, completed_at, "  \
+  "superseded_at, "                                                                         \
   "released_at, lease_expires_at - " IDEM_SQLITE_NOW
 
 constexpr const char* k_row_columns = IDEM_SQLITE_ROW_COLUMNS;
@@ -43,7 +44,8 @@ constexpr const char* k_history_columns =
 constexpr const char* k_claim_sql =
     "INSERT INTO ledger (work_key, namespace, layer, tile_z, tile_x, tile_y, claimed_at, "
     "lease_expires_at, attempt, claim_token, worker_host, worker_pid, output_uri, work_json) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, " IDEM_SQLITE_NOW ", " IDEM_SQLITE_NOW " + ?7, 1, ?8, ?9, "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, " IDEM_SQLITE_NOW ", " IDEM_SQLITE_NOW
+    " + ?7, 1, ?8, ?9, "
     "?10, ?11, ?12) "
     "ON CONFLICT (work_key) DO UPDATE SET "
     "namespace = excluded.namespace, layer = excluded.layer, tile_z = excluded.tile_z, "
@@ -61,11 +63,13 @@ constexpr const char* k_claim_sql =
     "RETURNING " IDEM_SQLITE_ROW_COLUMNS;
 
 constexpr const char* k_heartbeat_sql =
-    "UPDATE ledger SET lease_expires_at = max(" IDEM_SQLITE_NOW " + ?3, claimed_at) "
+    "UPDATE ledger SET lease_expires_at = max(" IDEM_SQLITE_NOW
+    " + ?3, claimed_at) "
     "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NULL AND released_at IS NULL";
 
 constexpr const char* k_complete_sql =
-    "UPDATE ledger SET completed_at = max(" IDEM_SQLITE_NOW ", claimed_at), output_size = ?3, "
+    "UPDATE ledger SET completed_at = max(" IDEM_SQLITE_NOW
+    ", claimed_at), output_size = ?3, "
     "output_mtime_ns = ?4, output_sha256 = ?5, output_etag = ?6, feature_count = ?7, "
     "output_members = ?8 "
     "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NULL AND released_at IS NULL "
@@ -79,14 +83,18 @@ constexpr const char* k_completed_by_sql =
     "SELECT 1 FROM ledger WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NOT NULL";
 
 constexpr const char* k_release_sql =
-    "UPDATE ledger SET lease_expires_at = max(" IDEM_SQLITE_NOW ", claimed_at), "
-    "released_at = max(" IDEM_SQLITE_NOW ", claimed_at) "
+    "UPDATE ledger SET lease_expires_at = max(" IDEM_SQLITE_NOW
+    ", claimed_at), "
+    "released_at = max(" IDEM_SQLITE_NOW
+    ", claimed_at) "
     "WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NULL AND released_at IS NULL";
 
 constexpr const char* k_invalidate_sql =
     "UPDATE ledger SET completed_at = NULL, superseded_at = NULL, "
-    "released_at = max(" IDEM_SQLITE_NOW ", claimed_at), "
-    "lease_expires_at = max(" IDEM_SQLITE_NOW ", claimed_at), output_size = NULL, "
+    "released_at = max(" IDEM_SQLITE_NOW
+    ", claimed_at), "
+    "lease_expires_at = max(" IDEM_SQLITE_NOW
+    ", claimed_at), output_size = NULL, "
     "output_mtime_ns = NULL, output_sha256 = NULL, output_etag = NULL, output_members = NULL, "
     "feature_count = NULL WHERE work_key = ?1 AND claim_token = ?2 AND completed_at IS NOT NULL";
 
@@ -100,7 +108,8 @@ constexpr const char* k_digest_get_sql =
 
 constexpr const char* k_digest_put_sql =
     "INSERT INTO source_digest (path, device, inode, size, mtime_ns, ctime_ns, digest, "
-    "recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, " IDEM_SQLITE_NOW ") "
+    "recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, " IDEM_SQLITE_NOW
+    ") "
     "ON CONFLICT (path) DO UPDATE SET device = excluded.device, inode = excluded.inode, "
     "size = excluded.size, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, "
     "digest = excluded.digest, recorded_at = excluded.recorded_at";
@@ -116,7 +125,7 @@ using StatementHandle = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
 
 // One use of a cached prepared statement: binds, steps, reads; resets and clears on scope exit.
 class Query {
-public:
+ public:
   Query(sqlite3* db, sqlite3_stmt* statement, const std::string& context)
       : m_db(db), m_statement(statement), m_context(context) {}
   ~Query() {
@@ -127,8 +136,8 @@ public:
   Query& operator=(const Query&) = delete;
 
   Query& bind(int index, const std::string& value) {
-    return check(sqlite3_bind_text(m_statement, index, value.data(),
-                                   static_cast<int>(value.size()), SQLITE_TRANSIENT));
+    return check(sqlite3_bind_text(m_statement, index, value.data(), static_cast<int>(value.size()),
+                                   SQLITE_TRANSIENT));
   }
   Query& bind(int index, int64_t value) {
     return check(sqlite3_bind_int64(m_statement, index, value));
@@ -170,7 +179,7 @@ public:
   int64_t integer(int i) const { return sqlite3_column_int64(m_statement, i); }
   double real(int i) const { return sqlite3_column_double(m_statement, i); }
 
-private:
+ private:
   Query& check(int rc) {
     if (rc != SQLITE_OK) {
       throw Error(ErrorKind::k_ledger, m_context + ": " + sqlite3_errmsg(m_db));
@@ -188,9 +197,8 @@ void make_directories(const std::string& path) {
        slash = path.find('/', slash + 1)) {
     const std::string directory = path.substr(0, slash);
     if (mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) {
-      throw Error(ErrorKind::k_ledger,
-                  "cannot create directory " + directory + " for the SQLite ledger: " +
-                      std::strerror(errno));
+      throw Error(ErrorKind::k_ledger, "cannot create directory " + directory +
+                                           " for the SQLite ledger: " + std::strerror(errno));
     }
   }
 }
@@ -198,28 +206,27 @@ void make_directories(const std::string& path) {
 class SqliteLedger;
 
 class SqliteDigestCache : public DigestCache {
-public:
+ public:
   explicit SqliteDigestCache(SqliteLedger& ledger) : m_ledger(ledger) {}
   std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override;
   void put(const std::string& path, const FileIdentity& identity,
            const std::string& digest) override;
 
-private:
+ private:
   SqliteLedger& m_ledger;
 };
 
 class SqliteLedger : public Ledger {
-public:
+ public:
   explicit SqliteLedger(const std::string& path) : m_path(path), m_digest_cache(*this) {
     m_context = "SQLite ledger " + path;
     if (path != ":memory:" && path.find('/') != std::string::npos) {
       make_directories(path);
     }
     sqlite3* raw = nullptr;
-    const int rc = sqlite3_open_v2(path.c_str(), &raw,
-                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                       SQLITE_OPEN_NOMUTEX,
-                                   nullptr);
+    const int rc =
+        sqlite3_open_v2(path.c_str(), &raw,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
     m_db.reset(raw);
     if (rc != SQLITE_OK) {
       throw Error(ErrorKind::k_ledger,
@@ -260,8 +267,9 @@ public:
         continue;
       }
       exec(migration.sql, "migration " + migration.name);
-      Query insert(m_db.get(), statement("INSERT INTO schema_version (version, name) "
-                                         "VALUES (?1, ?2)"),
+      Query insert(m_db.get(),
+                   statement("INSERT INTO schema_version (version, name) "
+                             "VALUES (?1, ?2)"),
                    m_context);
       insert.bind(1, static_cast<int64_t>(migration.version)).bind(2, migration.name).run();
       report.applied.push_back(migration.name);
@@ -426,10 +434,12 @@ public:
     const std::string sql =
         "SELECT coalesce(sum(completed_at IS NOT NULL AND superseded_at IS NULL), 0), "
         "coalesce(sum(superseded_at IS NOT NULL), 0), "
-        "coalesce(sum(completed_at IS NULL AND released_at IS NULL AND lease_expires_at > "
-        IDEM_SQLITE_NOW "), 0), "
-        "coalesce(sum(completed_at IS NULL AND (released_at IS NOT NULL OR lease_expires_at <= "
-        IDEM_SQLITE_NOW ")), 0), "
+        "coalesce(sum(completed_at IS NULL AND released_at IS NULL AND lease_expires_at "
+        "> " IDEM_SQLITE_NOW
+        "), 0), "
+        "coalesce(sum(completed_at IS NULL AND (released_at IS NOT NULL OR lease_expires_at "
+        "<= " IDEM_SQLITE_NOW
+        ")), 0), "
         "min(CASE WHEN completed_at IS NULL THEN claimed_at END), "
         "coalesce(sum(completed_at >= " IDEM_SQLITE_NOW " - 3600.0), 0) FROM ledger WHERE " +
         filter_conditions(scope);
@@ -457,9 +467,8 @@ public:
     if (!scope) {
       return result;
     }
-    const std::string sql = std::string("SELECT ") + k_row_columns +
-                            " FROM ledger_history WHERE " + filter_conditions(*scope) +
-                            " ORDER BY work_key, completed_at LIMIT ?7";
+    const std::string sql = std::string("SELECT ") + k_row_columns + " FROM ledger_history WHERE " +
+                            filter_conditions(*scope) + " ORDER BY work_key, completed_at LIMIT ?7";
     std::lock_guard<std::mutex> lock(m_mutex);
     Query query(m_db.get(), statement(sql), m_context);
     bind_filter(query, *scope);
@@ -500,7 +509,8 @@ public:
     double cutoff = 0;
     {
       Query query(m_db.get(), statement("SELECT " IDEM_SQLITE_NOW " - ?1"), m_context);
-      query.bind(1, static_cast<double>(request.older_than.value_or(std::chrono::seconds(0)).count()));
+      query.bind(1,
+                 static_cast<double>(request.older_than.value_or(std::chrono::seconds(0)).count()));
       query.step();
       cutoff = query.real(0);
       query.run();
@@ -565,9 +575,9 @@ public:
       cutoff = query.real(0);
       query.run();
     }
-    const std::string insert_sql = std::string("INSERT INTO ledger_history (") +
-                                   k_history_columns + ", archived_at) SELECT " +
-                                   k_history_columns + ", " IDEM_SQLITE_NOW
+    const std::string insert_sql = std::string("INSERT INTO ledger_history (") + k_history_columns +
+                                   ", archived_at) SELECT " + k_history_columns +
+                                   ", " IDEM_SQLITE_NOW
                                    " FROM ledger WHERE completed_at IS NOT NULL "
                                    "AND completed_at < ?1";
     {
@@ -613,11 +623,11 @@ public:
     query.bind(7, digest).run();
   }
 
-private:
+ private:
   // BEGIN IMMEDIATE takes the write lock up front (waiting on the busy timeout), so a
   // transaction never fails half way on a lock upgrade. Rolls back unless committed.
   class Transaction {
-  public:
+   public:
     explicit Transaction(SqliteLedger& ledger) : m_ledger(ledger) {
       m_ledger.exec("BEGIN IMMEDIATE");
     }
@@ -633,7 +643,7 @@ private:
       m_committed = true;
     }
 
-  private:
+   private:
     SqliteLedger& m_ledger;
     bool m_committed = false;
   };
@@ -679,8 +689,8 @@ private:
     sqlite3_stmt* raw = nullptr;
     if (sqlite3_prepare_v3(m_db.get(), sql.c_str(), static_cast<int>(sql.size()),
                            SQLITE_PREPARE_PERSISTENT, &raw, nullptr) != SQLITE_OK) {
-      throw Error(ErrorKind::k_ledger, m_context + ": cannot prepare a statement: " +
-                                           sqlite3_errmsg(m_db.get()));
+      throw Error(ErrorKind::k_ledger,
+                  m_context + ": cannot prepare a statement: " + sqlite3_errmsg(m_db.get()));
     }
     m_statements.emplace(sql, StatementHandle(raw));
     return raw;

@@ -13,13 +13,13 @@
 
 #include <cerrno>
 #include <chrono>
-#include <mutex>
-#include <thread>
-#include <utility>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -266,8 +266,8 @@ TEST_F(AtomicOutputTest, ObjectOutputIsWrittenUnderCplTmpdir) {
       EXPECT_NE(std::string(error.what()).find("/vsis3/bucket/tiles/x.tif"), std::string::npos)
           << error.what();
     }
-    for (const char* key : {"AWS_S3_ENDPOINT", "AWS_HTTPS", "AWS_NO_SIGN_REQUEST",
-                            "GDAL_HTTP_MAX_RETRY"}) {
+    for (const char* key :
+         {"AWS_S3_ENDPOINT", "AWS_HTTPS", "AWS_NO_SIGN_REQUEST", "GDAL_HTTP_MAX_RETRY"}) {
       CPLSetConfigOption(key, nullptr);
     }
     struct stat info {};

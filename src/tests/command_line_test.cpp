@@ -1,12 +1,13 @@
 // split_program_arguments: options and positional arguments as the programs read them, without
 // asking GDAL's parser which token is which (its messages and its handling of positional
 // arguments changed in GDAL 3.9).
+#include "core/command_line.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "core/command_line.hpp"
 #include "core/error.hpp"
 #include "gdal_priv.h"
 
@@ -32,9 +33,9 @@ TEST(CommandLine, WarpValuesThatLookLikeOptionsOrFilesStayWithTheirOption) {
 }
 
 TEST(CommandLine, WarpRefineGcpsTakesAnOptionalSecondValue) {
-  EXPECT_EQ(split(GdalProgram::k_gdalwarp, {"-refine_gcps", "0.5", "10", "a.tif", "b.tif"})
-                .positionals,
-            (Tokens{"a.tif", "b.tif"}));
+  EXPECT_EQ(
+      split(GdalProgram::k_gdalwarp, {"-refine_gcps", "0.5", "10", "a.tif", "b.tif"}).positionals,
+      (Tokens{"a.tif", "b.tif"}));
   EXPECT_EQ(split(GdalProgram::k_gdalwarp, {"-refine_gcps", "0.5", "a.tif", "b.tif"}).positionals,
             (Tokens{"a.tif", "b.tif"}));
 }
@@ -42,9 +43,9 @@ TEST(CommandLine, WarpRefineGcpsTakesAnOptionalSecondValue) {
 TEST(CommandLine, TranslateScaleTakesZeroTwoOrFourNumbers) {
   EXPECT_EQ(split(GdalProgram::k_gdal_translate, {"-scale", "in.tif", "out.tif"}).positionals,
             (Tokens{"in.tif", "out.tif"}));
-  EXPECT_EQ(split(GdalProgram::k_gdal_translate, {"-scale", "0", "255", "in.tif", "out.tif"})
-                .positionals,
-            (Tokens{"in.tif", "out.tif"}));
+  EXPECT_EQ(
+      split(GdalProgram::k_gdal_translate, {"-scale", "0", "255", "in.tif", "out.tif"}).positionals,
+      (Tokens{"in.tif", "out.tif"}));
   EXPECT_EQ(split(GdalProgram::k_gdal_translate,
                   {"-scale_1", "0", "255", "0", "1", "-b", "1", "in.tif", "out.tif"})
                 .options,
@@ -52,9 +53,8 @@ TEST(CommandLine, TranslateScaleTakesZeroTwoOrFourNumbers) {
 }
 
 TEST(CommandLine, TranslateGcpTakesAnOptionalElevation) {
-  EXPECT_EQ(split(GdalProgram::k_gdal_translate,
-                  {"-gcp", "0", "0", "10", "20", "-gcp", "5", "5", "15", "25", "100", "in.tif",
-                   "out.tif"})
+  EXPECT_EQ(split(GdalProgram::k_gdal_translate, {"-gcp", "0", "0", "10", "20", "-gcp", "5", "5",
+                                                  "15", "25", "100", "in.tif", "out.tif"})
                 .positionals,
             (Tokens{"in.tif", "out.tif"}));
 }

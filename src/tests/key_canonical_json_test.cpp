@@ -91,7 +91,8 @@ TEST(KeyCanonicalJson, WideIntegersStayExact) {
 }
 
 TEST(KeyCanonicalJson, NumberListsCanonicalise) {
-  EXPECT_EQ(canonical_scalar_text("  5.0000000000000000e+05,  1.0e+01, 0"), "5e+05,10,0");  // to_chars picks the shorter form
+  EXPECT_EQ(canonical_scalar_text("  5.0000000000000000e+05,  1.0e+01, 0"),
+            "5e+05,10,0");  // to_chars picks the shorter form
   EXPECT_EQ(canonical_scalar_text("Bilinear"), "Bilinear");
   EXPECT_EQ(canonical_scalar_text("1,abc"), "1,abc");
   EXPECT_EQ(canonical_scalar_text(" POLYGON ((0 0,1 1)) "), "POLYGON ((0 0,1 1))");
@@ -99,8 +100,7 @@ TEST(KeyCanonicalJson, NumberListsCanonicalise) {
 
 TEST(KeyCanonicalJson, KeyIsSha256OfPrefixedJson) {
   const std::string json = R"({"a":1})";
-  const std::string expected =
-      sha256_hex("tiles:v" + std::to_string(k_algo_version) + ":" + json);
+  const std::string expected = sha256_hex("tiles:v" + std::to_string(k_algo_version) + ":" + json);
   EXPECT_EQ(compute_key("tiles", json), expected);
   EXPECT_NE(compute_key("tiles", json), compute_key("other", json));
   EXPECT_EQ(compute_key("tiles", json).size(), 64u);

@@ -72,8 +72,8 @@ TEST(KeyCrs, AnyParameterChangeDoesNotCollapse) {
   for (const auto& definition : different) {
     EXPECT_NE(normalized_crs_text(definition), "EPSG:3857") << definition;
   }
-  const std::string shifted_utm = normalized_crs_text(
-      "+proj=utm +zone=31 +datum=WGS84 +units=m +x_0=500001 +no_defs");
+  const std::string shifted_utm =
+      normalized_crs_text("+proj=utm +zone=31 +datum=WGS84 +units=m +x_0=500001 +no_defs");
   EXPECT_NE(shifted_utm, "EPSG:32631");
   EXPECT_NE(shifted_utm, normalized_crs_text("+proj=utm +zone=31 +datum=WGS84 +units=m +no_defs"));
   EXPECT_NE(normalized_crs_text("EPSG:32631"), normalized_crs_text("EPSG:32632"));

@@ -1,7 +1,6 @@
 // describe_work on the datasets GDAL hands a CreateCopy driver: a warped VRT (as gdalwarp
 // builds it), a translation VRT, a plain dataset, and gdalwarp's materialised temporary GTiff.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -65,8 +64,8 @@ TEST(KeyDescribe, WarpedVrtIsAWarpWithItsGrid) {
 
 TEST(KeyDescribe, AttemptSettingsDoNotChangeTheKey) {
   auto a = warped({"-of", "VRT", "-t_srs", "EPSG:3857"});
-  auto b = warped({"-of", "VRT", "-t_srs", "EPSG:3857", "-wm", "1000", "-wo", "NUM_THREADS=3",
-                   "-multi"});
+  auto b = warped(
+      {"-of", "VRT", "-t_srs", "EPSG:3857", "-wm", "1000", "-wo", "NUM_THREADS=3", "-multi"});
   EXPECT_EQ(describe_work(a.get(), key_options()).key, describe_work(b.get(), key_options()).key);
 }
 
@@ -114,8 +113,8 @@ TEST(KeyDescribe, MaterialisedTemporaryGtiffIsFlagged) {
   {
     auto source = open(k_golden_src);
     GDALDriver* gtiff = GetGDALDriverManager()->GetDriverByName("GTiff");
-    GDALDatasetUniquePtr copy(gtiff->CreateCopy(temp.c_str(), source.get(), FALSE, nullptr,
-                                                nullptr, nullptr));
+    GDALDatasetUniquePtr copy(
+        gtiff->CreateCopy(temp.c_str(), source.get(), FALSE, nullptr, nullptr, nullptr));
     ASSERT_TRUE(copy);
   }
   auto dataset = open(temp);

@@ -2,8 +2,9 @@
 // a reference computed here in one piece of code from the definition in docs/keys.md, whichever
 // way the file is read; the cache hits on an unchanged file and misses once the file's identity
 // (including ctime) changes.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,8 +15,6 @@
 #include <random>
 #include <string>
 
-#include <openssl/evp.h>
-
 #include "core/error.hpp"
 #include "core/source_digest.hpp"
 #include "cpl_conv.h"
@@ -25,7 +24,7 @@ namespace idem {
 namespace {
 
 class TempDir {
-public:
+ public:
   TempDir() {
     char pattern[] = "/tmp/idem-key-digest-XXXXXX";
     m_path = ::mkdtemp(pattern);
@@ -33,7 +32,7 @@ public:
   ~TempDir() { std::system(("rm -rf '" + m_path + "'").c_str()); }
   std::string file(const std::string& name) const { return m_path + "/" + name; }
 
-private:
+ private:
   std::string m_path;
 };
 
@@ -94,8 +93,8 @@ TEST(KeyDigest, MatchesTheDefinitionOnSeveralSizes) {
   TempDir dir;
   // Empty, one byte, one piece less a byte, exactly one piece, one piece and a byte, exactly four
   // (the /vsi read size), several and a part.
-  const std::size_t sizes[] = {0,        1,        (1u << 20) - 1, 1u << 20, (1u << 20) + 1,
-                               4u << 20, (4u << 20) + 1, (9u << 20) + 12345};
+  const std::size_t sizes[] = {
+      0, 1, (1u << 20) - 1, 1u << 20, (1u << 20) + 1, 4u << 20, (4u << 20) + 1, (9u << 20) + 12345};
   unsigned seed = 1;
   for (const std::size_t size : sizes) {
     const std::string path = dir.file("f" + std::to_string(size));

@@ -19,7 +19,7 @@ using namespace std::chrono_literals;
 using ledger_test::make_request;
 
 class LeaseKeeperTest : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     m_dir = std::filesystem::temp_directory_path() /
             ("idem-lease-test-" + std::to_string(getpid()) + "-" +

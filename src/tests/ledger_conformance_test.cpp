@@ -5,9 +5,6 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 
-#include "cpl_conv.h"
-#include "cpl_error.h"
-
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -17,6 +14,8 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "cpl_conv.h"
+#include "cpl_error.h"
 #include "ledger/ledger.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "ledger_test_support.hpp"
@@ -31,7 +30,7 @@ using ledger_test::pg_exec;
 using ledger_test::random_token;
 
 class LedgerConformance : public ::testing::TestWithParam<std::string> {
-protected:
+ protected:
   void SetUp() override {
     if (is_sqlite()) {
       m_sqlite_path = m_dir.path() + "/state/ledger.sqlite";
@@ -659,9 +658,9 @@ TEST_P(LedgerConformance, ArchiveMovesOldCompletedRowsToHistory) {
   EXPECT_EQ(m_ledger->archive_completed(0s), 2);
   EXPECT_EQ(m_ledger->lookup("done1").state, RowState::k_absent);
   EXPECT_EQ(m_ledger->lookup("running").state, RowState::k_in_flight);
-  EXPECT_EQ(raw_value("SELECT count(*) FROM ledger_history",
-                      "SELECT count(*) FROM idem.ledger_history"),
-            "2");
+  EXPECT_EQ(
+      raw_value("SELECT count(*) FROM ledger_history", "SELECT count(*) FROM idem.ledger_history"),
+      "2");
   Ledger::RowFilter archived;
   archived.work_key = "done1";
   const std::vector<LedgerRow> history = m_ledger->history(archived);
@@ -797,19 +796,18 @@ TEST_P(LedgerConformance, DigestReadAheadGivesTheSameAnswers) {
   CPLSetThreadLocalConfigOption("CPL_DEBUG", "IDEM");
   CPLPushErrorHandlerEx(capture, &debug);
   auto answered_ahead = [&] {
-    const bool found =
-        std::any_of(debug.begin(), debug.end(), [](const std::string& line) {
-          return line.find("answered by the read ahead") != std::string::npos;
-        });
+    const bool found = std::any_of(debug.begin(), debug.end(), [](const std::string& line) {
+      return line.find("answered by the read ahead") != std::string::npos;
+    });
     debug.clear();
     return found;
   };
 
   // Read ahead, then asked: the answer sent ahead serves (the identity still decides).
   cache.read_ahead({"idem-memo:a", "/data/src.tif", "idem-memo:absent"});
-  EXPECT_EQ(cache.get_many({{"idem-memo:a", memo}, {"/data/src.tif", file},
-                            {"idem-memo:absent", memo}}),
-            both);
+  EXPECT_EQ(
+      cache.get_many({{"idem-memo:a", memo}, {"/data/src.tif", file}, {"idem-memo:absent", memo}}),
+      both);
   EXPECT_EQ(answered_ahead(), !is_sqlite());
   FileIdentity changed = file;
   ++changed.mtime_ns;
@@ -873,9 +871,9 @@ TEST_P(LedgerConformance, MigrationsAreEmbeddedAndIdempotent) {
     }
   }
   EXPECT_EQ(version, highest);
-  EXPECT_EQ(raw_value("SELECT count(*) FROM schema_version",
-                      "SELECT count(*) FROM idem.schema_version"),
-            std::to_string(applicable));
+  EXPECT_EQ(
+      raw_value("SELECT count(*) FROM schema_version", "SELECT count(*) FROM idem.schema_version"),
+      std::to_string(applicable));
 }
 
 TEST_P(LedgerConformance, FootprintStoredOnlyWithPostgis) {
@@ -887,10 +885,10 @@ TEST_P(LedgerConformance, FootprintStoredOnlyWithPostgis) {
   if (is_sqlite()) {
     return;
   }
-  const std::string column = pg_exec(
-      m_admin.get(),
-      "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'idem' "
-      "AND table_name = 'ledger' AND column_name = 'footprint'");
+  const std::string column =
+      pg_exec(m_admin.get(),
+              "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'idem' "
+              "AND table_name = 'ledger' AND column_name = 'footprint'");
   if (!with_postgis()) {
     EXPECT_EQ(column, "0");
     return;
@@ -1258,10 +1256,8 @@ TEST(LedgerSqlite, UnwritableLocationGivesLedgerError) {
 }
 
 class LedgerPostgres : public ::testing::Test {
-protected:
-  void SetUp() override {
-    IDEM_REQUIRE_PG_OR_SKIP();
-  }
+ protected:
+  void SetUp() override { IDEM_REQUIRE_PG_OR_SKIP(); }
 };
 
 void expect_ledger_error_without(const std::string& dsn, const std::string& secret,
@@ -1281,12 +1277,9 @@ void expect_ledger_error_without(const std::string& dsn, const std::string& secr
 // libpq quotes a DSN it cannot parse in its message; the password is masked all the same.
 TEST(LedgerDsn, UnparsableDsnsNeverShowTheirPassword) {
   const std::vector<std::string> dsns = {
-      "postgresql://u:S3cretPW@[::1/ledger",
-      "postgresql://u:S3cret%50W@[::1/ledger",
-      "postgres://u@[::1/ledger?password=S3cretPW&x",
-      "host=db password='S3cretPW",
-      "host=db password = 'S3cret\\'PW' port=x",
-      "host=[::1 password=S3cretPW",
+      "postgresql://u:S3cretPW@[::1/ledger",          "postgresql://u:S3cret%50W@[::1/ledger",
+      "postgres://u@[::1/ledger?password=S3cretPW&x", "host=db password='S3cretPW",
+      "host=db password = 'S3cret\\'PW' port=x",      "host=[::1 password=S3cretPW",
       "password=S3cretPW port=notaport host=db",
   };
   for (const std::string& dsn : dsns) {
@@ -1301,8 +1294,8 @@ TEST(LedgerDsn, UnparsableDsnsNeverShowTheirPassword) {
     EXPECT_EQ(Ledger::redact_dsn(dsn).find("S3cret"), std::string::npos) << dsn;
   }
   EXPECT_EQ(Ledger::redact_dsn("host=db password=s3cret"), "host=db password=XXXX");
-  EXPECT_EQ(ledger_detail::scrub_secrets("a 'S3cret\\'PW' b", ledger_detail::dsn_secrets(
-                                                                 "password='S3cret\\'PW'")),
+  EXPECT_EQ(ledger_detail::scrub_secrets("a 'S3cret\\'PW' b",
+                                         ledger_detail::dsn_secrets("password='S3cret\\'PW'")),
             "a XXXX b");
 }
 
@@ -1317,8 +1310,8 @@ TEST_F(LedgerPostgres, ServerDownGivesClearErrorWithoutPassword) {
 TEST_F(LedgerPostgres, WrongPasswordGivesClearErrorWithoutPassword) {
   // The test cluster's server, a user that does not exist, a password that must not leak.
   expect_ledger_error_without(
-      ledger_test::pg_base_dsn() + " user=idem_nobody password=Corr3ctHorse",
-      "Corr3ctHorse", "idem_nobody");
+      ledger_test::pg_base_dsn() + " user=idem_nobody password=Corr3ctHorse", "Corr3ctHorse",
+      "idem_nobody");
 }
 
 TEST_F(LedgerPostgres, LostConnectionIsAClearErrorAndTheNextCallReconnects) {
@@ -1383,15 +1376,17 @@ TEST_F(LedgerPostgres, WorkerRoleCanRunWorkButNotChangeTheSchema) {
   pg_exec(admin.get(), "DROP INDEX idem.ledger_in_flight_or_retried_idx");
   pg_exec(admin.get(), "DELETE FROM idem.schema_version WHERE version = 3");
   auto behind = Ledger::open(worker_dsn);
-  EXPECT_EQ(pg_exec(admin.get(), "SELECT count(*) FROM pg_indexes WHERE schemaname = 'idem' "
-                                 "AND indexname = 'ledger_in_flight_or_retried_idx'"),
+  EXPECT_EQ(pg_exec(admin.get(),
+                    "SELECT count(*) FROM pg_indexes WHERE schemaname = 'idem' "
+                    "AND indexname = 'ledger_in_flight_or_retried_idx'"),
             "0");  // the worker could not apply it
   const ClaimRequest more = make_request("role2", 60s);
   ASSERT_EQ(behind->claim(more).outcome, ClaimOutcome::k_claimed);
   EXPECT_TRUE(behind->complete("role2", more.claim_token, make_fingerprint(1)));
   EXPECT_EQ(Ledger::open(dsn)->schema_version(), version);
-  EXPECT_EQ(pg_exec(admin.get(), "SELECT count(*) FROM pg_indexes WHERE schemaname = 'idem' "
-                                 "AND indexname = 'ledger_in_flight_or_retried_idx'"),
+  EXPECT_EQ(pg_exec(admin.get(),
+                    "SELECT count(*) FROM pg_indexes WHERE schemaname = 'idem' "
+                    "AND indexname = 'ledger_in_flight_or_retried_idx'"),
             "1");
 
   // A migration whose column every statement names cannot be left pending: the worker says so.
@@ -1402,8 +1397,7 @@ TEST_F(LedgerPostgres, WorkerRoleCanRunWorkButNotChangeTheSchema) {
     Ledger::open(worker_dsn);
     ADD_FAILURE() << "a worker opened a ledger without the output_members column";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("gdal-idem init"), std::string::npos)
-        << error.what();
+    EXPECT_NE(std::string(error.what()).find("gdal-idem init"), std::string::npos) << error.what();
   }
   EXPECT_EQ(Ledger::open(dsn)->schema_version(), version);  // the owner applies it
   pg_exec(admin.get(), "DROP SCHEMA idem CASCADE");
@@ -1411,7 +1405,7 @@ TEST_F(LedgerPostgres, WorkerRoleCanRunWorkButNotChangeTheSchema) {
 
 // A database of its own for a test that changes its extensions, dropped at the end.
 class ScratchDatabase {
-public:
+ public:
   explicit ScratchDatabase(const std::string& name)
       : m_name(name), m_base(ledger_test::pg_connect(ledger_test::pg_base_dsn())) {
     if (m_base) {
@@ -1428,7 +1422,7 @@ public:
   bool ok() const { return static_cast<bool>(m_base); }
   std::string dsn() const { return ledger_test::pg_dsn_for(m_name); }
 
-private:
+ private:
   std::string m_name;
   ledger_test::PgHandle m_base;
 };
@@ -1459,8 +1453,9 @@ TEST_F(LedgerPostgres, FootprintsStartWhenPostgisArrivesUnderAnOpenLedger) {
     request.footprint_wkt = "POLYGON((0 0,1 0,1 1,0 1,0 0))";
     ASSERT_EQ(ledger->claim(request).outcome, ClaimOutcome::k_claimed);
     ASSERT_TRUE(ledger->complete("after", request.claim_token, make_fingerprint(1)));
-    EXPECT_EQ(pg_exec(admin.get(), "SELECT ST_AsText(footprint) FROM idem.ledger "
-                                   "WHERE work_key = 'after'"),
+    EXPECT_EQ(pg_exec(admin.get(),
+                      "SELECT ST_AsText(footprint) FROM idem.ledger "
+                      "WHERE work_key = 'after'"),
               "MULTIPOLYGON(((0 0,1 0,1 1,0 1,0 0)))");
     // A claim without a footprint still works on the footprint schema.
     ASSERT_EQ(ledger->claim(make_request("bare", 60s)).outcome, ClaimOutcome::k_claimed);
@@ -1511,8 +1506,9 @@ TEST_F(LedgerPostgres, ClaimsGoOnWhenPostgisIsDroppedAndInitRestoresFootprints) 
     auto restored = Ledger::open(dsn);
     EXPECT_TRUE(restored->has_footprints());
     claim_with_footprint(*restored, "restored");
-    EXPECT_EQ(pg_exec(admin.get(), "SELECT ST_AsText(footprint) FROM idem.ledger "
-                                   "WHERE work_key = 'restored'"),
+    EXPECT_EQ(pg_exec(admin.get(),
+                      "SELECT ST_AsText(footprint) FROM idem.ledger "
+                      "WHERE work_key = 'restored'"),
               "MULTIPOLYGON(((0 0,1 0,1 1,0 1,0 0)))");
     EXPECT_EQ(pg_exec(admin.get(), "SELECT count(*) FROM idem.ledger"), "1");
     EXPECT_EQ(pg_exec(admin.get(), "SELECT count(*) FROM idem.ledger_history"), "5");
@@ -1530,8 +1526,9 @@ TEST_F(LedgerPostgres, OpenUsesTheConnectionStartedAhead) {
   const std::string dsn = database.dsn();
   auto admin = ledger_test::pg_connect(dsn);
   ASSERT_TRUE(admin);
-  const std::string ours = "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                           "'idem_ledger_test_preopen' AND application_name = 'gdal-idem'";
+  const std::string ours =
+      "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+      "'idem_ledger_test_preopen' AND application_name = 'gdal-idem'";
   Ledger::preopen(dsn);
   for (int i = 0; i < 200 && pg_exec(admin.get(), ours) != "1"; ++i) {
     Ledger::advance_preopened();

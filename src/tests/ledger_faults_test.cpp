@@ -50,7 +50,7 @@ std::string cluster_on_port(const std::string& port) {
 }
 
 class LedgerFaults : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     IDEM_REQUIRE_PG_OR_SKIP();
     m_cluster = cluster_on_port(dsn_value(ledger_test::pg_base_dsn(), "port"));
@@ -92,14 +92,14 @@ protected:
     EXPECT_EQ(pipe(barrier), 0);
     std::vector<std::unique_ptr<Child>> workers;
     for (const std::string& log : logs) {
-      std::vector<std::string> args = {ledger_test::worker_path(), "race", m_dsn, log,
-                                       std::to_string(barrier[0]), std::to_string(k_keys), "1",
-                                       "20"};
+      std::vector<std::string> args = {
+          ledger_test::worker_path(), "race", m_dsn, log, std::to_string(barrier[0]),
+          std::to_string(k_keys),     "1",    "20"};
       if (tolerate) {
         args.push_back("tolerate-errors");
       }
-      workers.push_back(std::make_unique<Child>(args, std::map<std::string, std::string>{},
-                                                false, barrier[0]));
+      workers.push_back(
+          std::make_unique<Child>(args, std::map<std::string, std::string>{}, false, barrier[0]));
     }
     close(barrier[0]);
     std::this_thread::sleep_for(300ms);
@@ -152,8 +152,7 @@ protected:
 TEST_F(LedgerFaults, RunCutByRestartFailsClearlyAndConvergesWhenRetried) {
   const std::vector<std::string> first = logs("first");
   const std::vector<int> statuses = run_workers(first, false, 800ms);
-  EXPECT_NE(std::count(statuses.begin(), statuses.end(), 2), 0)
-      << "no worker saw the restart";
+  EXPECT_NE(std::count(statuses.begin(), statuses.end(), 2), 0) << "no worker saw the restart";
   expect_clear_errors_without_password(first);
   auto ledger = open_when_up();
   // No row says completed for work that was not done.
@@ -195,8 +194,7 @@ TEST_F(LedgerFaults, WorkersRetryingWithTheirTokensRideThroughARestart) {
   expect_clear_errors_without_password(paths);
   auto ledger = open_when_up();
   const ledger_test::RaceReport report = ledger_test::check_race(paths, k_keys, *ledger, true);
-  std::cout << "ride through: holds " << report.holds << ", errors " << report.errors
-            << std::endl;
+  std::cout << "ride through: holds " << report.holds << ", errors " << report.errors << std::endl;
 }
 
 }  // namespace

@@ -19,10 +19,9 @@ using ledger_test::pg_exec;
 using ledger_test::split;
 
 class LedgerProcesses : public ::testing::TestWithParam<std::string> {
-protected:
+ protected:
   void SetUp() override {
-    ASSERT_TRUE(std::filesystem::exists(ledger_test::worker_path()))
-        << ledger_test::worker_path();
+    ASSERT_TRUE(std::filesystem::exists(ledger_test::worker_path())) << ledger_test::worker_path();
     if (GetParam() == "sqlite") {
       m_dsn = "sqlite:" + m_dir.path() + "/ledger.sqlite";
     } else {
@@ -115,9 +114,8 @@ TEST_P(LedgerProcesses, SkewedWorkerClocksDoNotChangeLeases) {
   const ClaimRequest live = make_request("skew-live", 30s);
   ASSERT_EQ(m_ledger->claim(live).outcome, ClaimOutcome::k_claimed);
   for (const char* offset : {"+5h", "-5h"}) {
-    const std::map<std::string, std::string> env = {{"LD_PRELOAD", *faketime},
-                                                    {"FAKETIME", offset},
-                                                    {"FAKETIME_DONT_RESET", "1"}};
+    const std::map<std::string, std::string> env = {
+        {"LD_PRELOAD", *faketime}, {"FAKETIME", offset}, {"FAKETIME_DONT_RESET", "1"}};
     // The skewed worker cannot steal the live claim...
     Child thief({ledger_test::worker_path(), "try", m_dsn, "skew-live", "30"}, env, true);
     const std::vector<std::string> stolen = split(thief.read_line());

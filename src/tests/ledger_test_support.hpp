@@ -44,14 +44,14 @@ inline bool pg_required() {
 
 // In a test or SetUp(): without a PostgreSQL DSN, fail when one is required
 // (IDEM_TEST_REQUIRE_PG=1, as under scripts/with-postgres), else skip.
-#define IDEM_REQUIRE_PG_OR_SKIP()                                                   \
-  do {                                                                              \
-    if (ledger_test::pg_base_dsn().empty()) {                                       \
-      if (ledger_test::pg_required()) {                                             \
-        FAIL() << "IDEM_TEST_REQUIRE_PG=1 but IDEM_TEST_PG_DSN is not set";         \
-      }                                                                             \
-      GTEST_SKIP() << "no PostgreSQL (run under scripts/with-postgres)";            \
-    }                                                                               \
+#define IDEM_REQUIRE_PG_OR_SKIP()                                           \
+  do {                                                                      \
+    if (ledger_test::pg_base_dsn().empty()) {                               \
+      if (ledger_test::pg_required()) {                                     \
+        FAIL() << "IDEM_TEST_REQUIRE_PG=1 but IDEM_TEST_PG_DSN is not set"; \
+      }                                                                     \
+      GTEST_SKIP() << "no PostgreSQL (run under scripts/with-postgres)";    \
+    }                                                                       \
   } while (false)
 
 // The test DSN pointed at another database of the same cluster (keyword strings: last wins).
@@ -62,8 +62,7 @@ inline std::string pg_dsn_for(const std::string& database) {
 inline PgHandle pg_connect(const std::string& dsn) {
   PgHandle connection(PQconnectdb(dsn.c_str()));
   if (PQstatus(connection.get()) != CONNECTION_OK) {
-    ADD_FAILURE() << "cannot connect to the test PostgreSQL: "
-                  << PQerrorMessage(connection.get());
+    ADD_FAILURE() << "cannot connect to the test PostgreSQL: " << PQerrorMessage(connection.get());
     return nullptr;
   }
   return connection;
@@ -89,7 +88,7 @@ inline constexpr const char* k_nogis_database = "idem_ledger_test_nogis";
 // Holds a session advisory lock on the base database for the life of a PostgreSQL test and
 // makes sure the two test databases exist (one with PostGIS, one without).
 class PgTestLock {
-public:
+ public:
   PgTestLock() {
     m_connection = pg_connect(pg_base_dsn());
     if (!m_connection) {
@@ -113,13 +112,13 @@ public:
   }
   bool ok() const { return m_connection != nullptr; }
 
-private:
+ private:
   PgHandle m_connection;  // the lock goes with the session
 };
 
 inline std::string random_token() {
   static thread_local std::mt19937_64 generator(std::random_device{}() ^
-                                                 static_cast<uint64_t>(getpid()));
+                                                static_cast<uint64_t>(getpid()));
   static const char* digits = "0123456789abcdef";
   std::string token;
   for (int i = 0; i < 32; ++i) {
@@ -151,7 +150,7 @@ inline OutputFingerprint make_fingerprint(int64_t size) {
 
 // A private scratch directory, removed at scope exit.
 class TempDir {
-public:
+ public:
   TempDir() {
     std::string pattern = (std::filesystem::temp_directory_path() / "idem-ledger-XXXXXX").string();
     m_path = mkdtemp(pattern.data());
@@ -164,7 +163,7 @@ public:
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return m_path; }
 
-private:
+ private:
   std::string m_path;
 };
 
@@ -176,14 +175,13 @@ namespace idem::ledger_test {
 
 // The worker tool, built next to the test binaries (src/tests/tools/ledger_worker.cpp).
 inline std::string worker_path() {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "ledger_worker")
-      .string();
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "ledger_worker").string();
 }
 
 // A child process with optional pipes to its stdin and from its stdout. Killed if still running
 // at scope exit.
 class Child {
-public:
+ public:
   Child(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
         bool pipes = false, int inherit_fd = -1) {
     int in_pipe[2] = {-1, -1};
@@ -263,7 +261,7 @@ public:
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
 
-private:
+ private:
   pid_t m_pid = -1;
   bool m_reaped = false;
   FILE* m_stdin = nullptr;
@@ -287,9 +285,9 @@ namespace idem::ledger_test {
 // What the race workers' logs say, checked against the ledger.
 struct RaceReport {
   int holds = 0;
-  int takeovers = 0;      // claims with attempt > 1
-  int lost = 0;           // heartbeats or completions refused to a stale holder
-  int errors = 0;         // ledger errors the workers saw (fault tests)
+  int takeovers = 0;  // claims with attempt > 1
+  int lost = 0;       // heartbeats or completions refused to a stale holder
+  int errors = 0;     // ledger errors the workers saw (fault tests)
 };
 
 // Check the logs of a race: every key completed exactly once by a holder that did the work,
@@ -336,7 +334,8 @@ inline RaceReport check_race(const std::vector<std::string>& log_paths, int key_
         hold.worked = true;
       } else if ((words[0] == "heartbeat" || words[0] == "complete") && words.size() == 6) {
         if (words[3] == "ok") {
-          hold.last_success_start = std::max<int64_t>(hold.last_success_start, std::stoll(words[4]));
+          hold.last_success_start =
+              std::max<int64_t>(hold.last_success_start, std::stoll(words[4]));
           if (words[0] == "complete") {
             EXPECT_FALSE(hold.completed) << line;
             hold.completed = true;

@@ -167,9 +167,8 @@ int run_race(const std::string& dsn, const std::string& log_path, int barrier_fd
       const int64_t start = wall_ns();
       idem::OutputFingerprint fingerprint;
       fingerprint.size = 1;
-      const bool completed = with_retries(log, "complete", tolerate, [&] {
-        return ledger->complete(key, token, fingerprint);
-      });
+      const bool completed = with_retries(
+          log, "complete", tolerate, [&] { return ledger->complete(key, token, fingerprint); });
       log << "complete " << key << " " << token << " " << (completed ? "ok" : "lost") << " "
           << start << " " << wall_ns() << "\n";
       if (completed) {
@@ -209,9 +208,8 @@ int run_try(const std::string& dsn, const std::string& key, int lease_s) {
   auto ledger = idem::Ledger::open(dsn);
   const std::string token = new_token();
   const idem::ClaimResult result = ledger->claim(request_for(key, lease_s, token));
-  std::cout << outcome_name(result.outcome) << " "
-            << result.row.lease_left_seconds.value_or(0.0) << " "
-            << static_cast<int64_t>(time(nullptr)) << " " << token << std::endl;
+  std::cout << outcome_name(result.outcome) << " " << result.row.lease_left_seconds.value_or(0.0)
+            << " " << static_cast<int64_t>(time(nullptr)) << " " << token << std::endl;
   return 0;
 }
 
