@@ -89,8 +89,17 @@ std::chrono::seconds parse_stale_seconds(const char* value) {
   return std::chrono::seconds(seconds);
 }
 
+// A creation option of the FORMAT driver written DRIVER.OPTION=VALUE.
+struct QualifiedOption {
+  std::string driver;
+  std::string name;
+  std::string value;
+};
+
 IdemOptions parse_options(CSLConstList creation_options) {
   IdemOptions options;
+  std::vector<QualifiedOption> qualified;
+  std::set<std::string> own_given;  // IDEM's own options seen (FORMAT, NAMESPACE...)
   if (const char* ns = CPLGetConfigOption("IDEM_NAMESPACE", nullptr)) {
     options.namespace_name = ns;
   }
@@ -105,6 +114,24 @@ IdemOptions parse_options(CSLConstList creation_options) {
     const std::string key = raw_key;
     CPLFree(raw_key);
     const std::string name = upper(key);
+    // DRIVER.OPTION=VALUE: a creation option of the FORMAT driver, named unambiguously (its
+    // name may be one of IDEM's own: netCDF's and Zarr's FORMAT). Checked against FORMAT below.
+    const size_t dot = key.find('.');
+    if (dot != std::string::npos && dot > 0 && dot + 1 < key.size() &&
+        GetGDALDriverManager()->GetDriverByName(key.substr(0, dot).c_str()) != nullptr) {
+      qualified.push_back({key.substr(0, dot), key.substr(dot + 1), value});
+      continue;
+    }
+    if (name == "FORMAT" || name == "NAMESPACE" || name == "LAYER" || name == "TILE") {
+      if (!own_given.insert(name).second) {
+        throw Error(ErrorKind::k_usage,
+                    name + " is given twice: IDEM's " + name +
+                        " takes one value. A creation option of the FORMAT driver with the "
+                        "same name is written with the driver's name in front, e.g. -co "
+                        "FORMAT=netCDF -co netCDF." +
+                        name + "=...");
+      }
+    }
     if (name == "FORMAT") {
       options.format = value;
     } else if (name == "NAMESPACE") {
@@ -115,6 +142,24 @@ IdemOptions parse_options(CSLConstList creation_options) {
       options.tile = parse_tile_index(value);
     } else {
       options.passthrough.emplace_back(key, value);
+    }
+  }
+  for (const QualifiedOption& option : qualified) {
+    if (!EQUAL(option.driver.c_str(), options.format.c_str())) {
+      throw Error(ErrorKind::k_usage,
+                  option.driver + "." + option.name + " is a creation option of the " +
+                      option.driver + " driver, but the output driver is FORMAT=" + options.format +
+                      ": name the options of FORMAT's driver");
+    }
+    options.passthrough.emplace_back(option.name, option.value);
+  }
+  // One value per option of the FORMAT driver: a second, different one would be dropped.
+  std::map<std::string, std::string> seen;
+  for (const auto& [key, value] : options.passthrough) {
+    const auto [at, inserted] = seen.emplace(upper(key), value);
+    if (!inserted && at->second != value) {
+      throw Error(ErrorKind::k_usage, "the creation option " + key + " is given twice (" +
+                                          at->second + " and " + value + "): give it once");
     }
   }
   if (options.namespace_name.empty()) {
@@ -147,9 +192,12 @@ GDALDriver* find_format_driver(const std::string& format) {
   }
   auto* driver = GetGDALDriverManager()->GetDriverByName(format.c_str());
   if (driver == nullptr || driver->GetMetadataItem(GDAL_DCAP_RASTER) == nullptr) {
-    throw Error(ErrorKind::k_usage, "FORMAT=" + format +
-                                        " is not a GDAL raster driver here; `gdalinfo --formats` "
-                                        "lists them (e.g. GTiff, COG, PNG)");
+    throw Error(ErrorKind::k_usage,
+                "FORMAT=" + format +
+                    " is not a GDAL raster driver here; `gdalinfo --formats` lists them (e.g. "
+                    "GTiff, COG, PNG). IDEM's FORMAT names the output driver: a FORMAT option "
+                    "of that driver is written with its name in front (-co FORMAT=netCDF -co "
+                    "netCDF.FORMAT=NC4)");
   }
   if (EQUAL(driver->GetDescription(), "MEM")) {
     throw Error(ErrorKind::k_usage,
@@ -1344,6 +1392,9 @@ const char* creation_option_list() {
          "ledger (found automatically for WebMercatorQuad tiles)'/>"
          "  <Option name='*' type='string' description='Any other option is a creation option "
          "of the FORMAT driver'/>"
+         "  <Option name='DRIVER.*' type='string' description='A creation option of the FORMAT "
+         "driver with the driver name in front (e.g. netCDF.FORMAT=NC4): the way to pass one "
+         "whose name is also one of IDEM&apos;s (FORMAT, NAMESPACE, LAYER, TILE)'/>"
          "</CreationOptionList>";
 }
 

@@ -26,10 +26,10 @@ namespace {
 // destination when several sources are warped into a CreateCopy-only format (docs/internals.md §3).
 [[maybe_unused]] constexpr const char* k_materialised_suffix = ".tmp.tif";
 
-// Creation options that do not change the output's bytes: out of the key.
+// Creation options that do not change the output's bytes: out of the key. The options are the
+// FORMAT driver's only (the driver takes IDEM's own out first), so a FORMAT here is that
+// driver's (netCDF's FORMAT=NC4, passed as netCDF.FORMAT=NC4) and is keyed like any other.
 const char* const k_neutral_creation_options[] = {"NUM_THREADS"};
-// IDEM's own options, in the key elsewhere (format, namespace prefix) if the caller left them in.
-const char* const k_idem_creation_options[] = {"FORMAT", "NAMESPACE"};
 
 bool name_in(const std::string& name, const char* const* list, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
@@ -54,8 +54,7 @@ JsonValue creation_options_json(const KeyOptions& options) {
   JsonValue result = JsonValue::object();
   for (const auto& [raw_name, value] : options.creation_options) {
     const std::string name = CPLString(raw_name).toupper();
-    if (name_in(name, k_neutral_creation_options, std::size(k_neutral_creation_options)) ||
-        name_in(name, k_idem_creation_options, std::size(k_idem_creation_options))) {
+    if (name_in(name, k_neutral_creation_options, std::size(k_neutral_creation_options))) {
       continue;
     }
     // GDAL drivers read options with CSLFetchNameValue: the first occurrence wins.
