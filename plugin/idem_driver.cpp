@@ -397,26 +397,20 @@ void check_destination_is_not_a_source(const std::string& destination,
 }
 
 // The datasets the CreateCopy source reads its pixels through, as the caller holds them: the
-// source itself, a warped VRT's source, and the sources of a VRT made in memory (gdal_translate's,
-// gdal.Translate's) that the caller opened. One open for update may hold changes not yet written
-// to its files (pixels in GDAL's block cache, a georeferencing set but not saved): they are
-// written now, so that the key, which identifies the files' bytes, and the warp, which reads the
-// files, see what GDAL would read through the handle (docs/keys.md, "Sources open for update").
-void write_pending_changes_of_sources(GDALDataset* source) {
-  const std::string description = source->GetDescription();
-  const bool vrt_in_memory = dynamic_cast<VRTDataset*>(source) != nullptr &&
-                             (description.empty() || description[0] == '<');
-  // A VRT made in memory has no file to write (gdalwarp's is open for update on GDAL 3.10).
-  std::vector<GDALDataset*> held;
-  if (!vrt_in_memory) {
-    held.push_back(source);
+// source itself (unless it is a VRT made in memory), a warped VRT's source, and the sources of a
+// VRT made in memory (gdal_translate's, gdal.Translate's, gdal.BuildVRT('', ...)), through any
+// depth of VRTs made in memory.
+void add_read_through(GDALDataset* dataset, std::vector<GDALDataset*>& held, int depth) {
+  if (depth > 32) {
+    throw Error(ErrorKind::k_source, "VRTs made in memory nested too deeply");
   }
-  if (GDALDataset* warped_from = warped_vrt_source(source)) {
-    held.push_back(warped_from);
+  std::vector<GDALDataset*> found;
+  if (GDALDataset* warped_from = warped_vrt_source(dataset)) {
+    found.push_back(warped_from);
   }
-  if (vrt_in_memory && dynamic_cast<VRTWarpedDataset*>(source) == nullptr) {
-    for (int i = 1; i <= source->GetRasterCount(); ++i) {
-      auto* band = dynamic_cast<VRTSourcedRasterBand*>(source->GetRasterBand(i));
+  if (is_vrt_in_memory(dataset) && dynamic_cast<VRTWarpedDataset*>(dataset) == nullptr) {
+    for (int i = 1; i <= dataset->GetRasterCount(); ++i) {
+      auto* band = dynamic_cast<VRTSourcedRasterBand*>(dataset->GetRasterBand(i));
       if (band == nullptr) {
         continue;
       }
@@ -427,18 +421,71 @@ void write_pending_changes_of_sources(GDALDataset* source) {
         auto* simple = static_cast<VRTSimpleSource*>(vrt_source);
         GDALRasterBand* from = simple->GetRasterBand();
         if (from != nullptr && from->GetDataset() != nullptr) {
-          held.push_back(from->GetDataset());
+          found.push_back(from->GetDataset());
         }
       }
     }
   }
+  for (GDALDataset* next : found) {
+    if (std::find(held.begin(), held.end(), next) != held.end()) {
+      continue;
+    }
+    held.push_back(next);
+    if (is_vrt_in_memory(next)) {
+      add_read_through(next, held, depth + 1);
+    }
+  }
+}
+
+std::vector<GDALDataset*> datasets_read_through(GDALDataset* source) {
+  std::vector<GDALDataset*> held;
+  if (!is_vrt_in_memory(source)) {
+    held.push_back(source);
+  }
+  add_read_through(source, held, 0);
+  return held;
+}
+
+// One open for update may hold changes not yet written to its files (pixels in GDAL's block
+// cache, a georeferencing set but not saved): they are written now, so that the key, which
+// identifies the files' bytes, and the warp, which reads the files, see what GDAL would read
+// through the handle (docs/keys.md, "Sources open for update"). A VRT made in memory has no file
+// to write (gdalwarp's is open for update on GDAL 3.10), so it is not among them.
+void write_pending_changes_of_sources(GDALDataset* source) {
   std::set<GDALDataset*> written;
-  for (GDALDataset* dataset : held) {
+  for (GDALDataset* dataset : datasets_read_through(source)) {
     if (dataset != nullptr && dataset->GetAccess() == GA_Update && written.insert(dataset).second) {
       CPLDebug("IDEM", "writing the pending changes of %s, open for update, before keying it",
                dataset->GetDescription());
       dataset->FlushCache(false);
     }
+  }
+}
+
+// A source without files (a MEM dataset), or a VRT made in memory (gdal.BuildVRT('', ...)), that
+// the CreateCopy source reads from cannot be opened again by the name it is recorded under
+// (often ""): the key and the warp take the caller's handle under that name instead (docs/keys.md,
+// "Sources in memory"). Two such sources under one name cannot be told apart by it: refused.
+void keep_sources_without_files(GDALDataset* source, KeptSources& kept) {
+  for (GDALDataset* dataset : datasets_read_through(source)) {
+    if (dataset == source) {
+      continue;  // handed over itself: its identity is taken from the handle directly
+    }
+    const std::string name = dataset->GetDescription();
+    if (!held_not_reopened(dataset)) {
+      continue;  // opened again by its name, as its files are now
+    }
+    if (GDALDataset* already = kept.find(name)) {
+      if (already != dataset) {
+        throw Error(ErrorKind::k_usage,
+                    "two sources held in memory are both named '" + name +
+                        "', so they cannot be told apart: give each its own name (a MEM "
+                        "dataset: Create('name', ...); a VRT: build it as /vsimem/name.vrt)");
+      }
+      continue;
+    }
+    dataset->Reference();
+    kept.keep(name, dataset);
   }
 }
 
@@ -866,6 +913,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   key_options.include_gdal_version = m_options.include_gdal_version;
 
   write_pending_changes_of_sources(source);
+  keep_sources_without_files(source, m_kept_sources);
   if (m_options.dry_run) {
     InMemoryDigestCache cache;
     key_options.digest_cache = &cache;

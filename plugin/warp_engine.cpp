@@ -261,8 +261,8 @@ GDALDataset* kept_source_for(const CPLXMLNode* warp_options, const KeptSources* 
   if (kept_sources == nullptr || CPLGetXMLNode(warp_options, "OpenOptions") != nullptr) {
     return nullptr;
   }
-  const char* name = CPLGetXMLValue(warp_options, "SourceDataset", nullptr);
-  return name == nullptr ? nullptr : kept_sources->find(name);
+  // A source without a name (a MEM dataset) has no SourceDataset: kept under "".
+  return kept_sources->find(CPLGetXMLValue(warp_options, "SourceDataset", ""));
 }
 
 // What gdalwarp sets on the output it creates (and, in VRT mode, on the VRT): georeferencing,

@@ -13,6 +13,8 @@
 #include "cpl_minixml.h"
 #include "cpl_string.h"
 #include "gdal_priv.h"
+#include "ogr_spatialref.h"
+#include "vrtdataset.h"
 
 namespace idem {
 
@@ -75,6 +77,119 @@ std::string pixels_sha256(GDALDataset* dataset) {
       hasher.update(row.data(), row.size());
     }
   }
+  return hasher.finish_hex();
+}
+
+// Everything besides its pixels that a dataset without files hands a reader, and so the output:
+// georeferencing, GCPs, metadata of every domain, and per band nodata, colour interpretation and
+// table, offset, scale, unit, description, metadata and mask (its flags, and its pixels when it
+// is a mask of its own). One SHA-256 over a canonical text of them.
+std::string raster_sha256(GDALDataset* dataset) {
+  Sha256 hasher;
+  const auto put = [&hasher](const std::string& name, const std::string& value) {
+    hasher.update(name + "=" + std::to_string(value.size()) + ":" + value + ";");
+  };
+  const auto metadata_text = [](GDALMajorObject* object) {
+    std::string text;
+    const CPLStringList domains(object->GetMetadataDomainList());
+    std::set<std::string> sorted_domains{""};
+    for (int i = 0; i < domains.size(); ++i) {
+      sorted_domains.insert(domains[i]);
+    }
+    for (const std::string& domain : sorted_domains) {
+      if (domain.rfind("xml:", 0) == 0 || domain == "DERIVED_SUBDATASETS") {
+        continue;
+      }
+      CPLStringList items(CSLDuplicate(object->GetMetadata(domain.c_str())), TRUE);
+      items.Sort();
+      for (int i = 0; i < items.size(); ++i) {
+        text += domain + "|" + items[i] + "\n";
+      }
+    }
+    return text;
+  };
+  double transform[6];
+  if (dataset->GetGeoTransform(transform) == CE_None) {
+    put("geotransform",
+        CPLSPrintf("%.17g,%.17g,%.17g,%.17g,%.17g,%.17g", transform[0], transform[1], transform[2],
+                   transform[3], transform[4], transform[5]));
+  }
+  const auto wkt_of = [](const OGRSpatialReference* srs) {
+    char* wkt = nullptr;
+    const char* const options[] = {"FORMAT=WKT2_2019", nullptr};
+    if (srs == nullptr || srs->exportToWkt(&wkt, options) != OGRERR_NONE || wkt == nullptr) {
+      CPLFree(wkt);
+      return std::string();
+    }
+    std::string text = wkt;
+    CPLFree(wkt);
+    return text;
+  };
+  put("srs", wkt_of(dataset->GetSpatialRef()));
+  const GDAL_GCP* gcps = dataset->GetGCPs();
+  for (int i = 0; i < dataset->GetGCPCount(); ++i) {
+    put("gcp", CPLSPrintf("%.17g,%.17g,%.17g,%.17g,%.17g", gcps[i].dfGCPPixel, gcps[i].dfGCPLine,
+                          gcps[i].dfGCPX, gcps[i].dfGCPY, gcps[i].dfGCPZ));
+  }
+  if (dataset->GetGCPCount() > 0) {
+    put("gcp_srs", wkt_of(dataset->GetGCPSpatialRef()));
+  }
+  put("metadata", metadata_text(dataset));
+  for (int index = 1; index <= dataset->GetRasterCount(); ++index) {
+    GDALRasterBand* band = dataset->GetRasterBand(index);
+    put("band", std::to_string(index));
+    int has = FALSE;
+    const double nodata = band->GetNoDataValue(&has);
+    put("nodata", has ? CPLSPrintf("%.17g", nodata) : "none");
+    put("color_interpretation", std::to_string(band->GetColorInterpretation()));
+    put("offset", CPLSPrintf("%.17g", band->GetOffset()));
+    put("scale", CPLSPrintf("%.17g", band->GetScale()));
+    put("unit", band->GetUnitType());
+    put("description", band->GetDescription());
+    if (const GDALColorTable* table = band->GetColorTable()) {
+      for (int i = 0; i < table->GetColorEntryCount(); ++i) {
+        const GDALColorEntry* entry = table->GetColorEntry(i);
+        put("color", CPLSPrintf("%d,%d,%d,%d", entry->c1, entry->c2, entry->c3, entry->c4));
+      }
+    }
+    put("band_metadata", metadata_text(band));
+    const int mask_flags = band->GetMaskFlags();
+    put("mask_flags", std::to_string(mask_flags));
+    if ((mask_flags & (GMF_ALL_VALID | GMF_NODATA)) == 0) {
+      GDALRasterBand* mask = band->GetMaskBand();
+      const int x_size = mask->GetXSize();
+      std::vector<unsigned char> row(static_cast<std::size_t>(x_size));
+      for (int y = 0; y < mask->GetYSize(); ++y) {
+        if (mask->RasterIO(GF_Read, 0, y, x_size, 1, row.data(), x_size, 1, GDT_Byte, 0, 0,
+                           nullptr) != CE_None) {
+          throw Error(ErrorKind::k_source, std::string("cannot read the mask of source '") +
+                                               dataset->GetDescription() + "'");
+        }
+        hasher.update(row.data(), row.size());
+      }
+    }
+  }
+  return hasher.finish_hex();
+}
+
+}  // namespace
+
+bool is_vrt_in_memory(GDALDataset* dataset) {
+  const std::string description = dataset->GetDescription();
+  return dynamic_cast<VRTDataset*>(dataset) != nullptr &&
+         (description.empty() || description[0] == '<');
+}
+
+bool held_not_reopened(GDALDataset* dataset) {
+  return is_vrt_in_memory(dataset) || CPLStringList(dataset->GetFileList()).size() == 0;
+}
+
+namespace {
+
+std::string vrt_xml_sha256(GDALDataset* dataset) {
+  CSLConstList xml = dataset->GetMetadata("xml:VRT");
+  Sha256 hasher;
+  hasher.update(xml != nullptr && xml[0] != nullptr ? std::string_view(xml[0]) : "");
   return hasher.finish_hex();
 }
 
@@ -144,8 +259,38 @@ class IdentityCollector {
     if (!m_seen_sources.insert(dedup_key(name)).second) {
       return;
     }
+    // A source the caller holds without files (a MEM dataset a VRT made in memory reads from)
+    // is taken from the caller's handle; it could not be opened by its name.
+    if (m_options.kept_sources != nullptr) {
+      if (GDALDataset* kept = m_options.kept_sources->find(name)) {
+        if (!is_vrt_in_memory(kept) && CPLStringList(kept->GetFileList()).size() == 0) {
+          add_in_memory(kept);
+          return;
+        }
+        if (is_vrt_in_memory(kept)) {
+          add_vrt_in_memory(kept, depth);
+          return;
+        }
+      }
+    }
     GDALDatasetUniquePtr dataset = open_source(name);
     add_dataset(dataset.get(), depth);
+  }
+
+  // A VRT made in memory has no file that holds its XML: the XML itself is identified, with the
+  // sources it names.
+  void add_vrt_in_memory(GDALDataset* dataset, int depth) {
+    JsonValue entry = JsonValue::object();
+    entry.set("vrt_xml_sha256", JsonValue::string(vrt_xml_sha256(dataset)));
+    m_files.push_back(std::move(entry));
+    add_dataset(dataset, depth);
+  }
+
+  void add_in_memory(GDALDataset* dataset) {
+    JsonValue entry = JsonValue::object();
+    entry.set("pixels_sha256", JsonValue::string(pixels_sha256(dataset)));
+    entry.set("raster_sha256", JsonValue::string(raster_sha256(dataset)));
+    m_files.push_back(std::move(entry));
   }
 
   void add_file(const std::string& path) {
@@ -194,9 +339,14 @@ JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions&
     collector.add_dataset(dataset, 0);
   }
   if (collector.empty()) {
-    // No files behind it (MEM, some virtual datasets): its pixels are its identity.
+    // No files behind it (MEM, some virtual datasets): its pixels and all that describes them
+    // are its identity.
     identity.set("pixels_sha256", JsonValue::string(pixels_sha256(dataset)));
+    identity.set("raster_sha256", JsonValue::string(raster_sha256(dataset)));
     return identity;
+  }
+  if (is_vrt_in_memory(dataset)) {
+    identity.set("vrt_xml_sha256", JsonValue::string(vrt_xml_sha256(dataset)));
   }
   const CPLStringList files(dataset->GetFileList());
   const std::string name =

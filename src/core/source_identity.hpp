@@ -39,6 +39,13 @@ struct SourceIdentityOptions {
   std::vector<std::string>* seen_files = nullptr;  // when set, every file identified is added
 };
 
+// A VRT made in memory (its description empty or its own XML): no file holds its XML.
+bool is_vrt_in_memory(GDALDataset* dataset);
+// Whether a source is one the caller's handle stands for, since it cannot be opened again by its
+// name: a dataset without files (MEM) or a VRT made in memory. The driver keeps such sources in
+// KeptSources under their names, and the key and the warp take them from there.
+bool held_not_reopened(GDALDataset* dataset);
+
 // Identity of an already open dataset:
 //   {"files":[{"sha256_tree":"..."},...], "name":"NETCDF:\"{file}\":var"}
 // "name" appears only when the dataset name is more than its first file (subdatasets, prefixes).

@@ -279,9 +279,13 @@ class VrtCanonicaliser {
     auto cached = m_identities.find(resolved);
     if (cached == m_identities.end()) {
       SourceIdentityOptions options = m_options.sources;
-      if (!EQUAL(node->pszValue, "SourceDataset")) {
+      GDALDataset* held =
+          options.kept_sources != nullptr ? options.kept_sources->find(resolved) : nullptr;
+      if (!EQUAL(node->pszValue, "SourceDataset") &&
+          (held == nullptr || !held_not_reopened(held))) {
         // Only a warp's source (GDALWarpOptions has one) stays open for the warp to reuse; a
-        // mosaic VRT can name thousands of files, which must not all stay open at once.
+        // mosaic VRT can name thousands of files, which must not all stay open at once. A
+        // source the caller holds without files (a MEM dataset) is taken from its handle.
         options.kept_sources = nullptr;
       }
       cached = m_identities.emplace(resolved, identity_of_source(resolved, options)).first;
