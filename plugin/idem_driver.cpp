@@ -969,7 +969,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
 
   // Computed before the first question, which is the claim itself even when the work turns
   // out completed: the footprint only for a ledger that stores it (a Web Mercator grid's from
-  // closed formulas; others need a coordinate transformation, ~0.5 ms).
+  // closed formulas; others need a coordinate transformation).
   if (m_ledger->has_footprints()) {
     request.footprint_wkt = footprint_wkt(m_work.grid);
   }
@@ -978,7 +978,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   }
 
   // A warp's options are read while a PostgreSQL ledger answers the first claim (cheap when they
-  // come with the VRT's transformer; ~2 ms of PROJ for a tile when it is rebuilt), unless GDAL
+  // come with the VRT's transformer; PROJ's work when it is rebuilt, bench/RESULTS.md), unless GDAL
   // found an output at the destination: the answer is then likely "completed", and the reading
   // would be wasted.
   PreparedWarpPtr prepared_warp;

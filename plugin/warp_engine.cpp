@@ -394,8 +394,8 @@ namespace {
 // the VRT's warp operation, initialised with them, which warp_direct() runs. What the
 // transformer does is what its serialisation in the VRT says, which is in the key; the warp then
 // runs with gdalwarp's own transformer and operation instead of a second pair rebuilt from that
-// serialisation (PROJ's operation search again, ~2 ms, and Initialize()'s, ~0.3 ms: most of
-// IDEM's work for a tile). nullptr when that is not possible; the caller deserialises the options
+// serialisation (PROJ's operation search again, and Initialize()'s: most of IDEM's work for
+// a tile, bench/RESULTS.md). nullptr when that is not possible; the caller deserialises the options
 // then.
 PreparedWarpPtr adopt_vrt_warp(GDALDataset* vrt, GDALDataset* kept) {
 #ifdef IDEM_ADOPTS_VRT_WARPER

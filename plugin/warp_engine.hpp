@@ -12,8 +12,8 @@
 namespace idem {
 
 // A warp's options read from its VRT ahead of the warp: cloned with the transformer the VRT's
-// maker built (borrowed from the VRT), or deserialised, which builds a transformer (about 2 ms of
-// PROJ for a tile, worth overlapping with a wait such as the ledger's answer to the claim).
+// maker built (borrowed from the VRT), or deserialised, which builds a transformer (PROJ's work,
+// worth overlapping with a wait such as the ledger's answer to the claim).
 // Opaque; owns the options, their source reference and any transformer it built.
 class PreparedWarp;
 struct PreparedWarpDeleter {

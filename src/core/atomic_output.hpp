@@ -129,8 +129,8 @@ void fsync_path(const std::string& path);
 // waits for the last pages only: a background thread fdatasyncs what has been written so far,
 // every `period` while there is nothing to sync and back to back while there is. GDAL keeps a
 // warp's output in its block cache and writes all of it when the dataset is closed; the device
-// flush of an fsync costs in proportion to the data (~0.4 ms per MB here, 85 ms for 200 MB even
-// once the pages are written), so without this the whole flush follows the writing instead of
+// flush of an fsync costs in proportion to the data, even once the pages are written
+// (bench/RESULTS.md, section 1a), so without this the whole flush follows the writing instead of
 // overlapping it. The commit's own fsync still makes the guarantee; this only does most of its
 // work early. A file that does not exist yet is looked for again at the next period.
 class EarlySync {

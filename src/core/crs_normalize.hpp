@@ -22,9 +22,9 @@ JsonValue normalize_crs(const std::string& definition);
 // {"crs": <normalize_crs>, "data_axes": ["East","North"]}: the direction of the CRS axis each
 // data axis carries, so EPSG:4326 read in traditional GIS order and +proj=longlat give the same.
 // `memo`, when given (the ledger's digest cache), remembers answers across processes: a worker
-// process otherwise spends ~3 ms opening PROJ's database to answer the same two questions as
-// the previous one. Entries are keyed by the question and the GDAL, PROJ and proj.db they were
-// computed with, so an upgrade asks PROJ again.
+// process otherwise spends time (bench/RESULTS.md) opening PROJ's database to answer the same two
+// questions as the previous one. Entries are keyed by the question and the GDAL, PROJ and proj.db
+// they were computed with, so an upgrade asks PROJ again.
 JsonValue normalize_crs_with_axes(const std::string& definition,
                                   const std::string& data_axis_mapping,
                                   DigestCache* memo = nullptr);

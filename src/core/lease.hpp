@@ -34,11 +34,12 @@ void test_pause(const char* point);
 // The thread can wait until the work proves long (Start::k_when_work_is_long): poll(), called
 // from the work's progress callback and between its steps, starts it once the keeper is
 // k_lazy_start old. Work done within that time (a tile) then runs without a second thread: a
-// process that has one pays for it in every allocation and reference count from then on (about
-// 1 ms of a 256x256 tile). The first renewal is due a third of a lease after the claim, so a
-// thread started at any poll before then renews as one started at once would; only a single
-// stretch without a poll longer than the whole lease (a read that hangs) lets the lease run out,
-// and another worker then takes the work over. Renewals inline (ensure_held) are unchanged.
+// process that has one pays for it in every allocation and reference count from then on (a
+// measurable part of a 256x256 tile, bench/RESULTS.md). The first renewal is due a third of a lease
+// after the claim, so a thread started at any poll before then renews as one started at once would;
+// only a single stretch without a poll longer than the whole lease (a read that hangs) lets the
+// lease run out, and another worker then takes the work over. Renewals inline (ensure_held) are
+// unchanged.
 //
 // `held_since` is a moment before the claim (or takeover) was sent: the ledger computed the
 // lease's end from its own clock after it, so the claim is held at least until held_since +

@@ -276,7 +276,7 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   CopiedBytes sent;
   Md5 md5;
   // The last chunk (all of a tile) is hashed while the close sends it: an object's upload happens
-  // there, and the hash (~0.3 ms for 256x256x3 bytes) then costs no time of its own.
+  // there, and the hash then costs no time of its own.
   std::vector<unsigned char> last_chunk;
   bool ok = read_vsi_chunks(in.get(), k_copy_chunk, [&](const unsigned char* data, size_t size) {
     if (size > 0 && VSIFWriteL(data, 1, size, out) != size) {

@@ -1,9 +1,9 @@
 // SHA-256 through OpenSSL's SHA256_* functions: an incremental hasher and one-shot helpers.
 //
 // Not the EVP interface: OpenSSL 3's first EVP digest loads the configuration and the default
-// provider, about 2 ms, paid by every worker process for hashing a few kilobytes of key JSON
-// (over 1% of a 256x256 tile). SHA256_* runs the same assembly (SHA-NI where the CPU has it)
-// without that set-up. OpenSSL 3.0 marks them deprecated, not removed.
+// provider, paid by every worker process for hashing a few kilobytes of key JSON (a
+// measurable part of a 256x256 tile, bench/RESULTS.md). SHA256_* runs the same assembly (SHA-NI
+// where the CPU has it) without that set-up. OpenSSL 3.0 marks them deprecated, not removed.
 #define OPENSSL_SUPPRESS_DEPRECATED
 #include "core/sha256.hpp"
 

@@ -92,7 +92,7 @@ bool is_vsi_path(const std::string& path) {
 
 // The content digest (docs/keys.md, "Source identity"): SHA-256 over the SHA-256 of each
 // k_leaf_size piece. A single SHA-256 cannot use a second core; this one hashes pieces in parallel
-// (a 200 MB source: ~150 ms on one core at SHA-NI speed, ~90 ms on two; bench/RESULTS.md) and
+// (bench/RESULTS.md has the figures) and
 // gives the same value whatever the number of threads or the size of the reads.
 constexpr std::size_t k_leaf_size = 1024 * 1024;
 constexpr std::size_t k_leaf_digest_size = 32;

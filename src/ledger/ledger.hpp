@@ -156,7 +156,7 @@ class Ledger {
   // for the server: it answers while the caller does other work, and the next open(dsn) in this
   // process finishes and uses that connection. advance_preopened() moves the attempt on, again
   // without waiting (each step that needs an answer costs a round trip the caller no longer
-  // waits for). Nothing for a SQLite ledger (opened in ~1 ms, and a file that should not appear
+  // waits for). Nothing for a SQLite ledger (quick to open, and a file that should not appear
   // before it is written to). No thread is started. Reports nothing: open() reports any error.
   static void preopen(const std::string& dsn);
   static void advance_preopened();

@@ -20,7 +20,8 @@ void preopen_postgres_ledger(const std::string& dsn);
 // Whether to connect with gssencmode=disable: the DSN (nor PGGSSENCMODE, nor a service) does not
 // choose, and every host is on this machine (loopback or a Unix socket), where encryption
 // protects nothing. libpq's default (prefer) looks for Kerberos credentials on every connection
-// first, ~0.8 ms, a tenth of a tile's whole ledger time through a local PgBouncer.
+// first, a good part of a tile's whole ledger time through a local PgBouncer
+// (bench/RESULTS.md, "PostgreSQL connection costs" in docs/operations.md).
 bool skip_gss_encryption(const std::string& dsn);
 // gdal-idem's connect_timeout (the DSN may set another).
 constexpr int k_default_connect_timeout_seconds = 10;

@@ -968,11 +968,11 @@ class PostgresLedger : public Ledger {
   }
 
   // The first write to idem.ledger on a connection loads the PostGIS library into its backend
-  // (the footprint column's constraint and GiST index), ~20 ms, which the claim would pay. After
-  // a digest-cache miss the caller hashes the source before it claims, so the load is started
-  // then, asynchronously: a statement that binds a geometry in the column's type and changes
-  // nothing. Its result is read (and any error of it ignored: the claim reports its own) before
-  // the next statement; a broken connection is then reconnected as usual.
+  // (the footprint column's constraint and GiST index), which the claim would pay
+  // (bench/RESULTS.md). After a digest-cache miss the caller hashes the source before it claims, so
+  // the load is started then, asynchronously: a statement that binds a geometry in the column's
+  // type and changes nothing. Its result is read (and any error of it ignored: the claim reports
+  // its own) before the next statement; a broken connection is then reconnected as usual.
   void start_postgis_load() {
     if (!m_has_footprint || m_postgis_load != PostgisLoad::k_not_started) {
       return;

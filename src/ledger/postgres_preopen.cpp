@@ -5,8 +5,8 @@
 // as soon as the connection was made (ledger_internal.hpp).
 //
 // No thread: a second thread started while GDAL sets a warp up was measured to cost a tile
-// process ~3 ms (libstdc++ and glibc use atomic operations from the moment a process has
-// threads), more than the connection it would have made ahead.
+// process more (bench/RESULTS.md) (libstdc++ and glibc use atomic operations from the moment a
+// process has threads), more than the connection it would have made ahead.
 
 #include <poll.h>
 #include <unistd.h>

@@ -242,9 +242,9 @@ class SqliteLedger : public Ledger {
     exec("PRAGMA synchronous = NORMAL");
     // Every worker process is usually the ledger's only connection when it opens it, so SQLite
     // rebuilds its WAL index by reading the whole write-ahead log; processes exit without a
-    // final checkpoint. Checkpointing at 64 pages (instead of 1000) keeps that read near 0.2 ms
-    // instead of ~5 ms; a checkpoint (a few pages and two cheap fsyncs) then runs once every
-    // dozen or so workers.
+    // final checkpoint. Checkpointing at 64 pages (instead of 1000) keeps that read short (an
+    // order of magnitude, bench/RESULTS.md); a checkpoint (a few pages and two cheap fsyncs) then
+    // runs once every dozen or so workers.
     exec("PRAGMA wal_autocheckpoint = 64");
     if (pending_migrations()) {
       migrate();
