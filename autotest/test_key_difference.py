@@ -166,3 +166,14 @@ def test_key_multi_source_warp_is_reported_as_materialised(tmp_path, key_output)
     # A pure mosaic (no reprojection) is handed over as a VRT, not materialised.
     mosaic = cli_key(["gdalwarp", "-of", "IDEM", a, b, key_output], as_json=True)
     assert mosaic["work"]["kind"] in ("vrt", "warp")
+
+
+def test_key_differs_for_source_crs_that_really_differs(key_source, key_output):
+    """The source file is EPSG:32631. Another zone, a datum shift, another datum: other work."""
+    keys = [dry_run_key("gdalwarp", warp(key_source, key_output))]
+    for spelling in ["+proj=utm +zone=32 +datum=WGS84 +units=m +no_defs",
+                     "+proj=utm +zone=31 +ellps=WGS84 +towgs84=10,20,30 +units=m +no_defs",
+                     "+proj=utm +zone=31 +datum=NAD83 +units=m +no_defs",
+                     "+proj=utm +zone=31 +ellps=intl +units=m +no_defs"]:
+        keys.append(dry_run_key("gdalwarp", warp(key_source, key_output, "-s_srs", spelling)))
+    assert len(set(keys)) == len(keys)

@@ -198,3 +198,15 @@ def test_source_digest_is_the_documented_content_digest(tmp_path):
     assert report["work"]["source"] == {"files": [{"sha256_tree": content_digest(src)}]}
     # Not the plain SHA-256 of the file.
     assert content_digest(src) != hashlib.sha256(open(src, "rb").read()).hexdigest()
+
+
+@pytest.mark.parametrize("spelling", [
+    "+proj=utm +zone=31 +datum=WGS84 +units=m +no_defs",
+    "EPSG:32631",
+])
+def test_key_same_for_source_crs_spelled_equivalently(key_source, key_output, spelling):
+    """The source file is EPSG:32631: an -s_srs that PROJ finds equivalent (a PROJ string, whose
+    base geographic CRS is longitude first where EPSG's is latitude first) is the same work."""
+    base = dry_run_key("gdalwarp", warp(key_source, key_output))
+    other = dry_run_key("gdalwarp", warp(key_source, key_output, "-s_srs", spelling))
+    assert other == base

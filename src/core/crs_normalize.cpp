@@ -81,9 +81,13 @@ bool equivalent(const PJ* a, const PJ* b) {
 }
 
 // Equivalent as given, or once both are put in east/north order (the order GDAL's transformer
-// uses; the data axis mapping is recorded apart).
+// uses; the data axis mapping is recorded apart). The axis order of a projected CRS's base
+// geographic CRS is a matter of spelling too (a PROJ string's is longitude first, EPSG's
+// latitude first): it changes no projected coordinate, so it is set aside as well.
 bool equivalent_ignoring_axis_order(const PJ* a, const PJ* b) {
-  if (equivalent(a, b)) {
+  if (equivalent(a, b) ||
+      proj_is_equivalent_to_with_ctx(thread_context(), a, b,
+                                     PJ_COMP_EQUIVALENT_EXCEPT_AXIS_ORDER_GEOGCRS) != 0) {
     return true;
   }
   PJ_CONTEXT* context = thread_context();
