@@ -217,9 +217,14 @@ class IdentityCollector {
       throw Error(ErrorKind::k_source, std::string("VRT sources nested too deeply under '") +
                                            dataset->GetDescription() + "'");
     }
-    const CPLStringList files(dataset->GetFileList());
-    for (int i = 0; i < files.size(); ++i) {
-      add_file(files[i]);
+    // A VRT made in memory has no file of its own, and the names its file list gives for its
+    // sources may be of datasets held in memory (GDAL 3.10 lists them whether or not a file of
+    // that name exists): its sources are taken from its XML below instead.
+    if (!is_vrt_in_memory(dataset)) {
+      const CPLStringList files(dataset->GetFileList());
+      for (int i = 0; i < files.size(); ++i) {
+        add_file(files[i]);
+      }
     }
     GDALDriver* driver = dataset->GetDriver();
     if (driver != nullptr && EQUAL(driver->GetDescription(), "VRT")) {
