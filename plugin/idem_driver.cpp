@@ -451,9 +451,9 @@ std::vector<GDALDataset*> datasets_read_through(GDALDataset* source) {
 // identifies the files' bytes, and the warp, which reads the files, see what GDAL would read
 // through the handle (docs/keys.md, "Sources open for update"). A VRT made in memory has no file
 // to write (gdalwarp's is open for update on GDAL 3.10), so it is not among them.
-void write_pending_changes_of_sources(GDALDataset* source) {
+void write_pending_changes_of_sources(const std::vector<GDALDataset*>& read_through) {
   std::set<GDALDataset*> written;
-  for (GDALDataset* dataset : datasets_read_through(source)) {
+  for (GDALDataset* dataset : read_through) {
     if (dataset != nullptr && dataset->GetAccess() == GA_Update && written.insert(dataset).second) {
       CPLDebug("IDEM", "writing the pending changes of %s, open for update, before keying it",
                dataset->GetDescription());
@@ -466,8 +466,9 @@ void write_pending_changes_of_sources(GDALDataset* source) {
 // the CreateCopy source reads from cannot be opened again by the name it is recorded under
 // (often ""): the key and the warp take the caller's handle under that name instead (docs/keys.md,
 // "Sources in memory"). Two such sources under one name cannot be told apart by it: refused.
-void keep_sources_without_files(GDALDataset* source, KeptSources& kept) {
-  for (GDALDataset* dataset : datasets_read_through(source)) {
+void keep_sources_without_files(GDALDataset* source, const std::vector<GDALDataset*>& read_through,
+                                KeptSources& kept) {
+  for (GDALDataset* dataset : read_through) {
     if (dataset == source) {
       continue;  // handed over itself: its identity is taken from the handle directly
     }
@@ -912,8 +913,9 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   key_options.digest_policy = m_options.digest_policy;
   key_options.include_gdal_version = m_options.include_gdal_version;
 
-  write_pending_changes_of_sources(source);
-  keep_sources_without_files(source, m_kept_sources);
+  const std::vector<GDALDataset*> read_through = datasets_read_through(source);
+  write_pending_changes_of_sources(read_through);
+  keep_sources_without_files(source, read_through, m_kept_sources);
   if (m_options.dry_run) {
     InMemoryDigestCache cache;
     key_options.digest_cache = &cache;

@@ -255,19 +255,10 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   }
   // GDAL reports a refused PUT as an error of its own; a conditional upload's failure is told by
   // the Error thrown below instead (a refusal is often followed by a successful upload).
-  struct QuietWhileConditional {
-    const bool quiet;
-    explicit QuietWhileConditional(bool conditional) : quiet(conditional) {
-      if (quiet) {
-        CPLPushErrorHandler(CPLQuietErrorHandler);
-      }
-    }
-    ~QuietWhileConditional() {
-      if (quiet) {
-        CPLPopErrorHandler();
-      }
-    }
-  } quiet_while_conditional(expected != nullptr);
+  std::optional<CPLErrorHandlerPusher> quiet_while_conditional;
+  if (expected != nullptr) {
+    quiet_while_conditional.emplace(CPLQuietErrorHandler);
+  }
   VSILFILE* out = VSIFOpenEx2L(to.c_str(), "wb", TRUE, headers.List());
   if (out == nullptr) {
     throw Error(ErrorKind::k_io, "cannot write " + to + ": " + last_vsi_error() +

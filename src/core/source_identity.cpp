@@ -186,6 +186,14 @@ bool held_not_reopened(GDALDataset* dataset) {
 
 namespace {
 
+// A dataset without files is what it holds: its pixels and all that describes them.
+JsonValue in_memory_identity(GDALDataset* dataset) {
+  JsonValue identity = JsonValue::object();
+  identity.set("pixels_sha256", JsonValue::string(pixels_sha256(dataset)));
+  identity.set("raster_sha256", JsonValue::string(raster_sha256(dataset)));
+  return identity;
+}
+
 std::string vrt_xml_sha256(GDALDataset* dataset) {
   CSLConstList xml = dataset->GetMetadata("xml:VRT");
   Sha256 hasher;
@@ -268,12 +276,12 @@ class IdentityCollector {
     // is taken from the caller's handle; it could not be opened by its name.
     if (m_options.kept_sources != nullptr) {
       if (GDALDataset* kept = m_options.kept_sources->find(name)) {
-        if (!is_vrt_in_memory(kept) && CPLStringList(kept->GetFileList()).size() == 0) {
-          add_in_memory(kept);
-          return;
-        }
         if (is_vrt_in_memory(kept)) {
           add_vrt_in_memory(kept, depth);
+          return;
+        }
+        if (held_not_reopened(kept)) {
+          m_files.push_back(in_memory_identity(kept));
           return;
         }
       }
@@ -289,13 +297,6 @@ class IdentityCollector {
     entry.set("vrt_xml_sha256", JsonValue::string(vrt_xml_sha256(dataset)));
     m_files.push_back(std::move(entry));
     add_dataset(dataset, depth);
-  }
-
-  void add_in_memory(GDALDataset* dataset) {
-    JsonValue entry = JsonValue::object();
-    entry.set("pixels_sha256", JsonValue::string(pixels_sha256(dataset)));
-    entry.set("raster_sha256", JsonValue::string(raster_sha256(dataset)));
-    m_files.push_back(std::move(entry));
   }
 
   void add_file(const std::string& path) {
@@ -344,11 +345,7 @@ JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions&
     collector.add_dataset(dataset, 0);
   }
   if (collector.empty()) {
-    // No files behind it (MEM, some virtual datasets): its pixels and all that describes them
-    // are its identity.
-    identity.set("pixels_sha256", JsonValue::string(pixels_sha256(dataset)));
-    identity.set("raster_sha256", JsonValue::string(raster_sha256(dataset)));
-    return identity;
+    return in_memory_identity(dataset);  // no files behind it (MEM, some virtual datasets)
   }
   if (is_vrt_in_memory(dataset)) {
     identity.set("vrt_xml_sha256", JsonValue::string(vrt_xml_sha256(dataset)));
