@@ -593,7 +593,9 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
                        relay, stage.function(), stage.data());
   }
 
-  if (can_create) {
+  // COG gained a Create in GDAL 3.13 that drops band descriptions; gdalwarp writes a COG from a
+  // GeoTIFF it warped first, on every release, and so does IDEM (docs/internals.md §5).
+  if (can_create && !EQUAL(driver->GetDescription(), "COG")) {
     ScaledProgress stage(0.0, 1.0, relay);
     return warp_direct(request.source, *warp, driver, request.output_path,
                        request.creation_options.List(), relay, stage.function(), stage.data());
