@@ -7,6 +7,9 @@
 #include "warp_engine.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -335,6 +338,147 @@ void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
   }
 }
 
+// gdalwarp reads an INIT_DEST value within float rounding of the float range's ends as that end.
+double adjust_close_to_float_max(double value) {
+  constexpr double k_float_max = std::numeric_limits<float>::max();
+  if (std::fabs(value - k_float_max) < 1e-10 * k_float_max) {
+    return k_float_max;
+  }
+  if (std::fabs(value + k_float_max) < 1e-10 * k_float_max) {
+    return -k_float_max;
+  }
+  return value;
+}
+
+// Whether gdalwarp, creating `output` in `format` itself, would skip the chunks that have no
+// source (SKIP_NOSOURCE=YES, set for new GTiff, GPKG and MEM outputs when INIT_DEST agrees with
+// the output's nodata; docs/internals.md §10). The pixels do not depend on it; the RPC window
+// below does.
+bool gdalwarp_skips_nosource(const GDALWarpOptions& options, GDALDataset* output,
+                             const char* format) {
+  CSLConstList warp_options = options.papszWarpOptions;
+  if (const char* value = CSLFetchNameValue(warp_options, "SKIP_NOSOURCE")) {
+    return CPLTestBool(value);
+  }
+  if (CSLFetchNameValue(warp_options, "STREAMABLE_OUTPUT") != nullptr) {
+    return false;
+  }
+  const bool mem = EQUAL(format, "MEM");
+  if (!mem && !EQUAL(format, "GTiff") && !EQUAL(format, "GPKG")) {
+    return false;
+  }
+  const int band_count = output->GetRasterCount();
+  const char* init_dest = CSLFetchNameValue(warp_options, "INIT_DEST");
+  const CPLStringList tokens(
+      init_dest == nullptr || EQUAL(init_dest, "NO_DATA") ? nullptr : CSLTokenizeString(init_dest));
+  if (!tokens.empty() && tokens.size() != 1 && tokens.size() != band_count) {
+    return false;
+  }
+  for (int i = 0; i < band_count; ++i) {
+    int has_nodata = FALSE;
+    const double nodata = output->GetRasterBand(i + 1)->GetNoDataValue(&has_nodata);
+    // The MEM driver reads unwritten blocks as 0.
+    if (mem && has_nodata && nodata != 0.0) {
+      return false;
+    }
+    if (!tokens.empty()) {
+      const double init =
+          adjust_close_to_float_max(CPLAtofM(tokens[std::min(i, tokens.size() - 1)]));
+      if (!((has_nodata && init == nodata) || (!has_nodata && init == 0.0))) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Whether the source transformer in a serialised GenImgProjTransformer is one gdalwarp chooses
+// for an RPC source with METHOD unset or METHOD=RPC: the RPC transformer, or the source's
+// geotransform or GCPs that GDAL prefers to its RPCs when no METHOD is given. A METHOD naming the
+// default explicitly is not told apart (docs/internals.md §10).
+bool rpc_method(const CPLXMLNode* gen_img_proj, GDALDataset* source) {
+  if (CPLGetXMLNode(gen_img_proj, "SrcRPCTransformer") != nullptr) {
+    return true;
+  }
+  double geotransform[6];
+  const bool has_geotransform = source->GetGeoTransform(geotransform) == CE_None;
+  if (CPLGetXMLNode(gen_img_proj, "SrcGeoTransform") != nullptr) {
+    return has_geotransform;
+  }
+  return CPLGetXMLNode(gen_img_proj, "SrcGCPTransformer") != nullptr && !has_geotransform &&
+         source->GetGCPCount() > 0;
+}
+
+struct WarpWindow {
+  int x_off = 0;
+  int y_off = 0;
+  int x_size = 0;
+  int y_size = 0;
+};
+
+// gdalwarp's restriction of an RPC warp into a new output (its AdjustOutputExtentForRPC): RPCs
+// can find source pixels for points outside the source's footprint, so gdalwarp warps only the
+// footprint's bounding box plus 5 pixels, unless RESTRICT_OUTPUT_DATASET_UPDATE=NO. Returns the
+// window to warp, empty when the footprint misses the output (docs/internals.md §10).
+WarpWindow gdalwarp_window(const GDALWarpOptions& options, GDALDataset* output,
+                           bool skip_nosource) {
+  WarpWindow window{0, 0, output->GetRasterXSize(), output->GetRasterYSize()};
+  GDALDataset* source = GDALDataset::FromHandle(options.hSrcDS);
+  if (!skip_nosource || source == nullptr || source->GetMetadata("RPC") == nullptr ||
+      !CPLTestBool(CPLGetConfigOption("RESTRICT_OUTPUT_DATASET_UPDATE", "YES")) ||
+      options.pfnTransformer == nullptr) {
+    return window;
+  }
+  // gdalwarp measures the footprint with the exact transformer, not the approximation the warp
+  // may use: take the GenImgProj transformer out of the serialised one.
+  const CPLXMLTreeCloser tree(
+      GDALSerializeTransformer(options.pfnTransformer, options.pTransformerArg));
+  const CPLXMLNode* exact = tree.get();
+  if (exact != nullptr && EQUAL(exact->pszValue, "ApproxTransformer")) {
+    const CPLXMLNode* base = CPLGetXMLNode(exact, "BaseTransformer");
+    exact = base == nullptr ? nullptr : base->psChild;
+    while (exact != nullptr && exact->eType != CXT_Element) {
+      exact = exact->psNext;
+    }
+  }
+  if (exact == nullptr || !EQUAL(exact->pszValue, "GenImgProjTransformer") ||
+      !rpc_method(exact, source)) {
+    return window;
+  }
+  GDALTransformerFunc transform = nullptr;
+  void* transform_arg = nullptr;
+  if (GDALDeserializeTransformer(const_cast<CPLXMLNode*>(exact), &transform, &transform_arg) !=
+          CE_None ||
+      transform_arg == nullptr) {
+    throw Error(ErrorKind::k_source,
+                "cannot rebuild the RPC transformer of the warp: " + last_gdal_error());
+  }
+  double geotransform[6];
+  double extent[4];
+  int pixels = 0;
+  int lines = 0;
+  const CPLErr suggested =
+      GDALSuggestedWarpOutput2(GDALDataset::ToHandle(source), transform, transform_arg,
+                               geotransform, &pixels, &lines, extent, 0);
+  GDALDestroyTransformer(transform_arg);
+  constexpr double k_threshold = static_cast<double>(INT_MAX) / 2;
+  if (suggested != CE_None ||
+      !(std::fabs(extent[0]) < k_threshold && std::fabs(extent[1]) < k_threshold &&
+        std::fabs(extent[2]) < k_threshold && std::fabs(extent[3]) < k_threshold)) {
+    return window;
+  }
+  constexpr int k_padding = 5;
+  window.x_off = std::max(0, static_cast<int>(std::floor(extent[0])) - k_padding);
+  window.y_off = std::max(0, static_cast<int>(std::floor(extent[1])) - k_padding);
+  window.x_size = std::min(output->GetRasterXSize() - window.x_off,
+                           static_cast<int>(std::ceil(extent[2])) + k_padding - window.x_off);
+  window.y_size = std::min(output->GetRasterYSize() - window.y_off,
+                           static_cast<int>(std::ceil(extent[3])) + k_padding - window.y_off);
+  CPLDebug(k_debug_category, "RPC source: warping the output window %d,%d,%dx%d", window.x_off,
+           window.y_off, window.x_size, window.y_size);
+  return window;
+}
+
 }  // namespace
 
 class PreparedWarp {
@@ -477,10 +621,12 @@ PreparedWarpPtr deserialize_warp(CPLXMLNode* warp_node, GDALDataset* kept) {
 
 // The warp itself: `vrt` describes it, `warp` holds its options, `driver` creates the output at
 // `path`. Returns the output, flushed. Progress goes to `progress`/`progress_data`.
+// `direct_format` is the format of the direct gdalwarp call this stands for (the FORMAT driver,
+// also when the warp goes into an intermediate GTiff).
 GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDriver* driver,
-                                 const std::string& path, CSLConstList creation_options,
-                                 const ProgressRelay& relay, GDALProgressFunc progress,
-                                 void* progress_data) {
+                                 const char* direct_format, const std::string& path,
+                                 CSLConstList creation_options, const ProgressRelay& relay,
+                                 GDALProgressFunc progress, void* progress_data) {
   WarpOptionsOwner& options = warp.options();
   const int band_count = vrt->GetRasterCount();
   if (band_count == 0) {
@@ -508,14 +654,21 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDrive
   // threads.
   const bool multi = CSLFetchNameValue(options->papszWarpOptions, "NUM_THREADS") != nullptr ||
                      CPLTestBool(CPLGetConfigOption("IDEM_WARP_MULTI", "NO"));
+  const WarpWindow window =
+      gdalwarp_window(*options.get(), output.get(),
+                      gdalwarp_skips_nosource(*options.get(), output.get(), direct_format));
   const auto run = [&](GDALWarpOperation& operation) {
-    return multi ? operation.ChunkAndWarpMulti(0, 0, output->GetRasterXSize(),
-                                               output->GetRasterYSize())
-                 : operation.ChunkAndWarpImage(0, 0, output->GetRasterXSize(),
-                                               output->GetRasterYSize());
+    return multi ? operation.ChunkAndWarpMulti(window.x_off, window.y_off, window.x_size,
+                                               window.y_size)
+                 : operation.ChunkAndWarpImage(window.x_off, window.y_off, window.x_size,
+                                               window.y_size);
   };
   CPLErr status = CE_Failure;
-  if (GDALWarpOperation* initialized = warp.initialized_operation()) {
+  if (window.x_size <= 0 || window.y_size <= 0) {
+    // The source's footprint misses the output: gdalwarp warps nothing either.
+    CPLDebug(k_debug_category, "RPC source: its footprint misses the output");
+    status = CE_None;
+  } else if (GDALWarpOperation* initialized = warp.initialized_operation()) {
     // The VRT's operation, initialised by gdalwarp with these very options, runs with the kept
     // source and the output in place of its own, which it gets back afterwards.
     OperationDatasets swapped(initialized, *options.get());
@@ -597,7 +750,7 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   // GeoTIFF it warped first, on every release, and so does IDEM (docs/internals.md §5).
   if (can_create && !EQUAL(driver->GetDescription(), "COG")) {
     ScaledProgress stage(0.0, 1.0, relay);
-    return warp_direct(request.source, *warp, driver, request.output_path,
+    return warp_direct(request.source, *warp, driver, driver->GetDescription(), request.output_path,
                        request.creation_options.List(), relay, stage.function(), stage.data());
   }
   if (!can_create_copy) {
@@ -612,8 +765,9 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   ScratchDataset scratch(scratch_path_for(request));
   {
     ScaledProgress stage(0.0, k_warp_share_before_copy, relay);
-    scratch.dataset() = warp_direct(request.source, *warp, gtiff, scratch.path(),
-                                    k_scratch_gtiff_options, relay, stage.function(), stage.data());
+    scratch.dataset() =
+        warp_direct(request.source, *warp, gtiff, driver->GetDescription(), scratch.path(),
+                    k_scratch_gtiff_options, relay, stage.function(), stage.data());
   }
   ScaledProgress stage(k_warp_share_before_copy, 1.0, relay);
   return create_copy(driver, request.output_path, scratch.dataset().get(),

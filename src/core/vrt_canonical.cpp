@@ -194,7 +194,9 @@ class VrtCanonicaliser {
     JsonValue result = JsonValue::object();
     result.set("tag", JsonValue::string(tag));
 
-    if (EQUAL(tag, "SourceFilename") || EQUAL(tag, "SourceDataset")) {
+    // An RPC transformer's DEM (-to RPC_DEM=...) decides pixels as a source does: keyed by what
+    // it holds, not by its name.
+    if (EQUAL(tag, "SourceFilename") || EQUAL(tag, "SourceDataset") || EQUAL(tag, "DEMPath")) {
       return source_element(node, std::move(result));
     }
     const bool is_srs = tag_in(tag, k_srs_tags);

@@ -177,6 +177,14 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     work.set("kind", JsonValue::string(description.is_warp ? "warp" : "vrt"));
     work.set("vrt", std::move(vrt));
     description.vrt_xml = xml[0];
+    // gdalwarp's configuration option that changes the pixels of an RPC warp (docs/internals.md
+    // §10); keyed only when set to its non-default value, so other keys do not change.
+    if (description.is_warp &&
+        !CPLTestBool(CPLGetConfigOption("RESTRICT_OUTPUT_DATASET_UPDATE", "YES"))) {
+      JsonValue config = JsonValue::object();
+      config.set("RESTRICT_OUTPUT_DATASET_UPDATE", JsonValue::string("NO"));
+      work.set("config", std::move(config));
+    }
   } else {
     description.source_was_materialised = looks_materialised(src, options.destination);
     work.set("kind",
