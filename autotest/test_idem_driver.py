@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from osgeo import gdal
 
-from idem_testlib import (GDAL_IDEM, assert_same_pixels, env_with, file_state, ledger,  # noqa: F401
+from idem_testlib import (GDAL_IDEM, INSTALLED, ROOT, assert_same_pixels, env_with, file_state, ledger,  # noqa: F401
                           make_ledger, make_source, read_pixels, run, sqlite_ledger,
                           temp_dirs_beside)
 
@@ -28,6 +28,21 @@ def warp_cmd(src, dst, *extra):
 
 def vsi(path):
     return "/vsiidem/" + str(path)  # absolute path -> /vsiidem//abs/path
+
+
+def test_idem_driver_declares_its_help_topic_and_virtual_io():
+    # What `gdalinfo --format IDEM` reports; the topic is a page of the installed documentation.
+    code = ("from osgeo import gdal\n"
+            "d = gdal.GetDriverByName('IDEM')\n"
+            "print(d.GetMetadataItem('DMD_HELPTOPIC'))\n"
+            "print(d.GetMetadataItem('DCAP_VIRTUALIO'))\n")
+    proc = run(["/usr/bin/python3", "-c", code], check=True)
+    topic, virtual_io = proc.stdout.split()
+    assert virtual_io == "YES"
+    assert topic == "docs/configuration.md"
+    assert os.path.isfile(os.path.join(ROOT, topic))
+    if INSTALLED:
+        assert os.path.isfile(os.path.join("/usr/share/doc/gdal-idem", topic))
 
 
 def test_idem_gdalwarp_first_run_writes_output_and_completes(ledger, source, tmp_path):
