@@ -147,3 +147,28 @@ def key_output(tmp_path):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "golden: the golden key corpus (autotest/data)")
+    # test_differential.py appends one line per compared call here; the summary is printed below.
+    import tempfile
+    results = tempfile.NamedTemporaryFile(prefix="idem-differential-", suffix=".jsonl",
+                                          delete=False)
+    results.close()
+    os.environ["IDEM_DIFFERENTIAL_RESULTS"] = results.name
+    config._idem_differential_results = results.name
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    path = getattr(config, "_idem_differential_results", None)
+    if not path or not os.path.exists(path):
+        return
+    with open(path) as f:
+        results = [json.loads(line) for line in f if line.strip()]
+    os.unlink(path)
+    if not results:
+        return
+    matched = sum(1 for r in results if r["matched"])
+    known = sorted(r["case"] for r in results if r["known"])
+    unexpected = sorted(r["case"] for r in results if not r["matched"] and not r["known"])
+    terminalreporter.write_line(
+        f"differential: {len(results)} calls compared directly and through IDEM, {matched} "
+        f"matched, {len(known)} known differences (docs/keys.md)"
+        + (f", unexpected: {', '.join(unexpected)}" if unexpected else ""))

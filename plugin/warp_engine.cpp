@@ -270,8 +270,11 @@ GDALDataset* kept_source_for(const CPLXMLNode* warp_options, const KeptSources* 
 
 // What gdalwarp sets on the output it creates (and, in VRT mode, on the VRT): georeferencing,
 // metadata, and per band nodata, colour interpretation, colour table, description, metadata,
-// offset/scale, unit and attribute table.
-void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
+// offset/scale, unit and attribute table. gdalwarp sets the colour interpretation of an output
+// it creates itself only with -setci and for the alpha band of -dstalpha (GeoTIFFs get theirs
+// from PHOTOMETRIC); the VRT carries it always: `all_colour_interpretations` is true for a
+// GeoTIFF, and otherwise only an alpha band's is set (docs/internals.md §9).
+void copy_dataset_info(GDALDataset* vrt, GDALDataset* output, bool all_colour_interpretations) {
   double geotransform[6];
   if (compat::get_geotransform(vrt, geotransform) == CE_None) {
     compat::set_geotransform(output, geotransform);
@@ -304,7 +307,7 @@ void copy_dataset_info(GDALDataset* vrt, GDALDataset* output) {
       }
     }
     const GDALColorInterp interp = from->GetColorInterpretation();
-    if (interp != GCI_Undefined) {
+    if (interp != GCI_Undefined && (all_colour_interpretations || interp == GCI_AlphaBand)) {
       to->SetColorInterpretation(interp);
     }
     if (GDALColorTable* table = from->GetColorTable()) {
@@ -644,7 +647,7 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDrive
     throw Error(ErrorKind::k_io, std::string("cannot create ") + path + " with " +
                                      driver->GetDescription() + ": " + last_gdal_error());
   }
-  copy_dataset_info(vrt, output.get());
+  copy_dataset_info(vrt, output.get(), EQUAL(driver->GetDescription(), "GTiff"));
 
   options->hDstDS = GDALDataset::ToHandle(output.get());
   options->pfnProgress = progress;

@@ -1,0 +1,302 @@
+"""Differential test: each call of autotest/data/differential_cases.txt is run directly (`-of
+FORMAT`) and through IDEM (`-of IDEM -co FORMAT=FORMAT`, output under /vsiidem/), and the two
+outputs are compared: raster size, band count and types, geotransform, CRS, GCPs, nodata, colour
+interpretation and tables, descriptions, scale and offset, dataset and band metadata, masks and
+every pixel. The IDEM call is then run again and must leave its output untouched (a skip).
+
+The session's summary line says how many calls were compared and how many matched; a case
+marked `known:` in the data file is a difference listed in docs/keys.md, and fails the day it
+stops differing, so that its entry goes too."""
+
+import ast
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+from osgeo import gdal, ogr, osr
+
+from idem_testlib import env_with, make_ledger, run
+
+gdal.UseExceptions()
+
+CASES_FILE = pathlib.Path(__file__).resolve().parent / "data" / "differential_cases.txt"
+EXTENSIONS = {"GTiff": "tif", "COG": "tif", "PNG": "png", "JPEG": "jpg", "GPKG": "gpkg",
+              "netCDF": "nc", "ENVI": "img", "HFA": "img", "Zarr": "zarr"}
+GDAL_VERSION = int(gdal.VersionInfo("VERSION_NUM"))
+# Where the summary is gathered (conftest.py prints it at the end of the session).
+RESULTS = os.environ.get("IDEM_DIFFERENTIAL_RESULTS")
+
+
+def load_cases():
+    cases = []
+    for number, line in enumerate(CASES_FILE.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = [f.strip() for f in line.split(" | ")]
+        if len(fields) not in (4, 5):
+            raise ValueError(f"{CASES_FILE.name}:{number}: expected 4 or 5 fields: {line}")
+        case_id, program, fmt, arguments = fields[:4]
+        notes = fields[4] if len(fields) == 5 else ""
+        cases.append(pytest.param(program, fmt, arguments, notes, id=case_id))
+    return cases
+
+
+CASES = load_cases()
+
+
+def _geo(ds, width, height, origin, epsg=32633, pixel=10.0):
+    ds.SetGeoTransform([origin[0], pixel, 0, origin[1], 0, -pixel])
+    srs = osr.SpatialReference()
+    srs.ImportFromEPSG(epsg)
+    ds.SetProjection(srs.ExportToWkt())
+
+
+def _pattern(size, band, seed):
+    rng = np.random.default_rng(seed + band)
+    y, x = np.mgrid[0:size, 0:size].astype(np.float64)
+    values = (x * (band + 1) / 3.0 + y / (band + 2) + 30 * np.sin((x + y * (band + 1)) / 23.0))
+    return values + rng.normal(0, 6, (size, size))
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("differential")
+    size = 256
+    gtiff = gdal.GetDriverByName("GTiff")
+    paths = {}
+
+    def byte_source(name, bands=3, origin=(500000.0, 4650000.0), seed=1, alpha=False):
+        ds = gtiff.Create(str(root / name), size, size, bands, gdal.GDT_Byte, ["TILED=YES"])
+        _geo(ds, size, size, origin)
+        ds.SetMetadataItem("SCENE", name)
+        for b in range(bands):
+            band = ds.GetRasterBand(b + 1)
+            values = np.clip(_pattern(size, b, seed) % 256, 0, 255).astype(np.uint8)
+            values[:16, :] = 0
+            if alpha and b == bands - 1:
+                values = np.full((size, size), 255, np.uint8)
+                values[:, :40] = 0
+                band.SetColorInterpretation(gdal.GCI_AlphaBand)
+            band.WriteArray(values)
+            band.SetDescription(f"channel {b + 1}")
+            band.SetMetadataItem("WAVELENGTH", str(500 + 100 * b))
+        return ds
+
+    byte_source("src.tif").FlushCache()
+    paths["src"] = root / "src.tif"
+    byte_source("src_b.tif", origin=(502560.0, 4650000.0), seed=7).FlushCache()
+    paths["src_b"] = root / "src_b.tif"
+    ds = byte_source("rgba.tif", bands=4, alpha=True)
+    ds = None
+    paths["rgba"] = root / "rgba.tif"
+
+    ds = byte_source("mask.tif")
+    ds.CreateMaskBand(gdal.GMF_PER_DATASET)
+    mask = np.full((size, size), 255, np.uint8)
+    mask[100:180, 60:200] = 0
+    ds.GetRasterBand(1).GetMaskBand().WriteArray(mask)
+    ds = None
+    paths["mask"] = root / "mask.tif"
+
+    ds = gtiff.Create(str(root / "nodata.tif"), size, size, 1, gdal.GDT_Int16)
+    _geo(ds, size, size, (500000.0, 4650000.0))
+    values = (_pattern(size, 0, 3) * 10).astype(np.int16)
+    values[50:90, 30:120] = -9999
+    ds.GetRasterBand(1).WriteArray(values)
+    ds.GetRasterBand(1).SetNoDataValue(-9999)
+    ds = None
+    paths["nodata"] = root / "nodata.tif"
+
+    ds = gtiff.Create(str(root / "float.tif"), size, size, 1, gdal.GDT_Float32)
+    _geo(ds, size, size, (500000.0, 4650000.0))
+    ds.GetRasterBand(1).WriteArray((_pattern(size, 0, 5) / 7.0).astype(np.float32))
+    ds.GetRasterBand(1).SetScale(2.0)
+    ds.GetRasterBand(1).SetOffset(-1.0)
+    ds = None
+    paths["float"] = root / "float.tif"
+
+    ds = gtiff.Create(str(root / "pal.tif"), size, size, 1, gdal.GDT_Byte)
+    _geo(ds, size, size, (500000.0, 4650000.0))
+    table = gdal.ColorTable()
+    for i in range(256):
+        table.SetColorEntry(i, (i, 255 - i, (i * 7) % 256, 255))
+    ds.GetRasterBand(1).SetColorTable(table)
+    ds.GetRasterBand(1).WriteArray((_pattern(size, 0, 9) % 256).astype(np.uint8))
+    ds = None
+    paths["pal"] = root / "pal.tif"
+
+    ds = gtiff.Create(str(root / "gcp.tif"), size, size, 1, gdal.GDT_Byte)
+    srs = osr.SpatialReference()
+    srs.ImportFromEPSG(32633)
+    gcps = [gdal.GCP(500000 + 10 * px + 0.02 * py * px / 10, 4650000 - 10 * py, 0, px, py)
+            for px in (0, 128, 256) for py in (0, 128, 256)]
+    ds.SetGCPs(gcps, srs.ExportToWkt())
+    ds.GetRasterBand(1).WriteArray((_pattern(size, 0, 11) % 256).astype(np.uint8))
+    ds = None
+    paths["gcp"] = root / "gcp.tif"
+
+    cutline = root / "cutline.geojson"
+    cutline.write_text(json.dumps({
+        "type": "FeatureCollection",
+        "crs": {"type": "name", "properties": {"name": "urn:ogc:def:crs:EPSG::32633"}},
+        "features": [{"type": "Feature", "properties": {}, "geometry": {
+            "type": "Polygon", "coordinates": [[[500300, 4649700], [502000, 4649500],
+                                                [501800, 4648000], [500500, 4648200],
+                                                [500300, 4649700]]]}}]}))
+    paths["cutline"] = cutline
+    return {name: str(path) for name, path in paths.items()}
+
+
+# ---------------------------------------------------------------- running the calls
+
+
+def substitute(text, sources):
+    for name, path in sources.items():
+        text = text.replace("{" + name + "}", path)
+    return text
+
+
+def command_line(program, fmt, arguments, sources, output, idem):
+    words = substitute(arguments, sources).split()
+    of = ["-of", "IDEM", "-co", f"FORMAT={fmt}"] if idem else ["-of", fmt]
+    target = "/vsiidem/" + str(output) if idem else str(output)
+    overwrite = ["-overwrite"] if program == "gdalwarp" else []
+    return [program, "-q", *overwrite, *of, *words, target]
+
+
+def python_call(program, fmt, arguments, sources, output, idem):
+    kwargs = substitute(arguments, sources)
+    target = "/vsiidem/" + str(output) if idem else str(output)
+    if idem:
+        fmt_args = f"format='IDEM', creationOptions=['FORMAT={fmt}']"
+    else:
+        fmt_args = f"format={fmt!r}"
+    code = ("from osgeo import gdal\ngdal.UseExceptions()\n"
+            f"kwargs = {kwargs}\n"
+            f"gdal.{program}({target!r}, {sources['src']!r}, {fmt_args}, **kwargs)\n")
+    return ["/usr/bin/python3", "-c", code]
+
+
+def call(program, fmt, arguments, sources, output, idem, env, cwd):
+    build = python_call if program in ("Warp", "Translate") else command_line
+    return run(build(program, fmt, arguments, sources, output, idem), env=env, cwd=cwd, check=True)
+
+
+# ---------------------------------------------------------------- comparing the outputs
+
+
+def tree_state(path):
+    """Inode, mtime and bytes of a file, or of every file under a directory dataset."""
+    path = pathlib.Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    siblings = sorted(p for p in path.parent.iterdir()
+                      if p != path and p.name.startswith(path.name))  # .aux.xml, .hdr...
+    state = []
+    for p in files + siblings:
+        if p.is_file():
+            st = p.stat()
+            state.append((str(p), st.st_ino, st.st_mtime_ns, p.read_bytes()))
+    return state
+
+
+def band_description(band):
+    table = band.GetColorTable()
+    return {
+        "type": gdal.GetDataTypeName(band.DataType),
+        "nodata": band.GetNoDataValue(),
+        "colour": gdal.GetColorInterpretationName(band.GetColorInterpretation()),
+        "table": None if table is None else [table.GetColorEntry(i)
+                                             for i in range(table.GetCount())],
+        "description": band.GetDescription(),
+        "scale": band.GetScale(),
+        "offset": band.GetOffset(),
+        "unit": band.GetUnitType(),
+        "metadata": band.GetMetadata(),
+        "mask_flags": band.GetMaskFlags(),
+        "overviews": band.GetOverviewCount(),
+    }
+
+
+def differences(actual_path, expected_path):
+    """What differs between the two datasets, as a list of short texts (empty: the same)."""
+    actual = gdal.Open(str(actual_path))
+    expected = gdal.Open(str(expected_path))
+    found = []
+    shape_a = (actual.RasterXSize, actual.RasterYSize, actual.RasterCount)
+    shape_e = (expected.RasterXSize, expected.RasterYSize, expected.RasterCount)
+    if shape_a != shape_e:
+        return [f"size and bands {shape_a} != {shape_e}"]
+    gt_a, gt_e = actual.GetGeoTransform(can_return_null=True), expected.GetGeoTransform(
+        can_return_null=True)
+    if (gt_a is None) != (gt_e is None) or (
+            gt_a is not None and not np.allclose(gt_a, gt_e, rtol=1e-12, atol=0)):
+        found.append(f"geotransform {gt_a} != {gt_e}")
+    srs_a, srs_e = actual.GetSpatialRef(), expected.GetSpatialRef()
+    if (srs_a is None) != (srs_e is None) or (srs_a is not None and not srs_a.IsSame(srs_e)):
+        found.append("CRS")
+    if actual.GetGCPCount() != expected.GetGCPCount():
+        found.append(f"GCP count {actual.GetGCPCount()} != {expected.GetGCPCount()}")
+    if actual.GetMetadata() != expected.GetMetadata():
+        found.append(f"metadata {actual.GetMetadata()} != {expected.GetMetadata()}")
+    for i in range(1, actual.RasterCount + 1):
+        a, e = actual.GetRasterBand(i), expected.GetRasterBand(i)
+        da, de = band_description(a), band_description(e)
+        for name in da:
+            if da[name] != de[name]:
+                found.append(f"band {i} {name}: {da[name]!r} != {de[name]!r}")
+        differ = int(np.count_nonzero(a.ReadAsArray() != e.ReadAsArray()))
+        if differ:
+            found.append(f"band {i}: {differ} pixels differ")
+        if da["mask_flags"] not in (gdal.GMF_ALL_VALID,) and da["mask_flags"] == de["mask_flags"]:
+            differ = int(np.count_nonzero(a.GetMaskBand().ReadAsArray()
+                                          != e.GetMaskBand().ReadAsArray()))
+            if differ:
+                found.append(f"band {i} mask: {differ} pixels differ")
+    return found
+
+
+def record(result):
+    if RESULTS:
+        with open(RESULTS, "a") as f:
+            f.write(json.dumps(result) + "\n")
+
+
+@pytest.mark.parametrize("program, fmt, arguments, notes", CASES)
+def test_differential(request, sources, tmp_path, program, fmt, arguments, notes):
+    since = [n for n in notes.split(";") if n.strip().startswith("since=")]
+    if since:
+        major, minor = since[0].strip()[len("since="):].split(".")
+        if GDAL_VERSION < int(major) * 1000000 + int(minor) * 10000:
+            pytest.skip(f"the option needs GDAL {major}.{minor}")
+    if gdal.GetDriverByName(fmt) is None:
+        pytest.skip(f"this GDAL has no {fmt} driver")
+    known = notes.strip().startswith("known:")
+    case = request.node.callspec.id
+    ext = EXTENSIONS[fmt]
+    (tmp_path / "direct").mkdir()
+    (tmp_path / "idem").mkdir()
+    direct = tmp_path / "direct" / f"out.{ext}"
+    output = tmp_path / "idem" / f"out.{ext}"
+    ledger = make_ledger("sqlite", tmp_path)
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    call(program, fmt, arguments, sources, direct, False, env_with(), tmp_path)
+    try:
+        call(program, fmt, arguments, sources, output, True, env, tmp_path)
+        found = differences(output, direct)
+        if not found:
+            before = tree_state(output)
+            call(program, fmt, arguments, sources, output, True, env, tmp_path)
+            if tree_state(output) != before:
+                found.append("the rerun touched the output instead of skipping")
+            elif len(ledger.completed()) != 1:
+                found.append(f"{len(ledger.completed())} completed rows instead of 1")
+    except AssertionError as failure:  # a call that failed: its command and message
+        found = [f"a call failed: {failure}"]
+    record({"case": case, "matched": not found, "known": known})
+    if known:
+        assert found, f"known difference no longer seen, remove its marker and its entry in " \
+                      f"docs/keys.md: {notes}"
+        pytest.xfail(f"{notes}: {'; '.join(found)[:2000]}")
+    assert not found, "; ".join(found)
