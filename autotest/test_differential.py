@@ -8,14 +8,14 @@ The session's summary line says how many calls were compared and how many matche
 marked `known:` in the data file is a difference listed in docs/keys.md, and fails the day it
 stops differing, so that its entry goes too."""
 
-import ast
 import json
 import os
 import pathlib
+import shlex
 
 import numpy as np
 import pytest
-from osgeo import gdal, ogr, osr
+from osgeo import gdal, osr
 
 from idem_testlib import env_with, make_ledger, run
 
@@ -23,7 +23,7 @@ gdal.UseExceptions()
 
 CASES_FILE = pathlib.Path(__file__).resolve().parent / "data" / "differential_cases.txt"
 EXTENSIONS = {"GTiff": "tif", "COG": "tif", "PNG": "png", "JPEG": "jpg", "GPKG": "gpkg",
-              "netCDF": "nc", "ENVI": "img", "HFA": "img", "Zarr": "zarr"}
+              "netCDF": "nc", "ENVI": "img", "HFA": "img", "Zarr": "zarr", "JP2OpenJPEG": "jp2"}
 GDAL_VERSION = int(gdal.VersionInfo("VERSION_NUM"))
 # Where the summary is gathered (conftest.py prints it at the end of the session).
 RESULTS = os.environ.get("IDEM_DIFFERENTIAL_RESULTS")
@@ -159,7 +159,7 @@ def substitute(text, sources):
 
 
 def command_line(program, fmt, arguments, sources, output, idem):
-    words = substitute(arguments, sources).split()
+    words = shlex.split(substitute(arguments, sources))
     of = ["-of", "IDEM", "-co", f"FORMAT={fmt}"] if idem else ["-of", fmt]
     target = "/vsiidem/" + str(output) if idem else str(output)
     overwrite = ["-overwrite"] if program == "gdalwarp" else []
