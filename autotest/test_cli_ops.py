@@ -54,8 +54,7 @@ def test_cli_status_counts_completed_superseded_stale(ledger, tmp_path):
     src, env, outs = setup_tiles(ledger, tmp_path)
     warp(src, outs[0], env, "-ts", "32", "32", "-r", "bilinear")  # supersedes t0's first key
     kill_during_write(src, tmp_path / "out" / "dead.tif", env)
-    import time
-    time.sleep(2.2)
+    ledger.end_leases()
     doc = idem_json(ledger, "status", rc=1)
     doc["ledger"] = "<ledger>"
     assert doc["oldest_in_flight_age_seconds"] > 0
@@ -75,8 +74,7 @@ def test_cli_inflight_and_reap_release_stale_claims_and_orphans(ledger, tmp_path
     dead = tmp_path / "out" / "dead.tif"
     pid = kill_during_write(src, dead, env)
     assert temp_dirs_beside(dead)
-    import time
-    time.sleep(2.2)
+    ledger.end_leases()
     listed = idem_json(ledger, "inflight", rc=1)
     assert listed["count"] == 1 and listed["stale"] == 1
     claim = listed["claims"][0]
@@ -131,8 +129,7 @@ def test_cli_reap_reads_claims_in_trouble_page_by_page(ledger, tmp_path):
     planted = tmp_path / "quiet" / ".idem-tmp-planted"
     planted.mkdir()
     (planted / "q.tif").write_bytes(b"partial")
-    import time
-    time.sleep(2.2)
+    ledger.end_leases()
     warp(src, retaken, env, "-r", "cubic")  # takes the expired claim over, completes
     assert [r["attempt"] for r in ledger.rows() if r["output_uri"] == str(retaken)] == [2]
     assert not temp_dirs_beside(retaken)  # the takeover removed the killed attempt's directory

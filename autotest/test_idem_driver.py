@@ -5,7 +5,6 @@ is redone, every entry point (gdalwarp, gdal_translate, gdal.Warp, gdal.Translat
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -718,20 +717,17 @@ def test_idem_ledger_that_never_answers_holds_no_process_that_does_not_need_it(s
         with pytest.raises(BlockingIOError):
             listener.accept()
 
-        started = time.monotonic()
-        info = run(["gdalinfo", vsi(source)], env=env, check=True)
-        took = time.monotonic() - started
+        # With a connect_timeout longer than the test's own limit on a program (300 s), a
+        # gdalinfo that waited for the connection would not finish in time.
+        patient = dict(env, IDEM_LEDGER=dsn.replace("connect_timeout=3", "connect_timeout=900"))
+        info = run(["gdalinfo", vsi(source)], env=patient, check=True)
         assert "Size is 512, 512" in info.stdout
-        listener.accept()[0].close()  # the connection was started...
-        assert took < 2.5, f"gdalinfo took {took:.1f} s"  # ...and not waited for
+        listener.accept()[0].close()  # the connection was started, and not waited for
 
         out = tmp_path / "out.tif"
-        started = time.monotonic()
         proc = run(warp_cmd(source, vsi(out)), env=env)
-        took = time.monotonic() - started
         assert proc.returncode != 0
         assert "timeout expired" in proc.stderr and "s3cretpw" not in proc.stderr
-        assert 2.5 < took < 8, f"gdalwarp took {took:.1f} s"
         assert not out.exists()
     finally:
         listener.close()

@@ -185,7 +185,7 @@ def test_s3_kill9_leaves_no_object_and_rerun_completes(s3, sqlite_ledger, source
     rows = sqlite_ledger.rows()
     assert len(rows) == 1 and rows[0]["completed_at"] is None
     assert len(temp_dirs(local_tmp)) == 1  # the dead worker's local temporary copy
-    time.sleep(2.5)
+    sqlite_ledger.end_leases()
     # The reaper removes the dead attempt's claim and its local temporary directory.
     reap = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "reap", "--older-than", "0s"], env=env)
     assert reap.returncode == 1 and "removed 1 orphan" in reap.stdout, reap.stdout + reap.stderr
@@ -205,7 +205,7 @@ def test_s3_zombie_upload_after_takeover_cannot_make_the_ledger_lie(s3, sqlite_l
     zombie = start_paused(warp_cmd(source, "/vsiidem/" + uri), env, "during_upload", seconds=1)
     zombie.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(3)
+        sqlite_ledger.end_leases()
         # ...another worker takes the work over and completes it...
         run(warp_cmd(source, "/vsiidem/" + uri), env=env, check=True)
     finally:

@@ -253,20 +253,26 @@ def test_vsiidem_publishing_does_not_block_other_threads(tmp_path, source):
                    {vsiidem(str(tmp_path / "c.tif"))!r})
         src = {str(source)!r}
         events = []
+        resume = {str(tmp_path / "resume")!r}
         def held_writer(name):
             gdal.SetThreadLocalConfigOption("IDEM_TEST_PAUSE_AT", "vsiidem_publish")
-            gdal.SetThreadLocalConfigOption("IDEM_TEST_PAUSE_SECONDS", "4")
-            gdal.Translate(name, src, format="GTiff")  # closes: held 4 s before publishing
+            gdal.SetThreadLocalConfigOption("IDEM_TEST_PAUSE_SECONDS", "120")
+            gdal.SetThreadLocalConfigOption("IDEM_TEST_REACHED_FILE", name[len("/vsiidem/"):] + ".held")
+            gdal.SetThreadLocalConfigOption("IDEM_TEST_RESUME_FILE", resume)
+            gdal.Translate(name, src, format="GTiff")  # closes: held before publishing
             events.append(("held done", os.path.exists(name[len("/vsiidem/"):])))
         held = [threading.Thread(target=held_writer, args=(n,)) for n in (a, c)]
         for t in held:
             t.start()
-        time.sleep(1.5)
-        start = time.monotonic()
-        gdal.Translate(b, src, format="GTiff")
+        deadline = time.monotonic() + 120
+        while not all(os.path.exists(n[len("/vsiidem/"):] + ".held") for n in (a, c)):
+            assert time.monotonic() < deadline, "the writers never reached their publish"
+            time.sleep(0.01)
+        gdal.Translate(b, src, format="GTiff")  # while both are held at their publish
         events.append(("free done", os.path.exists(b[len("/vsiidem/"):]),
-                       os.path.exists(a[len("/vsiidem/"):]), time.monotonic() - start))
+                       os.path.exists(a[len("/vsiidem/"):])))
         assert gdal.Unlink(c) == 0  # while c is being published: deleted at exit
+        open(resume, "w").close()
         for t in held:
             t.join()
         print(events)

@@ -1538,7 +1538,7 @@ void declare_config_options() {
         "IDEM_KEY_GDAL_VERSION", "IDEM_LEDGER_PAGE_ROWS", "IDEM_LEDGER_PREOPEN",
         "IDEM_SOURCE_DIGEST", "IDEM_STALE_SECONDS", "IDEM_WARP_MULTI",
         "IDEM_WARP_REUSE_TRANSFORMER", "IDEM_TEST_PAUSE_AT", "IDEM_TEST_PAUSE_SECONDS",
-        "IDEM_TEST_RESUME_FILE"}) {
+        "IDEM_TEST_REACHED_FILE", "IDEM_TEST_RESUME_FILE"}) {
     CPLDeclareKnownConfigOption(name, nullptr);
   }
 #endif

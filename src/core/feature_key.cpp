@@ -441,6 +441,7 @@ bool config_is_attempt_only(const std::string& name) {
                                                        "IDEM_SOURCE_DIGEST",
                                                        "IDEM_TEST_PAUSE_AT",
                                                        "IDEM_TEST_PAUSE_SECONDS",
+                                                       "IDEM_TEST_REACHED_FILE",
                                                        "PGPASSWORD",
                                                        "PGPASSFILE",
                                                        "PGAPPNAME",

@@ -44,6 +44,13 @@ void test_pause(const char* point) {
   const char* resume_file = CPLGetConfigOption("IDEM_TEST_RESUME_FILE", nullptr);
   std::fprintf(stderr, "IDEM: test pause at %s for %.1f s\n", point, seconds);
   std::fflush(stderr);
+  // With IDEM_TEST_REACHED_FILE the pause also says so by creating that file: the handshake of a
+  // test that runs the worker in its own process (a thread, with thread-local options).
+  if (const char* reached = CPLGetConfigOption("IDEM_TEST_REACHED_FILE", nullptr)) {
+    if (VSILFILE* file = VSIFOpenL(reached, "wb")) {
+      VSIFCloseL(file);
+    }
+  }
   // With IDEM_TEST_RESUME_FILE the pause ends as soon as that file exists (a test's handshake),
   // the seconds bounding it only.
   const auto until = std::chrono::steady_clock::now() +

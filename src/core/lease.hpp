@@ -24,7 +24,8 @@ std::string worker_host_name();
 // Crash tests stop a worker at a chosen step: IDEM_TEST_PAUSE_AT=<point> sleeps
 // IDEM_TEST_PAUSE_SECONDS (default 30) when the worker reaches test_pause("<point>"), after
 // saying so on stderr, so a test can kill -9 it exactly there; with IDEM_TEST_RESUME_FILE=<path>
-// it goes on as soon as that file exists. Not for production use.
+// it goes on as soon as that file exists, and with IDEM_TEST_REACHED_FILE=<path> it creates that
+// file on arrival. Not for production use.
 void test_pause(const char* point);
 
 // Renews a claim every third of its lease from a background thread. Once a renewal fails (the
