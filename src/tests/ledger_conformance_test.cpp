@@ -262,7 +262,7 @@ TEST_P(LedgerConformance, ClaimUnlessCompletedRunsItsMeanwhileWhileTheServerAnsw
 TEST_P(LedgerConformance, ExpiredLeaseIsTakenOverAndOldHolderIsFenced) {
   const ClaimRequest first = make_request("k1", 1s);
   ASSERT_EQ(m_ledger->claim(first).outcome, ClaimOutcome::k_claimed);
-  std::this_thread::sleep_for(1200ms);
+  ledger_test::end_lease(m_dsn, "k1");
   const ClaimRequest second = make_request("k1", 60s);
   auto other = Ledger::open(m_dsn);
   const ClaimResult taken = other->claim(second);
@@ -533,7 +533,7 @@ TEST_P(LedgerConformance, RowsFilterByNamespaceLayerOutputStateAndExpiry) {
   add("a2", "alpha", "dem", 1s, false);
   add("a3", "alpha", "rgb", 60s, false);
   add("b1", "beta", "dem", 60s, true);
-  std::this_thread::sleep_for(1200ms);
+  ledger_test::end_lease(m_dsn, "a2");
   auto keys = [&](const Ledger::RowFilter& filter) {
     std::vector<std::string> result;
     for (const LedgerRow& row : m_ledger->rows(filter)) {
@@ -582,7 +582,8 @@ TEST_P(LedgerConformance, RowsPageByKeyAndSelectInFlightOrRetriedRows) {
   ASSERT_EQ(m_ledger->claim(released).outcome, ClaimOutcome::k_claimed);
   ASSERT_TRUE(m_ledger->release("released", released.claim_token));
   ASSERT_EQ(m_ledger->claim(make_request("retried", 1s)).outcome, ClaimOutcome::k_claimed);
-  std::this_thread::sleep_for(1200ms);
+  ledger_test::end_lease(m_dsn, "stale");
+  ledger_test::end_lease(m_dsn, "retried");
   const ClaimRequest takeover = make_request("retried", 60s);
   const ClaimResult taken = m_ledger->claim(takeover);
   ASSERT_EQ(taken.outcome, ClaimOutcome::k_claimed);
@@ -937,7 +938,7 @@ TEST_P(LedgerConformance, CountsByStateAndScope) {
   add("live", "alpha", 60s, false);
   add("dead", "alpha", 1s, false);
   add("other", "beta", 60s, true);
-  std::this_thread::sleep_for(1200ms);
+  ledger_test::end_lease(m_dsn, "dead");
   const LedgerCounts all = m_ledger->counts({});
   EXPECT_EQ(all.completed, 2);
   EXPECT_EQ(all.superseded, 1);
