@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/lease.hpp"
 #include "core/object_store.hpp"
+#include "core/paths.hpp"
 
 namespace idem {
 
@@ -27,23 +28,6 @@ namespace {
 
 std::string errno_text(int error_number) {
   return std::strerror(error_number);
-}
-
-// "<dir>/<base>" -> "<dir>", "base" -> "." , "/base" -> "/".
-std::string parent_directory(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) {
-    return ".";
-  }
-  if (slash == 0) {
-    return "/";
-  }
-  return path.substr(0, slash);
-}
-
-std::string base_name(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 std::string join_path(const std::string& dir, const std::string& name) {
@@ -142,7 +126,7 @@ int remove_abandoned_temp_dirs(const std::string& final_path, const std::string&
     return 0;
   }
   const std::string dir =
-      is_object_store_path(final_path) ? local_temp_root() : parent_directory(final_path);
+      is_object_store_path(final_path) ? local_temp_root() : dirname_of(final_path);
   const std::string prefix = k_temp_prefix;
   const std::string suffix = "." + owner;
   int removed = 0;
@@ -253,7 +237,7 @@ AtomicOutput::AtomicOutput(const std::string& final_path, const std::string& tok
   }
   // An object appears whole or not at all when its upload completes, so the temporary copy of
   // an object output is local (CPL_TMPDIR) and is uploaded to the final key directly.
-  const std::string dir = m_object ? local_temp_root() : parent_directory(final_path);
+  const std::string dir = m_object ? local_temp_root() : dirname_of(final_path);
   struct stat dir_info {};
   if (::stat(dir.c_str(), &dir_info) != 0) {
     throw Error(ErrorKind::k_io, describe_unwritable_directory(dir, errno));
@@ -271,7 +255,7 @@ AtomicOutput::AtomicOutput(const std::string& final_path, const std::string& tok
     }
     throw Error(ErrorKind::k_io, describe_unwritable_directory(dir, error_number));
   }
-  m_temp_path = join_path(m_temp_dir, base_name(final_path));
+  m_temp_path = join_path(m_temp_dir, basename_of(final_path));
 }
 
 AtomicOutput::~AtomicOutput() {
@@ -290,7 +274,7 @@ std::vector<std::string> AtomicOutput::commit(bool durable) {
 }
 
 std::vector<std::string> AtomicOutput::ordered_names() const {
-  const std::string primary = base_name(m_final_path);
+  const std::string primary = basename_of(m_final_path);
   // Sidecars first, the primary last: a reader (or `gdal-idem verify`) that sees the primary
   // sees a complete dataset.
   std::vector<std::string> names = list_directory(m_temp_dir);
@@ -316,7 +300,7 @@ void AtomicOutput::observe_objects() {
   if (!m_object) {
     return;
   }
-  const std::string final_dir = parent_directory(m_final_path);
+  const std::string final_dir = dirname_of(m_final_path);
   for (const auto& name : ordered_names()) {
     VSIStatBufL info;
     const std::string from = join_path(m_temp_dir, name);
@@ -333,7 +317,7 @@ std::vector<std::string> AtomicOutput::publish(bool durable) {
   if (m_committed || !m_placed.empty()) {
     throw Error(ErrorKind::k_internal, "output " + m_final_path + " was already committed");
   }
-  const std::string final_dir = parent_directory(m_final_path);
+  const std::string final_dir = dirname_of(m_final_path);
   const std::vector<std::string> ordered = ordered_names();
   if (m_object) {
     return upload(ordered);
@@ -443,7 +427,7 @@ void AtomicOutput::roll_back() noexcept {
   }
   if (!m_placed.empty() && m_durable) {
     try {
-      fsync_path(parent_directory(m_final_path));
+      fsync_path(dirname_of(m_final_path));
     } catch (const Error&) {
       // best effort: the renames are done
     }
@@ -471,7 +455,7 @@ std::vector<PublishedFile> AtomicOutput::placed_files() const {
 }
 
 std::vector<std::string> AtomicOutput::upload(const std::vector<std::string>& ordered) {
-  const std::string final_dir = parent_directory(m_final_path);
+  const std::string final_dir = dirname_of(m_final_path);
   std::vector<std::string> published;
   for (const auto& name : ordered) {
     if (name == ordered.back()) {

@@ -75,7 +75,7 @@ std::string absolute_path(const std::string& path) {
 std::string dirname_of(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) {
-    return "";
+    return ".";
   }
   if (slash == 0) {
     return "/";

@@ -10,7 +10,8 @@ namespace idem {
 // segments, repeated slashes). Paths under /vsi prefixes are returned as given (normalised).
 std::string absolute_path(const std::string& path);
 
-// The directory part ("" for none) and the file name of a path.
+// The directory part and the file name of a path, as POSIX dirname and basename split it:
+// "dir/base" -> "dir", "base" -> ".", "/base" -> "/".
 std::string dirname_of(const std::string& path);
 std::string basename_of(const std::string& path);
 

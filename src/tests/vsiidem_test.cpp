@@ -71,6 +71,16 @@ TEST(VsiIdemPaths, AbsolutePathIsTheRecordedKey) {
   EXPECT_EQ(idem::vsiidem_absolute_path("/x/y.tif"), "/x/y.tif");
 }
 
+// One split of a path for the whole tree (the temporary directory beside an output, the
+// destination's directory check, /vsiidem/'s sidecar names), as POSIX dirname and basename.
+TEST(VsiIdemPaths, DirnameAndBasenameSplitAsPosixDoes) {
+  EXPECT_EQ(idem::dirname_of("dir/out.tif"), "dir");
+  EXPECT_EQ(idem::dirname_of("out.tif"), ".");
+  EXPECT_EQ(idem::dirname_of("/out.tif"), "/");
+  EXPECT_EQ(idem::basename_of("dir/out.tif"), "out.tif");
+  EXPECT_EQ(idem::basename_of("out.tif"), "out.tif");
+}
+
 TEST_F(VsiIdemTest, DeferredUnlinkThroughTheCppApi) {
   GDALAllRegister();
   idem::install_vsiidem_handler();
