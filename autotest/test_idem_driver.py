@@ -44,6 +44,22 @@ def test_idem_driver_declares_its_help_topic_and_virtual_io():
         assert os.path.isfile(os.path.join("/usr/share/doc/gdal-idem", topic))
 
 
+def test_idem_translate_stats_of_a_source_without_sidecar(sqlite_ledger, tmp_path):
+    # gdal_translate -stats computes the source's statistics; from GDAL 3.10 the source's file
+    # list then names the .aux.xml GDAL writes at close, before it exists: IDEM failed with
+    # "cannot open source file 'scene.tif.aux.xml'".
+    src = make_source(tmp_path / "scene.tif", size=64)
+    direct_src = make_source(tmp_path / "direct_scene.tif", size=64)
+    assert not os.path.exists(src + ".aux.xml")
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    run(["gdal_translate", "-q", "-stats", "-of", "IDEM", src, vsi(out)], env=env, check=True)
+    direct = tmp_path / "direct.tif"
+    run(["gdal_translate", "-q", "-stats", direct_src, direct], check=True)
+    assert_same_pixels(out, direct)
+    assert len(sqlite_ledger.completed()) == 1
+
+
 def test_idem_gdalwarp_first_run_writes_output_and_completes(ledger, source, tmp_path):
     out = tmp_path / "out.tif"
     proc = run(warp_cmd(source, vsi(out)), env=env_with(IDEM_LEDGER=ledger.dsn), check=True)

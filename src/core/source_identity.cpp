@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/paths.hpp"
 #include "core/sha256.hpp"
 #include "cpl_conv.h"
 #include "cpl_minixml.h"
 #include "cpl_string.h"
+#include "cpl_vsi.h"
 #include "gdal_priv.h"
 #include "ogr_spatialref.h"
 #include "vrtdataset.h"
@@ -231,6 +233,14 @@ class IdentityCollector {
     if (!is_vrt_in_memory(dataset)) {
       const CPLStringList files(dataset->GetFileList());
       for (int i = 0; i < files.size(); ++i) {
+        // From GDAL 3.10 the list holds a sidecar GDAL means to write at close but has not
+        // written yet (the .aux.xml of statistics gdal_translate -stats computed on the
+        // source): a local file that is not there is not part of the source.
+        VSIStatBufL info;
+        if (i > 0 && !is_vsi_path(files[i]) &&
+            VSIStatExL(files[i], &info, VSI_STAT_EXISTS_FLAG) != 0) {
+          continue;
+        }
         add_file(files[i]);
       }
     }
