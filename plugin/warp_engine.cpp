@@ -404,7 +404,7 @@ bool rpc_method(const CPLXMLNode* gen_img_proj, GDALDataset* source) {
     return true;
   }
   double geotransform[6];
-  const bool has_geotransform = source->GetGeoTransform(geotransform) == CE_None;
+  const bool has_geotransform = compat::get_geotransform(source, geotransform) == CE_None;
   if (CPLGetXMLNode(gen_img_proj, "SrcGeoTransform") != nullptr) {
     return has_geotransform;
   }
