@@ -263,23 +263,25 @@ def record(result):
             f.write(json.dumps(result) + "\n")
 
 
+def gdal_at_least(version):
+    """Whether the running GDAL is at least `version` ("3.10")."""
+    major, minor = version.split(".")
+    return GDAL_VERSION >= int(major) * 1000000 + int(minor) * 10000
+
+
 @pytest.mark.parametrize("program, fmt, arguments, notes", CASES)
 def test_differential(request, sources, tmp_path, program, fmt, arguments, notes):
-    since = [n for n in notes.split(";") if n.strip().startswith("since=")]
-    if since:
-        major, minor = since[0].strip()[len("since="):].split(".")
-        if GDAL_VERSION < int(major) * 1000000 + int(minor) * 10000:
-            pytest.skip(f"the option needs GDAL {major}.{minor}")
-    if gdal.GetDriverByName(fmt) is None:
-        pytest.skip(f"this GDAL has no {fmt} driver")
-    # "known: why", or "known from 3.10: why" for a difference seen from that GDAL on.
+    # Notes: "since=3.7", and "known: why" or "known from 3.10: why" (seen from that GDAL on).
     known = False
     for note in (n.strip() for n in notes.split(";")):
+        if note.startswith("since=") and not gdal_at_least(note[len("since="):]):
+            pytest.skip(f"the option needs GDAL {note[len('since='):]}")
         if note.startswith("known:"):
             known = True
         elif note.startswith("known from "):
-            major, minor = note[len("known from "):].split(":")[0].split(".")
-            known = GDAL_VERSION >= int(major) * 1000000 + int(minor) * 10000
+            known = gdal_at_least(note[len("known from "):].split(":")[0])
+    if gdal.GetDriverByName(fmt) is None:
+        pytest.skip(f"this GDAL has no {fmt} driver")
     case = request.node.callspec.id
     ext = EXTENSIONS[fmt]
     (tmp_path / "direct").mkdir()

@@ -59,16 +59,8 @@ class Case:
         COUNTS["invariants"] += 1
         assert condition, what
 
-    def sql(self, statement, params=()):
-        conn = self.ledger.connect()
-        try:
-            conn.execute(statement, params)
-            conn.commit()
-        finally:
-            conn.close()
-
     def end_leases(self):
-        self.sql("UPDATE ledger SET lease_expires_at = claimed_at WHERE completed_at IS NULL")
+        self.ledger.end_leases()
 
     def wait_for_lease_end(self, pid):
         """Polls until the claim of the stopped worker `pid` has expired on the ledger's clock,

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,35 +80,6 @@ inline std::string pg_exec(PGconn* connection, const std::string& sql, bool tole
   }
   PQclear(result);
   return value;
-}
-
-// Ends the lease of the open claim on `work_key` now, on the ledger's own clock: what a test of
-// an expired lease would otherwise sleep for.
-inline void end_lease(const std::string& dsn, const std::string& work_key) {
-  const std::string where =
-      " SET lease_expires_at = claimed_at WHERE completed_at IS NULL AND released_at IS NULL"
-      " AND work_key = '" +
-      work_key + "'";
-  if (dsn.rfind("sqlite:", 0) == 0) {
-    sqlite3* db = nullptr;
-    if (sqlite3_open_v2(dsn.c_str() + 7, &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-      ADD_FAILURE() << "cannot open " << dsn << ": " << sqlite3_errmsg(db);
-    } else {
-      sqlite3_busy_timeout(db, 10000);
-      char* message = nullptr;
-      if (sqlite3_exec(db, ("UPDATE ledger" + where).c_str(), nullptr, nullptr, &message) !=
-          SQLITE_OK) {
-        ADD_FAILURE() << "cannot end the lease of " << work_key << ": " << message;
-      }
-      sqlite3_free(message);
-    }
-    sqlite3_close(db);
-    return;
-  }
-  PgHandle connection = pg_connect(dsn);
-  if (connection) {
-    pg_exec(connection.get(), "UPDATE idem.ledger" + where);
-  }
 }
 
 inline constexpr const char* k_gis_database = "idem_ledger_test_gis";
