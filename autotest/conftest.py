@@ -47,7 +47,7 @@ def _run(args, cwd=None, env=None):
 
 
 def _key_from(proc, what):
-    match = _KEY_LINE.search(proc.stdout)
+    match = _KEY_LINE.search(proc.stderr)  # the driver's warning (or a logged one)
     if proc.returncode != 0 or not match:
         raise AssertionError(f"{what} gave no key (exit {proc.returncode})\nstdout:\n"
                              f"{proc.stdout}\nstderr:\n{proc.stderr}")
@@ -81,8 +81,9 @@ def gdal_translate_key(src, dst, cwd=None, **translate_kwargs):
 
 def rasterio_warp_key(src, dst, crs, resampling="nearest", cwd=None, **vrt_kwargs):
     """Key of rasterio.shutil.copy(WarpedVRT(src, crs=crs, ...), dst, driver="IDEM")."""
-    code = ("import rasterio, rasterio.shutil\n"
+    code = ("import logging, rasterio, rasterio.shutil\n"
             "from rasterio.vrt import WarpedVRT\n"
+            "logging.basicConfig()  # rasterio logs GDAL's warnings, the dry run's report too\n"
             "from rasterio.enums import Resampling\n"
             f"with rasterio.open({src!r}) as s:\n"
             f"    with WarpedVRT(s, crs={crs!r}, resampling=Resampling.{resampling},"

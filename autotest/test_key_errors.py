@@ -13,7 +13,7 @@ def test_key_unreadable_source_names_the_file(tmp_path, key_output):
     proc = run_dry("gdalwarp", ["-of", "IDEM", "-t_srs", "EPSG:3857", str(vrt), key_output])
     assert proc.returncode != 0
     assert "gone.tif" in proc.stderr
-    assert "IDEM dry run" not in proc.stdout
+    assert "IDEM dry run" not in proc.stdout + proc.stderr
     assert not os.path.exists(key_output.replace("/vsiidem/", "", 1))
 
 
@@ -28,4 +28,4 @@ def test_key_unparseable_crs_is_refused(key_source, key_output):
     proc = run_dry("gdalwarp", ["-of", "IDEM", "-t_srs", "+proj=nonsense +foo", key_source,
                                 key_output])
     assert proc.returncode != 0
-    assert "IDEM dry run" not in proc.stdout
+    assert "IDEM dry run" not in proc.stdout + proc.stderr

@@ -110,8 +110,9 @@ ENTRY_POINTS = {
         "resampleAlg='bilinear'); assert ds is not None", src, dst],
     "rasterio": lambda src, dst: [
         "/usr/bin/python3", "-c",
-        "import sys, rasterio, rasterio.shutil\n"
+        "import logging, sys, rasterio, rasterio.shutil\n"
         "from rasterio.vrt import WarpedVRT\n"
+        "logging.basicConfig()  # rasterio logs GDAL's warnings\n"
         "with rasterio.open(sys.argv[1]) as s, WarpedVRT(s, crs='EPSG:3857') as v:\n"
         "    rasterio.shutil.copy(v, sys.argv[2], driver='IDEM', FORMAT='GTiff')\n", src, dst],
 }
@@ -305,7 +306,7 @@ def dry_run_key(src, env, policy):
     proc = run(["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", src,
                 "/vsiidem//tmp/never-written.tif"],
                env=dict(env, IDEM_DRY_RUN="YES", IDEM_SOURCE_DIGEST=policy), check=True)
-    return proc.stdout.split("key=")[1].split()[0]
+    return proc.stderr.split("IDEM dry run: key=")[1].split()[0]
 
 
 def upload(local, uri, part_size_mb):

@@ -24,8 +24,10 @@
 #include "core/canonical_json.hpp"
 #include "core/error.hpp"
 #include "core/gdal_compat.hpp"
+#include "core/held_messages.hpp"
 #include "core/lease.hpp"
 #include "core/object_store.hpp"
+#include "core/output_check.hpp"
 #include "core/paths.hpp"
 #include "core/source_digest.hpp"
 #include "core/tile_grid.hpp"
@@ -45,14 +47,12 @@ namespace idem {
 namespace {
 
 constexpr const char* k_driver_name = "IDEM";
+// The metadata domain of a dry run's dataset: KEY, WORK (canonical JSON), DESTINATION.
+constexpr const char* k_metadata_domain = "IDEM";
 constexpr int k_default_stale_seconds = 300;
 // How many times an object output is looked at again and uploaded when the store refuses its
 // conditional upload while this attempt still holds its claim (see IdemCreator::create).
 constexpr int k_upload_rounds = 3;
-
-std::mutex g_listener_mutex;
-DryRunListener g_dry_run_listener;
-DigestCache* g_dry_run_digest_cache = nullptr;  // set_dry_run_digest_cache(); g_listener_mutex
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -294,51 +294,6 @@ void note_vsiidem_use() {
 // ---------------------------------------------------------------------------------------------
 // Outputs on disk
 
-// Local files: size and mtime. Objects: size and ETag, asked of the store now (never GDAL's
-// cached properties, which another worker's upload may have made stale).
-std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
-  if (is_object_store_path(path)) {
-    const auto headers = object_headers(path, true);
-    if (!headers || headers->etag.empty()) {
-      return std::nullopt;  // no ETag: nothing to compare a later state with
-    }
-    OutputFingerprint fingerprint;
-    fingerprint.size = headers->size;
-    fingerprint.etag = headers->etag;
-    return fingerprint;
-  }
-  struct stat info;
-  if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
-    return std::nullopt;
-  }
-  OutputFingerprint fingerprint;
-  fingerprint.size = info.st_size;
-  fingerprint.mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
-  return fingerprint;
-}
-
-// Does the output still match what the ledger recorded at completion? An object matched by the
-// bytes behind a predicted ETag sets `store_etag` to the store's own (object_store.hpp).
-bool output_matches(const std::string& path, const OutputFingerprint& recorded,
-                    std::string* store_etag) {
-  if (is_object_store_path(path)) {
-    const auto headers = object_headers(path, true);
-    if (!headers || headers->etag.empty() || headers->size != recorded.size || !recorded.etag) {
-      return false;
-    }
-    const EtagMatch match = match_object_etag(path, *headers, *recorded.etag);
-    if (match == EtagMatch::k_same_content && store_etag != nullptr) {
-      *store_etag = headers->etag;
-    }
-    return match != EtagMatch::k_different;
-  }
-  const auto now = fingerprint_of(path);
-  if (!now || now->size != recorded.size || recorded.etag) {
-    return false;
-  }
-  return now->mtime_ns == recorded.mtime_ns;
-}
-
 // Refuse before claiming when the output cannot be written, so no claim is left behind.
 void check_destination_directory(const std::string& destination) {
   if (is_object_store_path(destination)) {
@@ -532,35 +487,6 @@ class PreDelete {
   uint64_t m_adoption;
   bool m_resolved = false;
 };
-
-// One file of an output's members (output_members_json): a local file's size and mtime, an
-// object's size and ETag.
-JsonValue member_entry(const std::string& path, int64_t size, int64_t mtime_ns,
-                       const std::string* etag) {
-  JsonValue member = JsonValue::object();
-  member.set("path", JsonValue::string(path));
-  member.set("size", JsonValue::integer(size));
-  if (etag != nullptr) {
-    member.set("etag", JsonValue::string(*etag));
-  } else {
-    member.set("mtime_ns", JsonValue::integer(mtime_ns));
-  }
-  return member;
-}
-
-std::string members_text(JsonValue::Array members) {
-  std::sort(members.begin(), members.end(), [](const JsonValue& a, const JsonValue& b) {
-    return a.find("path")->text() < b.find("path")->text();
-  });
-  return JsonValue::array(std::move(members)).dump();
-}
-
-// Whether the object whose headers are `headers` is the one `recorded` describes.
-bool headers_match(const std::string& path, const ObjectHeaders& headers,
-                   const OutputFingerprint& recorded) {
-  return recorded.etag && headers.size == recorded.size &&
-         match_object_etag(path, headers, *recorded.etag) != EtagMatch::k_different;
-}
 
 // After a refused completion on object storage (no conditional write is used yet, see
 // docs/object-storage.md): the object this attempt uploaded is deleted if the store still has it
@@ -792,19 +718,7 @@ double lap_ms(std::chrono::steady_clock::time_point& lap) {
 // warp then reads the options again after the claim and reports the failure where it belongs.
 PreparedWarpPtr prepare_warp_ahead(GDALDataset* source, const std::string* vrt_xml,
                                    const KeptSources* kept_sources) {
-  struct Held {
-    CPLErr type;
-    CPLErrorNum number;
-    std::string message;
-  };
-  std::vector<Held> held;
-  CPLPushErrorHandlerEx(
-      [](CPLErr type, CPLErrorNum number, const char* message) {
-        static_cast<std::vector<Held>*>(CPLGetErrorHandlerUserData())
-            ->push_back({type, number, message != nullptr ? message : ""});
-      },
-      &held);
-  CPLSetCurrentErrorHandlerCatchDebug(FALSE);  // debug lines go out as they come
+  HeldMessages held;
   PreparedWarpPtr warp;
   try {
     warp = prepare_warp(source, vrt_xml, kept_sources);
@@ -812,11 +726,8 @@ PreparedWarpPtr prepare_warp_ahead(GDALDataset* source, const std::string* vrt_x
     CPLDebug("IDEM", "reading the warp options ahead failed (read again after the claim): %s",
              error.what());
   }
-  CPLPopErrorHandler();
   if (warp) {
-    for (const Held& message : held) {
-      CPLError(message.type, message.number, "%s", message.message.c_str());
-    }
+    held.replay();
     CPLDebug("IDEM", "warp options read while the ledger answered the claim");
   }
   return warp;
@@ -917,13 +828,12 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   write_pending_changes_of_sources(read_through);
   keep_sources_without_files(source, read_through, m_kept_sources);
   if (m_options.dry_run) {
+    // A dry run hashes its sources into memory, unless told to use the ledger's persistent
+    // digest cache (`gdal-idem pending` does: a source shared by a batch is hashed once).
     InMemoryDigestCache cache;
     key_options.digest_cache = &cache;
-    {
-      std::lock_guard<std::mutex> lock(g_listener_mutex);
-      if (g_dry_run_digest_cache != nullptr) {
-        key_options.digest_cache = g_dry_run_digest_cache;
-      }
+    if (EQUAL(CPLGetConfigOption("IDEM_DRY_RUN_DIGEST_CACHE", "MEMORY"), "LEDGER")) {
+      key_options.digest_cache = &shared_ledger(m_options.ledger_dsn).digest_cache();
     }
     m_work = describe_work(source, key_options);
     return dry_run(m_work);
@@ -1126,20 +1036,19 @@ GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
       keep_dataset_files(existing.get());
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(g_listener_mutex);
-    if (g_dry_run_listener) {
-      // `gdal-idem key` listens and prints the key itself.
-      g_dry_run_listener(DryRunReport{work.key, work.canonical_json, m_destination});
-    } else {
-      std::printf("IDEM dry run: key=%s destination=%s\n", work.key.c_str(), m_destination.c_str());
-      std::fflush(stdout);
-    }
-  }
-  // Hand GDAL an empty in-memory dataset of the right size: nothing is written anywhere.
+  CPLError(CE_Warning, CPLE_AppDefined, "IDEM dry run: key=%s destination=%s", work.key.c_str(),
+           m_destination.c_str());
+  // Hand GDAL an empty in-memory dataset of the right size: nothing is written anywhere. Its
+  // metadata domain "IDEM" holds the report (docs/configuration.md, "Dry runs").
   auto* mem = GetGDALDriverManager()->GetDriverByName("MEM");
-  return mem->Create("", std::max(1, work.grid.x_size), std::max(1, work.grid.y_size), 0, GDT_Byte,
-                     nullptr);
+  GDALDataset* result = mem->Create("", std::max(1, work.grid.x_size),
+                                    std::max(1, work.grid.y_size), 0, GDT_Byte, nullptr);
+  if (result != nullptr) {
+    result->SetMetadataItem("KEY", work.key.c_str(), k_metadata_domain);
+    result->SetMetadataItem("WORK", work.canonical_json.c_str(), k_metadata_domain);
+    result->SetMetadataItem("DESTINATION", m_destination.c_str(), k_metadata_domain);
+  }
+  return result;
 }
 
 GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why, GDALDataset* output) {
@@ -1148,19 +1057,11 @@ GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why, GDALDatase
   vsiidem_cancel_unlink(m_destination);
   keep_dataset_files(output);
   CPLDebug("IDEM", "timing: skip (open output) %.2f ms", lap_ms(m_lap));
-  // One write(2), so that the lines of workers sharing a log file never interleave (stdio may
-  // write an unbuffered stream's line in pieces: seen with Debian 13's glibc).
-  const std::string line = "IDEM: skipped " + m_destination + ": " + why + " (key " +
-                           row.work_key.substr(0, 12) + ", attempt " + std::to_string(row.attempt) +
-                           ")\n";
-  std::fflush(stderr);
-  for (size_t written = 0; written < line.size();) {
-    const ssize_t n = ::write(STDERR_FILENO, line.data() + written, line.size() - written);
-    if (n <= 0 && errno != EINTR) {
-      break;
-    }
-    written += n > 0 ? static_cast<size_t>(n) : 0;
-  }
+  // A warning, through the caller's error handler: it may silence it (gdal.quiet_errors(),
+  // CPLQuietErrorHandler) or capture it (Python logging, rasterio).
+  CPLError(CE_Warning, CPLE_AppDefined, "IDEM: skipped %s: %s (key %s, attempt %lld)",
+           m_destination.c_str(), why, row.work_key.substr(0, 12).c_str(),
+           static_cast<long long>(row.attempt));
   return output;
 }
 
@@ -1170,20 +1071,17 @@ std::optional<OutputFingerprint> IdemCreator::published_fingerprint(
   std::optional<OutputFingerprint> fingerprint;
   if (!output.is_object()) {
     const std::vector<PublishedFile> placed = output.placed_files();
-    JsonValue::Array members;
     for (const PublishedFile& file : placed) {
       if (file.path == m_destination) {
         fingerprint.emplace();
         fingerprint->size = file.size;
         fingerprint->mtime_ns = file.mtime_ns;
-      } else {
-        members.push_back(member_entry(file.path, file.size, file.mtime_ns, nullptr));
       }
     }
     if (!fingerprint) {
       throw Error(ErrorKind::k_internal, "the output " + m_destination + " was not published");
     }
-    fingerprint->members = members_text(std::move(members));
+    fingerprint->members = local_members_json(placed, m_destination);
     return fingerprint;
   }
   // An object's ETag is predicted from the bytes uploaded where the store allows it, which
@@ -1450,95 +1348,30 @@ const char* creation_option_list() {
 
 }  // namespace
 
-void set_dry_run_listener(DryRunListener listener) {
-  std::lock_guard<std::mutex> lock(g_listener_mutex);
-  g_dry_run_listener = std::move(listener);
-}
-
-void set_dry_run_digest_cache(DigestCache* cache) {
-  std::lock_guard<std::mutex> lock(g_listener_mutex);
-  g_dry_run_digest_cache = cache;
-}
-
-bool completed_output_is_current(const LedgerRow& row, const std::string& destination,
-                                 std::string* store_etag, GDALDatasetUniquePtr* opened) {
-  if (row.state != RowState::k_completed || row.superseded_at || !row.fingerprint ||
-      row.output_uri != destination || !output_matches(destination, *row.fingerprint, store_etag)) {
-    return false;
-  }
-  // The output as GDAL opens it, by its real path: every file it consists of now must be the
-  // files recorded at completion, unchanged (nothing missing, edited, or added since).
-  GDALDatasetUniquePtr dataset;
-  {
-    CPLErrorStateBackuper keep_error_state;
-    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
-    dataset.reset(GDALDataset::Open(destination.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
-  }
-  if (!dataset) {
-    return false;
-  }
-  if (!output_members_unchanged(*dataset, destination, *row.fingerprint)) {
-    return false;
-  }
-  if (opened != nullptr) {
-    *opened = std::move(dataset);
-  }
-  return true;
-}
-
-bool output_members_unchanged(GDALDataset& output, const std::string& primary,
-                              const OutputFingerprint& recorded) {
-  if (!recorded.members) {
-    return true;  // completed before members were recorded: the primary file decides
-  }
-  const CPLStringList files(output.GetFileList());
-  const std::optional<std::string> now = output_members_json(primary, files.List());
-  if (!now || *now != *recorded.members) {
-    CPLDebug("IDEM", "the files of %s differ from those recorded at completion: %s != %s",
-             primary.c_str(), now ? now->c_str() : "(unreadable)", recorded.members->c_str());
-    return false;
-  }
-  return true;
-}
-
-std::optional<std::string> output_members_json(const std::string& primary, CSLConstList files) {
-  JsonValue::Array members;
-  std::set<std::string> seen{primary};
-  for (CSLConstList file = files; file != nullptr && *file != nullptr; ++file) {
-    const std::string path = absolute_path(*file);
-    if (!seen.insert(path).second) {
-      continue;
-    }
-    if (is_object_store_path(path)) {
-      const auto headers = object_headers(path, true);
-      if (!headers) {
-        return std::nullopt;
-      }
-      members.push_back(member_entry(path, headers->size, 0, &headers->etag));
-    } else {
-      struct stat info {};
-      if (::stat(path.c_str(), &info) != 0) {
-        return std::nullopt;
-      }
-      members.push_back(
-          member_entry(path, info.st_size,
-                       int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec, nullptr));
-    }
-  }
-  return members_text(std::move(members));
-}
-
 // IDEM's configuration options (docs/configuration.md), declared to GDALs that warn about
 // unknown ones (3.13 with CPL_DEBUG on).
 void declare_config_options() {
 #if IDEM_GDAL_HAS_DECLARE_KNOWN_CONFIG_OPTION
-  for (const char* name :
-       {"IDEM_LEDGER", "IDEM_NAMESPACE", "IDEM_ON_BUSY", "IDEM_DRY_RUN", "IDEM_FSYNC",
-        "IDEM_CONDITIONAL_WRITE", "IDEM_DURABLE_CLAIM", "IDEM_DURABLE_COMPLETION",
-        "IDEM_KEY_GDAL_VERSION", "IDEM_LEDGER_PAGE_ROWS", "IDEM_LEDGER_PREOPEN",
-        "IDEM_SOURCE_DIGEST", "IDEM_STALE_SECONDS", "IDEM_WARP_MULTI",
-        "IDEM_WARP_REUSE_TRANSFORMER", "IDEM_TEST_PAUSE_AT", "IDEM_TEST_PAUSE_SECONDS",
-        "IDEM_TEST_REACHED_FILE", "IDEM_TEST_RESUME_FILE"}) {
+  for (const char* name : {"IDEM_LEDGER",
+                           "IDEM_NAMESPACE",
+                           "IDEM_ON_BUSY",
+                           "IDEM_DRY_RUN",
+                           "IDEM_DRY_RUN_DIGEST_CACHE",
+                           "IDEM_FSYNC",
+                           "IDEM_CONDITIONAL_WRITE",
+                           "IDEM_DURABLE_CLAIM",
+                           "IDEM_DURABLE_COMPLETION",
+                           "IDEM_KEY_GDAL_VERSION",
+                           "IDEM_LEDGER_PAGE_ROWS",
+                           "IDEM_LEDGER_PREOPEN",
+                           "IDEM_SOURCE_DIGEST",
+                           "IDEM_STALE_SECONDS",
+                           "IDEM_WARP_MULTI",
+                           "IDEM_WARP_REUSE_TRANSFORMER",
+                           "IDEM_TEST_PAUSE_AT",
+                           "IDEM_TEST_PAUSE_SECONDS",
+                           "IDEM_TEST_REACHED_FILE",
+                           "IDEM_TEST_RESUME_FILE"}) {
     CPLDeclareKnownConfigOption(name, nullptr);
   }
 #endif

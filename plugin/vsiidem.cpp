@@ -4,10 +4,9 @@
 // defers unlinks to the end of the process so that GDAL's pre-delete before CreateCopy
 // (docs/internals.md §4, §6) cannot destroy an output that IDEM then skips.
 //
-// Two copies of this code may live in one process (the gdal-idem CLI links the driver
-// statically, and GDAL may load gdal_IDEM.so too). Only one handler is installed; the public
-// functions below reach it through GDAL's own VSIGetFileMetadata / VSISetFileMetadata on
-// control domains, so whichever copy a caller links talks to the installed handler's state.
+// The driver calls the functions below directly (one copy of this code per process: nothing
+// links the plugin). Bindings reach the few documented operations through GDAL's own
+// VSIGetFileMetadata / VSISetFileMetadata on the domains below (docs/vsiidem.md).
 #include "vsiidem.hpp"
 
 #include <fcntl.h>
@@ -56,19 +55,11 @@ namespace {
 
 constexpr const char* k_debug_category = "VSIIDEM";
 
-// Control domains understood by the installed handler's Get/SetFileMetadata.
+// The documented domains of the handler's Get/SetFileMetadata (docs/vsiidem.md).
 constexpr const char* k_domain_handler = "IDEM_HANDLER";                // get: VERSION=1
 constexpr const char* k_domain_unlink_pending = "IDEM_UNLINK_PENDING";  // get: PENDING=YES|NO
 constexpr const char* k_domain_cancel_unlink = "IDEM_CANCEL_UNLINK";    // set
 constexpr const char* k_domain_flush_unlinks = "IDEM_FLUSH_UNLINKS";    // set
-constexpr const char* k_domain_unlink_hook = "IDEM_UNLINK_HOOK";        // set: CALLBACK, USER_DATA
-// get on a destination: ADOPTION=<n> (0: nothing pending)
-constexpr const char* k_domain_adopt_pre_delete = "IDEM_ADOPT_PRE_DELETE";
-// set: ADOPTION=<n>, PUBLISHED=YES|NO, FILE_<i>=<published file>; get back: FAILED_<i>
-constexpr const char* k_domain_resolve_pre_delete = "IDEM_RESOLVE_PRE_DELETE";
-
-// The hook crosses between copies of this code as a plain C function pointer and its data.
-using CUnlinkHook = int (*)(const char* real_path, void* user_data);
 
 bool is_write_access(const char* access) {
   return std::strchr(access, 'w') != nullptr || std::strchr(access, 'a') != nullptr ||
@@ -92,15 +83,7 @@ std::string random_token() {
 // "/vsiidem" or "/vsiidem/" -> "." (the working directory, as GDAL's CPLGetDirname yields it).
 std::string strip_prefix(const char* vsi_path) {
   const std::string path = vsi_path == nullptr ? std::string() : std::string(vsi_path);
-  const std::string prefix = k_vsiidem_prefix;
-  const std::string bare_prefix = prefix.substr(0, prefix.size() - 1);
-  if (path == bare_prefix || path == prefix) {
-    return ".";
-  }
-  if (path.rfind(prefix, 0) == 0) {
-    return path.substr(prefix.size());
-  }
-  return path;
+  return is_vsiidem_path(path) ? vsiidem_real_path(path) : path;
 }
 
 // vsiidem_set_use_hook's hook, called before each Stat and Open.
@@ -308,6 +291,20 @@ bool in_dataset_group(const std::string& destination, const std::string& path) {
   return name.size() > stem.size() + 1 && name.compare(0, stem.size() + 1, stem + ".") == 0;
 }
 
+// The unlink hook's verdict on `real_path`: false (the file is kept) when it says so or throws.
+bool call_hook(const UnlinkHook& hook, const std::string& real_path) {
+  try {
+    return hook(real_path);
+  } catch (const std::exception& error) {
+    CPLError(CE_Warning, CPLE_AppDefined, "gdal-idem: %s was kept: %s", real_path.c_str(),
+             error.what());
+  } catch (...) {
+    CPLError(CE_Warning, CPLE_AppDefined, "gdal-idem: %s was kept: unexpected error",
+             real_path.c_str());
+  }
+  return false;
+}
+
 // Process-wide state of the handler this copy installed. Leaked on purpose: it must outlive
 // static destruction, since the flush can run from atexit or from GDAL's cleanup.
 class VsiIdemState {
@@ -337,8 +334,7 @@ class VsiIdemState {
   };
   std::map<std::string, MissingLook> m_missing_looks;
   size_t m_missing_looks_prune_at = 64;  // its size at which expired entries are dropped
-  CUnlinkHook m_hook = nullptr;
-  void* m_hook_data = nullptr;
+  UnlinkHook m_hook;                     // vsiidem_set_unlink_hook
   bool m_exit_flush_registered = false;
 
   // The exit handler is registered with the first deferred unlink, after GDAL's file system
@@ -468,8 +464,7 @@ class VsiIdemState {
   // before it is handled, so every unlink runs at most once.
   void flush(FlushPoint point) {
     std::map<std::string, PendingUnlink> paths;
-    CUnlinkHook hook = nullptr;
-    void* hook_data = nullptr;
+    UnlinkHook hook;
     {
       std::lock_guard<std::mutex> lock(m_mutex);
       own_pending_unlinks();
@@ -482,20 +477,19 @@ class VsiIdemState {
         }
       }
       hook = m_hook;
-      hook_data = m_hook_data;
     }
     for (const auto& [path, pending] : paths) {
       if (!local_path(path) && point == FlushPoint::k_gdal_cleanup) {
         // GDAL's file manager is being torn down: no VSI call is safe any more.
-        std::fprintf(stderr, "gdal-idem: deferred delete of %s skipped at GDAL cleanup\n",
-                     path.c_str());
+        CPLError(CE_Warning, CPLE_FileIO,
+                 "gdal-idem: deferred delete of %s skipped at GDAL cleanup", path.c_str());
         continue;
       }
       if (!local_path(path) && point == FlushPoint::k_exit_local_only) {
-        std::fprintf(stderr,
-                     "gdal-idem: deferred delete of %s skipped at exit: no thread could be "
-                     "started to reach it\n",
-                     path.c_str());
+        CPLError(CE_Warning, CPLE_FileIO,
+                 "gdal-idem: deferred delete of %s skipped at exit: no thread could be "
+                 "started to reach it",
+                 path.c_str());
         continue;
       }
       if (!pending.observed) {
@@ -504,11 +498,11 @@ class VsiIdemState {
       const std::optional<FileIdentity> now = current_identity(path);
       if (!now && !local_path(path)) {
         // The store did not answer (or the object is gone): nothing is deleted unchecked.
-        std::fprintf(stderr,
-                     "gdal-idem: deferred delete of %s failed: the object could not be checked "
-                     "to be the one the delete saw (the store did not answer, or it is gone), "
-                     "so nothing was deleted\n",
-                     path.c_str());
+        CPLError(CE_Warning, CPLE_FileIO,
+                 "gdal-idem: deferred delete of %s failed: the object could not be checked "
+                 "to be the one the delete saw (the store did not answer, or it is gone), "
+                 "so nothing was deleted",
+                 path.c_str());
         continue;
       }
       if (!now || !(*now == *pending.observed)) {
@@ -518,7 +512,7 @@ class VsiIdemState {
                  path.c_str());
         continue;
       }
-      if (hook != nullptr && hook(path.c_str(), hook_data) == 0) {
+      if (hook && !call_hook(hook, path)) {
         continue;  // the hook keeps the file (its ledger rows could not be removed)
       }
       const int result = local_path(path) ? ::unlink(path.c_str()) : VSIUnlink(path.c_str());
@@ -532,8 +526,8 @@ class VsiIdemState {
                  : point == FlushPoint::k_running    ? ""
                                                      : " (end of the process)");
       } else if (errno != ENOENT) {
-        std::fprintf(stderr, "gdal-idem: deferred delete of %s failed: %s\n", path.c_str(),
-                     std::strerror(errno));
+        CPLError(CE_Warning, CPLE_FileIO, "gdal-idem: deferred delete of %s failed: %s",
+                 path.c_str(), std::strerror(errno));
       }
     }
   }
@@ -881,21 +875,11 @@ class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
                                    CSLConstList options);
 };
 
-// Resolves the deferred unlinks an IDEM call adopted (`request`: ADOPTION, PUBLISHED, FILE_<i>).
-// Not published: they are dropped, and every file stays as it was. Published: the files the new
-// output replaced are gone already (renamed over); the others of the replaced output are removed
-// now, each only if it is still the file its unlink saw. Returns FAILED_<i>=<path> for each that
-// could not be removed.
-CPLStringList resolve_adopted(CSLConstList request) {
-  const uint64_t adoption =
-      std::strtoull(CSLFetchNameValueDef(request, "ADOPTION", "0"), nullptr, 10);
-  const bool published = CPLTestBool(CSLFetchNameValueDef(request, "PUBLISHED", "NO"));
+// Resolves the deferred unlinks an IDEM call adopted (vsiidem_resolve_pre_delete).
+std::vector<std::string> resolve_adopted(uint64_t adoption, bool published,
+                                         const std::vector<std::string>& files) {
   std::set<std::string> kept;
-  for (int i = 0;; ++i) {
-    const char* file = CSLFetchNameValue(request, ("FILE_" + std::to_string(i)).c_str());
-    if (file == nullptr) {
-      break;
-    }
+  for (const std::string& file : files) {
     kept.insert(vsiidem_absolute_path(file));
   }
   auto& shared = state();
@@ -904,7 +888,7 @@ CPLStringList resolve_adopted(CSLConstList request) {
     std::lock_guard<std::mutex> lock(shared.m_mutex);
     adopted = shared.take_adopted(adoption);
   }
-  CPLStringList failed;
+  std::vector<std::string> failed;
   if (!published) {
     for (const auto& entry : adopted) {
       CPLDebug(k_debug_category, "deferred unlink of %s dropped: the IDEM call kept the file",
@@ -927,7 +911,7 @@ CPLStringList resolve_adopted(CSLConstList request) {
       ++shared.m_changes;
     }
     if (result != 0 && errno != ENOENT) {
-      failed.SetNameValue(("FAILED_" + std::to_string(failed.size())).c_str(), path.c_str());
+      failed.push_back(path);
     } else {
       CPLDebug(k_debug_category, "removed %s, a file of the replaced output", path.c_str());
     }
@@ -1313,21 +1297,9 @@ char** VsiIdemFilesystemHandler::GetFileMetadata(const char* filename, const cha
       return result.StealList();
     }
     const std::string real = real_absolute(filename);
-    if (domain != nullptr && EQUAL(domain, k_domain_adopt_pre_delete)) {
-      auto& shared = state();
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
-      CPLStringList result;
-      result.SetNameValue("ADOPTION", std::to_string(shared.adopt(real)).c_str());
-      return result.StealList();
-    }
-    if (domain != nullptr && EQUAL(domain, k_domain_resolve_pre_delete)) {
-      return resolve_adopted(options).StealList();
-    }
     if (domain != nullptr && EQUAL(domain, k_domain_unlink_pending)) {
-      auto& shared = state();
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
       CPLStringList result;
-      result.SetNameValue("PENDING", shared.m_pending_unlinks.count(real) != 0 ? "YES" : "NO");
+      result.SetNameValue("PENDING", vsiidem_unlink_pending(real) ? "YES" : "NO");
       return result.StealList();
     }
     return VSIGetFileMetadata(real.c_str(), domain, options);
@@ -1340,29 +1312,13 @@ char** VsiIdemFilesystemHandler::GetFileMetadata(const char* filename, const cha
 bool VsiIdemFilesystemHandler::SetFileMetadata(const char* filename, CSLConstList metadata,
                                                const char* domain, CSLConstList options) {
   try {
-    auto& shared = state();
     if (domain != nullptr && EQUAL(domain, k_domain_flush_unlinks)) {
-      shared.flush(VsiIdemState::FlushPoint::k_running);
-      return true;
-    }
-    if (domain != nullptr && EQUAL(domain, k_domain_unlink_hook)) {
-      const char* callback = CSLFetchNameValue(metadata, "CALLBACK");
-      const char* user_data = CSLFetchNameValue(metadata, "USER_DATA");
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
-      shared.m_hook = callback == nullptr
-                          ? nullptr
-                          : reinterpret_cast<CUnlinkHook>(std::strtoull(callback, nullptr, 16));
-      shared.m_hook_data = user_data == nullptr
-                               ? nullptr
-                               : reinterpret_cast<void*>(std::strtoull(user_data, nullptr, 16));
+      vsiidem_flush_unlinks();
       return true;
     }
     const std::string real = real_absolute(filename);
     if (domain != nullptr && EQUAL(domain, k_domain_cancel_unlink)) {
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
-      if (shared.m_pending_unlinks.erase(real) != 0) {
-        CPLDebug(k_debug_category, "deferred unlink of %s cancelled", real.c_str());
-      }
+      vsiidem_cancel_unlink(real);
       return true;
     }
     return VSISetFileMetadata(real.c_str(), metadata, domain, options) != 0;
@@ -1370,53 +1326,6 @@ bool VsiIdemFilesystemHandler::SetFileMetadata(const char* filename, CSLConstLis
     CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
     return false;
   }
-}
-
-/************************************************************************/
-/*                    This copy's side of the hook                      */
-/************************************************************************/
-
-// The hook set through this copy of the code; the installed handler (maybe another copy's)
-// calls it through local_hook_trampoline.
-struct LocalHook {
-  std::mutex m_mutex;
-  UnlinkHook m_hook;
-};
-
-LocalHook& local_hook() {
-  static auto* instance = new LocalHook();  // leaked: called at exit
-  return *instance;
-}
-
-int local_hook_trampoline(const char* real_path, void* user_data) {
-  auto* holder = static_cast<LocalHook*>(user_data);
-  UnlinkHook hook;
-  {
-    std::lock_guard<std::mutex> lock(holder->m_mutex);
-    hook = holder->m_hook;
-  }
-  if (!hook) {
-    return 1;
-  }
-  try {
-    return hook(real_path) ? 1 : 0;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "gdal-idem: %s was kept: %s\n", real_path, error.what());
-  } catch (...) {
-    std::fprintf(stderr, "gdal-idem: %s was kept: unexpected error\n", real_path);
-  }
-  return 0;
-}
-
-// "/vsiidem/" followed by an absolute real path: "/vsiidem//abs/path".
-std::string control_path(const std::string& path) {
-  return std::string(k_vsiidem_prefix) + vsiidem_absolute_path(path);
-}
-
-std::string pointer_text(const void* pointer) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%" PRIxPTR, reinterpret_cast<std::uintptr_t>(pointer));
-  return text;
 }
 
 std::mutex& install_mutex() {
@@ -1431,90 +1340,54 @@ void install_vsiidem_handler() {
   VSIFilesystemHandler* current = VSIFileManager::GetHandler(k_vsiidem_prefix);
   VSIFilesystemHandler* local = VSIFileManager::GetHandler("/");
   if (current != local) {
-    // Installed already, by this copy or another one (plugin and static CLI in one process).
+    if (dynamic_cast<VsiIdemFilesystemHandler*>(current) == nullptr) {
+      // Another copy of this code (a program that links the driver and loads the plugin too)
+      // would keep deferred unlinks this copy cannot see.
+      CPLError(CE_Failure, CPLE_AppDefined,
+               "/vsiidem/ is already installed by another copy of gdal-idem in this process; "
+               "load gdal_IDEM.so only through GDAL's plugin path");
+    }
     return;
   }
   compat::install_handler(k_vsiidem_prefix, new VsiIdemFilesystemHandler());
   CPLDebug(k_debug_category, "installed the /vsiidem/ handler");
 }
 
-std::string vsiidem_real_path(const std::string& vsi_path) {
-  if (!is_vsiidem_path(vsi_path)) {
-    return "";
-  }
-  return strip_prefix(vsi_path.c_str());
-}
-
-bool is_vsiidem_path(const std::string& path) {
-  const std::string prefix = k_vsiidem_prefix;
-  return path.rfind(prefix, 0) == 0 || path == prefix.substr(0, prefix.size() - 1);
-}
-
-std::string vsiidem_absolute_path(const std::string& path) {
-  return absolute_path(is_vsiidem_path(path) ? strip_prefix(path.c_str()) : path);
-}
-
 bool vsiidem_unlink_pending(const std::string& real_path) {
-  install_vsiidem_handler();
-  CPLStringList result(
-      VSIGetFileMetadata(control_path(real_path).c_str(), k_domain_unlink_pending, nullptr));
-  const char* pending = result.FetchNameValue("PENDING");
-  return pending != nullptr && EQUAL(pending, "YES");
+  auto& shared = state();
+  const std::string real = vsiidem_absolute_path(real_path);
+  std::lock_guard<std::mutex> lock(shared.m_mutex);
+  return shared.m_pending_unlinks.count(real) != 0;
 }
 
 void vsiidem_cancel_unlink(const std::string& real_path) {
-  install_vsiidem_handler();
-  const char* const nothing[] = {nullptr};
-  VSISetFileMetadata(control_path(real_path).c_str(), nothing, k_domain_cancel_unlink, nullptr);
+  auto& shared = state();
+  const std::string real = vsiidem_absolute_path(real_path);
+  std::lock_guard<std::mutex> lock(shared.m_mutex);
+  if (shared.m_pending_unlinks.erase(real) != 0) {
+    CPLDebug(k_debug_category, "deferred unlink of %s cancelled", real.c_str());
+  }
 }
 
 uint64_t vsiidem_adopt_pre_delete(const std::string& destination) {
-  install_vsiidem_handler();
-  const CPLStringList result(
-      VSIGetFileMetadata(control_path(destination).c_str(), k_domain_adopt_pre_delete, nullptr));
-  return std::strtoull(result.FetchNameValueDef("ADOPTION", "0"), nullptr, 10);
+  auto& shared = state();
+  const std::string real = vsiidem_absolute_path(destination);
+  std::lock_guard<std::mutex> lock(shared.m_mutex);
+  return shared.adopt(real);
 }
 
 std::vector<std::string> vsiidem_resolve_pre_delete(uint64_t adoption, bool published,
                                                     const std::vector<std::string>& files) {
-  std::vector<std::string> failed;
   if (adoption == 0) {
-    return failed;
+    return {};
   }
-  CPLStringList request;
-  request.SetNameValue("ADOPTION", std::to_string(adoption).c_str());
-  request.SetNameValue("PUBLISHED", published ? "YES" : "NO");
-  for (size_t i = 0; i < files.size(); ++i) {
-    request.SetNameValue(("FILE_" + std::to_string(i)).c_str(), files[i].c_str());
-  }
-  const CPLStringList result(
-      VSIGetFileMetadata(k_vsiidem_prefix, k_domain_resolve_pre_delete, request.List()));
-  for (int i = 0; i < result.size(); ++i) {
-    char* name = nullptr;
-    const char* value = CPLParseNameValue(result[i], &name);
-    if (value != nullptr) {
-      failed.emplace_back(value);
-    }
-    CPLFree(name);
-  }
-  return failed;
+  return resolve_adopted(adoption, published, files);
 }
 
 void vsiidem_set_unlink_hook(UnlinkHook hook) {
-  install_vsiidem_handler();
-  LocalHook& holder = local_hook();
-  const bool has_hook = static_cast<bool>(hook);
-  {
-    std::lock_guard<std::mutex> lock(holder.m_mutex);
-    holder.m_hook = std::move(hook);
-  }
-  CPLStringList metadata;
-  if (has_hook) {
-    metadata.SetNameValue(
-        "CALLBACK", pointer_text(reinterpret_cast<const void*>(&local_hook_trampoline)).c_str());
-    metadata.SetNameValue("USER_DATA", pointer_text(&holder).c_str());
-  }
-  VSISetFileMetadata(k_vsiidem_prefix, metadata.List(), k_domain_unlink_hook, nullptr);
+  auto& shared = state();
+  std::lock_guard<std::mutex> lock(shared.m_mutex);
+  shared.m_hook = std::move(hook);
 }
 
 void vsiidem_set_use_hook(void (*hook)()) {
@@ -1522,9 +1395,7 @@ void vsiidem_set_use_hook(void (*hook)()) {
 }
 
 void vsiidem_flush_unlinks() {
-  install_vsiidem_handler();
-  const char* const nothing[] = {nullptr};
-  VSISetFileMetadata(k_vsiidem_prefix, nothing, k_domain_flush_unlinks, nullptr);
+  state().flush(VsiIdemState::FlushPoint::k_running);
 }
 
 }  // namespace idem

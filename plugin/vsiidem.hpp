@@ -10,21 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "core/paths.hpp"
+
 namespace idem {
 
-constexpr const char* k_vsiidem_prefix = "/vsiidem/";
-
-// Install the handler (idempotent, also across two copies of this code in one process).
+// Install the handler (idempotent).
 void install_vsiidem_handler();
 
-// "/vsiidem/a/b.tif" -> "a/b.tif", "/vsiidem//x/y" -> "/x/y"; nullopt-like "" when not /vsiidem/.
-std::string vsiidem_real_path(const std::string& vsi_path);
-bool is_vsiidem_path(const std::string& path);
-
-// The key under which /vsiidem/ records a path (pending unlinks, files being written): a
-// /vsiidem/ name or a real path, made absolute and lexically normalised (idem::absolute_path).
-// The functions below normalise their argument the same way, so either form may be passed.
-std::string vsiidem_absolute_path(const std::string& path);
+// The names: k_vsiidem_prefix, is_vsiidem_path, vsiidem_real_path and vsiidem_absolute_path
+// (core/paths.hpp). The functions below normalise their argument as vsiidem_absolute_path does,
+// so either a /vsiidem/ name or a real path may be passed.
 
 // Deferred unlinks of the real path `real_path` (as recorded, made absolute): whether one is
 // pending, and cancelling it (a skip keeps the file). Both take the absolute real path.

@@ -17,7 +17,6 @@
 #include "core/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
-#include "vsiidem.hpp"
 
 namespace idem::cli {
 

@@ -1,6 +1,8 @@
 // gdal-idem key -- gdalwarp|gdal_translate ARGS...: the key the command's real run would get.
 // The arguments are parsed by GDAL's own option parsers and the program's library call is run
-// in-process against the IDEM driver in dry-run mode, so the key is the real run's key.
+// in-process against the IDEM driver (the plugin, loaded by GDAL as for any program) in dry-run
+// mode, so the key is the real run's key; the driver reports it in the returned dataset's
+// metadata domain "IDEM".
 // gdal-idem key -- ogr2ogr ARGS...: the key `gdal-idem load` gives that feature load.
 // key_raster_command() is shared with `gdal-idem pending`, which keys every command of a batch.
 #include <cstdio>
@@ -16,13 +18,12 @@
 #include "core/command_line.hpp"
 #include "core/error.hpp"
 #include "core/feature_key.hpp"
+#include "core/held_messages.hpp"
 #include "core/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "gdal_utils.h"
-#include "idem_driver.hpp"
-#include "vsiidem.hpp"
 
 namespace idem::cli {
 
@@ -81,21 +82,33 @@ std::string dry_run_destination(const std::string& destination) {
   return std::string(k_vsiidem_prefix) + absolute_path(destination);
 }
 
-// The driver's dry-run report of one call; the listener is unset again however the call ends
-// (`gdal-idem pending` keys many commands in one process).
-class DryRunCapture {
- public:
-  DryRunCapture() {
-    set_dry_run_listener([this](const DryRunReport& report) { m_report = report; });
+// The driver's dry-run report, from the metadata domain "IDEM" of the dataset it returned.
+std::optional<CommandKey> dry_run_report(GDALDatasetH dataset) {
+  if (dataset == nullptr) {
+    return std::nullopt;
   }
-  ~DryRunCapture() { set_dry_run_listener(nullptr); }
-  DryRunCapture(const DryRunCapture&) = delete;
-  DryRunCapture& operator=(const DryRunCapture&) = delete;
-  const std::optional<DryRunReport>& report() const { return m_report; }
+  const char* key = GDALGetMetadataItem(dataset, "KEY", "IDEM");
+  const char* work = GDALGetMetadataItem(dataset, "WORK", "IDEM");
+  const char* destination = GDALGetMetadataItem(dataset, "DESTINATION", "IDEM");
+  if (key == nullptr || work == nullptr || destination == nullptr) {
+    return std::nullopt;
+  }
+  return CommandKey{key, work, destination};
+}
 
- private:
-  std::optional<DryRunReport> m_report;
-};
+// GDAL has no IDEM driver: it loads drivers from plugins, and did not find gdal_IDEM.so.
+void require_idem_driver() {
+  if (GDALGetDriverByName("IDEM") != nullptr) {
+    return;
+  }
+  const char* driver_path = CPLGetConfigOption("GDAL_DRIVER_PATH", nullptr);
+  throw Error(ErrorKind::k_usage,
+              std::string("GDAL did not load the IDEM driver (gdal_IDEM.so) from ") +
+                  (driver_path != nullptr ? "GDAL_DRIVER_PATH=" + std::string(driver_path)
+                                          : std::string("its plugin directory")) +
+                  ": install gdal-idem's plugin there, or set GDAL_DRIVER_PATH to the directory "
+                  "that holds gdal_IDEM.so");
+}
 
 constexpr const char* k_key_usage =
     "usage: gdal-idem key [--json] -- gdalwarp|gdal_translate ARGS...\n"
@@ -215,12 +228,15 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
   }
   const std::string destination = dry_run_destination(parsed.positionals.back());
   parsed.positionals.pop_back();
+  require_idem_driver();
   if (before_dry_run) {
     before_dry_run();
   }
 
-  DryRunCapture capture;
   CPLConfigOptionSetter dry_run("IDEM_DRY_RUN", "YES", false);
+  // The driver's notice of the dry run is this command's result; other messages pass.
+  HeldMessages held;
+  std::optional<CommandKey> report;
 
   int usage_error = FALSE;
   GDALDatasetH result = nullptr;
@@ -240,26 +256,26 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
     result = GDALWarp(destination.c_str(), nullptr, static_cast<int>(handles.size()),
                       handles.data(), options, &usage_error);
     GDALWarpAppOptionsFree(options);
-    if (result != nullptr) {
-      GDALClose(result);
-    }
   } else {
     DatasetHandle source = open_source(parsed.positionals[0], open_options(parsed.options));
     GDALTranslateOptions* options = GDALTranslateOptionsNew(option_list.List(), nullptr);
     result = GDALTranslate(destination.c_str(), source.get(), options, &usage_error);
     GDALTranslateOptionsFree(options);
-    if (result != nullptr) {
-      GDALClose(result);
-    }
   }
-  const std::optional<DryRunReport>& report = capture.report();
+  report = dry_run_report(result);
+  if (result != nullptr) {
+    GDALClose(result);
+  }
+  held.replay([](CPLErr type, const std::string& message) {
+    return type == CE_Warning && message.rfind("IDEM dry run: ", 0) == 0;
+  });
   if (!report) {
     const std::string message = CPLGetLastErrorMsg();
     throw Error(usage_error ? ErrorKind::k_usage : ErrorKind::k_source,
                 "the command did not reach the IDEM driver" +
                     (message.empty() ? std::string() : ": " + message));
   }
-  return CommandKey{report->key, report->canonical_json, report->destination};
+  return *report;
 }
 
 std::string json_quote(const std::string& text) {

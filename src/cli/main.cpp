@@ -10,7 +10,6 @@
 #include "core/version.hpp"
 #include "cpl_conv.h"
 #include "gdal_priv.h"
-#include "idem_driver.hpp"
 
 namespace {
 
@@ -85,8 +84,8 @@ idem::cli::Args take_global_options(const idem::cli::Args& args, idem::cli::Glob
 
 int main(int argc, char** argv) {
   using namespace idem::cli;
-  // The driver is linked in, so `key` works without the plugin installed.
-  idem::register_idem_driver();
+  // The IDEM driver is a plugin, loaded as any GDAL program loads it (GDAL_DRIVER_PATH, else
+  // GDAL's plugin directory); `key` and `pending` say so when it is missing.
   GDALAllRegister();
 
   GlobalOptions global;

@@ -18,11 +18,11 @@
 
 #include "cli.hpp"
 #include "core/error.hpp"
+#include "core/output_check.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "gdal.h"
-#include "idem_driver.hpp"
 #include "ledger/ledger.hpp"
 
 namespace idem::cli {
@@ -228,14 +228,6 @@ class ConfigScope {
   CPLStringList m_saved;
 };
 
-class DryRunDigestCacheScope {
- public:
-  explicit DryRunDigestCacheScope(DigestCache* cache) { set_dry_run_digest_cache(cache); }
-  ~DryRunDigestCacheScope() { set_dry_run_digest_cache(nullptr); }
-  DryRunDigestCacheScope(const DryRunDigestCacheScope&) = delete;
-  DryRunDigestCacheScope& operator=(const DryRunDigestCacheScope&) = delete;
-};
-
 // GDAL's general options other than --config and --debug print (--version, --formats...),
 // wait for the terminal (--pause), read files of arguments (--optfile) or change the process
 // (--locale, --mempreload): not evaluated here.
@@ -405,12 +397,12 @@ PendingFilter::Verdict PendingFilter::check(const std::vector<ShellWord>& words)
   CommandKey key;
   {
     CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);  // the reasons reach the warning instead
-    std::unique_ptr<DryRunDigestCacheScope> digest_cache;
+    // The ledger's persistent digest cache spares hashing sources the real runs (or earlier
+    // lines) hashed already.
+    CPLConfigOptionSetter digest_cache("IDEM_DRY_RUN_DIGEST_CACHE", "LEDGER", true);
     key = key_raster_command(command, [&]() {
-      // The ledger the command would use, its --config options applied; its persistent digest
-      // cache spares hashing sources the real runs (or earlier lines) hashed already.
+      // The ledger the command would use, its --config options applied.
       ledger = &ledger_for(CPLGetConfigOption("IDEM_LEDGER", ""));
-      digest_cache = std::make_unique<DryRunDigestCacheScope>(&ledger->digest_cache());
     });
   }
 

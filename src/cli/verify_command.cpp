@@ -13,12 +13,12 @@
 #include "cli.hpp"
 #include "cli_util.hpp"
 #include "core/object_store.hpp"
+#include "core/output_check.hpp"
 #include "core/sha256.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
-#include "idem_driver.hpp"
 
 namespace idem::cli {
 

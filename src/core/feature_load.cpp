@@ -575,7 +575,8 @@ FeatureLoadResult run_feature_load(FeatureLoadRequest request) {
                                            holder_text + "; IDEM_ON_BUSY=FAIL");
     }
     if (!waited) {
-      std::fprintf(stderr, "IDEM: waiting for %s, which holds this load\n", holder_text.c_str());
+      CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds this load",
+               holder_text.c_str());
       waited = true;
     }
     const double left = holder.lease_left_seconds.value_or(1.0);

@@ -42,8 +42,7 @@ void test_pause(const char* point) {
   }
   const double seconds = CPLAtof(CPLGetConfigOption("IDEM_TEST_PAUSE_SECONDS", "30"));
   const char* resume_file = CPLGetConfigOption("IDEM_TEST_RESUME_FILE", nullptr);
-  std::fprintf(stderr, "IDEM: test pause at %s for %.1f s\n", point, seconds);
-  std::fflush(stderr);
+  CPLError(CE_Warning, CPLE_AppDefined, "IDEM: test pause at %s for %.1f s", point, seconds);
   // With IDEM_TEST_REACHED_FILE the pause also says so by creating that file: the handshake of a
   // test that runs the worker in its own process (a thread, with thread-local options).
   if (const char* reached = CPLGetConfigOption("IDEM_TEST_REACHED_FILE", nullptr)) {

@@ -88,4 +88,21 @@ std::string basename_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+bool is_vsiidem_path(const std::string& path) {
+  const std::string prefix = k_vsiidem_prefix;
+  return path.rfind(prefix, 0) == 0 || path == prefix.substr(0, prefix.size() - 1);
+}
+
+std::string vsiidem_real_path(const std::string& vsi_path) {
+  if (!is_vsiidem_path(vsi_path)) {
+    return "";
+  }
+  const size_t prefix_size = std::string(k_vsiidem_prefix).size();
+  return vsi_path.size() <= prefix_size ? std::string(".") : vsi_path.substr(prefix_size);
+}
+
+std::string vsiidem_absolute_path(const std::string& path) {
+  return absolute_path(is_vsiidem_path(path) ? vsiidem_real_path(path) : path);
+}
+
 }  // namespace idem

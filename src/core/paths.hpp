@@ -18,4 +18,15 @@ std::string basename_of(const std::string& path);
 // True for GDAL virtual filesystem paths (/vsis3/, /vsimem/, ...).
 bool is_vsi_path(const std::string& path);
 
+// /vsiidem/ names (docs/vsiidem.md): /vsiidem/<path> maps to <path>, /vsiidem//abs/path for an
+// absolute one.
+constexpr const char* k_vsiidem_prefix = "/vsiidem/";
+bool is_vsiidem_path(const std::string& path);
+// "/vsiidem/a/b.tif" -> "a/b.tif", "/vsiidem//x/y" -> "/x/y", "/vsiidem/" -> "."; "" when
+// `vsi_path` is not a /vsiidem/ name.
+std::string vsiidem_real_path(const std::string& vsi_path);
+// The key under which /vsiidem/ records a path (pending unlinks, files being written): a
+// /vsiidem/ name or a real path, made absolute and lexically normalised (absolute_path).
+std::string vsiidem_absolute_path(const std::string& path);
+
 }  // namespace idem

@@ -179,7 +179,11 @@ void forward_warnings(void* /*unused*/, const PGresult* result) {
       }
     }
   }
-  std::fputs(PQresultErrorMessage(result), stderr);
+  std::string message = PQresultErrorMessage(result);
+  while (!message.empty() && message.back() == '\n') {
+    message.pop_back();
+  }
+  CPLError(CE_Warning, CPLE_AppDefined, "PostgreSQL ledger: %s", message.c_str());
 }
 
 // What one schema query says (see k_schema_versions_sql).

@@ -1,11 +1,9 @@
-// Unit tests of /vsiidem/ (plugin/vsiidem.cpp) from C++: path mapping, and the case of two
-// copies of the code in one process. This executable links the driver statically (as the
-// gdal-idem CLI does) and GDAL also loads gdal_IDEM.so from GDAL_DRIVER_PATH; only one handler
-// may be installed, and the functions of either copy must reach its state.
+// Unit tests of /vsiidem/ (plugin/vsiidem.cpp) from C++: path mapping, deferred unlinks and
+// their hook, concurrent writers. This executable links the driver's code; GDAL's plugin loading
+// is off (GDAL_DRIVER_PATH=disable, src/tests/CMakeLists.txt), so one copy of it runs here.
 #include "vsiidem.hpp"
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -143,38 +141,6 @@ TEST_F(VsiIdemTest, NewFileRenamedIntoPlaceCancelsThePendingUnlink) {
   std::string content;
   in >> content;
   EXPECT_EQ(content, "new!");
-}
-
-// The plugin's copy (loaded by GDALAllRegister) installs the handler first; this executable's
-// static copy must not install a second one, and its functions must act on the installed one.
-TEST_F(VsiIdemTest, TwoCopiesInOneProcessShareOneHandler) {
-  const char* plugin_dir = CPLGetConfigOption("GDAL_DRIVER_PATH", nullptr);
-  if (plugin_dir == nullptr || !exists(std::string(plugin_dir) + "/gdal_IDEM.so")) {
-    GTEST_SKIP() << "GDAL_DRIVER_PATH does not hold gdal_IDEM.so";
-  }
-  GDALAllRegister();
-  VSIFilesystemHandler* installed = VSIFileManager::GetHandler("/vsiidem/");
-  ASSERT_NE(installed, VSIFileManager::GetHandler("/"));
-  Dl_info info{};
-  ASSERT_NE(::dladdr(*reinterpret_cast<void**>(installed), &info), 0);
-  const std::string owner = info.dli_fname == nullptr ? "" : info.dli_fname;
-  ASSERT_NE(owner.find("gdal_IDEM.so"), std::string::npos)
-      << "expected the plugin's handler to be installed first, got one from " << owner;
-
-  idem::install_vsiidem_handler();  // this copy's: must be a no-op
-  EXPECT_EQ(VSIFileManager::GetHandler("/vsiidem/"), installed);
-
-  const std::string path = make_file("c.tif");
-  ASSERT_EQ(VSIUnlink(("/vsiidem/" + path).c_str()), 0);  // recorded by the plugin's copy
-  EXPECT_TRUE(idem::vsiidem_unlink_pending(path));        // seen by the static copy
-  std::vector<std::string> hooked;
-  idem::vsiidem_set_unlink_hook([&hooked](const std::string& real) {
-    hooked.push_back(real);
-    return true;
-  });
-  idem::vsiidem_flush_unlinks();
-  EXPECT_EQ(hooked, std::vector<std::string>{path}) << "the static copy's hook was called";
-  EXPECT_FALSE(exists(path));
 }
 
 // Many threads writing, reading back, unlinking and rewriting distinct files at once.

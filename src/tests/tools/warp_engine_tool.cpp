@@ -46,6 +46,8 @@ int usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The warp engine is linked in: GDAL must not load the plugin's copy of it beside.
+  CPLSetConfigOption("GDAL_DRIVER_PATH", "disable");
   GDALAllRegister();
   argc = GDALGeneralCmdLineProcessor(argc, &argv, 0);
   if (argc < 1) {

@@ -1,0 +1,38 @@
+// GDAL's warnings and errors held back for a while, then passed on or dropped.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cpl_error.h"
+
+namespace idem {
+
+// While it is held, GDAL's warnings and errors raised on this thread are kept instead of
+// reaching the caller's handler; debug lines go out as they come. The handler is popped by
+// replay() or, whatever happens, when it goes out of scope (the messages are then dropped).
+class HeldMessages {
+ public:
+  HeldMessages();
+  ~HeldMessages();
+  HeldMessages(const HeldMessages&) = delete;
+  HeldMessages& operator=(const HeldMessages&) = delete;
+
+  // Pops the handler and raises the held messages again, in order, to the caller's handler,
+  // except those `drop` says to drop.
+  void replay(const std::function<bool(CPLErr, const std::string&)>& drop = {});
+
+ private:
+  struct Held {
+    CPLErr type;
+    CPLErrorNum number;
+    std::string message;
+  };
+  void pop();
+
+  std::vector<Held> m_held;
+  bool m_pushed = false;
+};
+
+}  // namespace idem
