@@ -1,7 +1,7 @@
 """The golden key corpus: fixed commands on a checked-in source must keep their keys.
 
 A key change breaks every ledger's memory of completed work, so it is allowed only together with
-a k_algo_version bump (src/core/work_key.hpp). After bumping, regenerate the corpus with
+a k_algo_version bump (src/key/work_key.hpp). After bumping, regenerate the corpus with
 
     IDEM_REGENERATE_GOLDEN_KEYS=1 IDEM_BUILD_DIR=build /usr/bin/python3 -m pytest \
         autotest/test_key_golden.py -p no:cacheprovider
@@ -66,7 +66,7 @@ def expected_key(case):
 
 
 def current_algo_version():
-    header = open(os.path.join(ROOT, "src", "core", "work_key.hpp")).read()
+    header = open(os.path.join(ROOT, "src", "key", "work_key.hpp")).read()
     return int(re.search(r"k_algo_version\s*=\s*(\d+)", header).group(1))
 
 
@@ -84,7 +84,7 @@ def test_key_golden_corpus_unchanged():
     if os.environ.get("IDEM_REGENERATE_GOLDEN_KEYS"):
         if stored is not None and stored["algo_version"] == version:
             pytest.fail(f"refusing to regenerate {GOLDEN_FILE}: k_algo_version is still "
-                        f"{version}; bump it in src/core/work_key.hpp first (docs/keys.md)")
+                        f"{version}; bump it in src/key/work_key.hpp first (docs/keys.md)")
         with open(GOLDEN_FILE, "w") as f:
             json.dump({"algo_version": version, "cases": compute_corpus()}, f, indent=1)
             f.write("\n")

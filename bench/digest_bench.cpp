@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/source_digest.hpp"
+#include "key/source_digest.hpp"
 
 namespace {
 

@@ -35,12 +35,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/atomic_output.hpp"
-#include "core/error.hpp"
-#include "core/gdal_compat.hpp"
-#include "core/lease.hpp"
-#include "core/object_store.hpp"
-#include "core/paths.hpp"
+#include "base/error.hpp"
+#include "base/gdal_compat.hpp"
+#include "base/object_store.hpp"
+#include "base/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -48,6 +46,8 @@
 #include "cpl_vsi_error.h"
 #include "cpl_vsi_virtual.h"
 #include "gdal_version.h"
+#include "work/atomic_output.hpp"
+#include "work/lease.hpp"
 
 namespace idem {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/paths.hpp"
+#include "base/paths.hpp"
 
 namespace idem {
 
@@ -18,7 +18,7 @@ namespace idem {
 void install_vsiidem_handler();
 
 // The names: k_vsiidem_prefix, is_vsiidem_path, vsiidem_real_path and vsiidem_absolute_path
-// (core/paths.hpp). The functions below normalise their argument as vsiidem_absolute_path does,
+// (base/paths.hpp). The functions below normalise their argument as vsiidem_absolute_path does,
 // so either a /vsiidem/ name or a real path may be passed.
 
 // Deferred unlinks of the real path `real_path` (as recorded, made absolute): whether one is

@@ -14,8 +14,8 @@
 #include <string>
 #include <utility>
 
-#include "core/error.hpp"
-#include "core/gdal_compat.hpp"
+#include "base/error.hpp"
+#include "base/gdal_compat.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_minixml.h"

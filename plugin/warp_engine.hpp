@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "core/source_identity.hpp"
 #include "gdal_priv.h"
+#include "key/source_identity.hpp"
 
 namespace idem {
 

@@ -12,9 +12,9 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "core/canonical_json.hpp"
-#include "core/error.hpp"
-#include "core/paths.hpp"
+#include "base/canonical_json.hpp"
+#include "base/error.hpp"
+#include "base/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 

@@ -5,15 +5,15 @@
 #include <cmath>
 #include <cstdio>
 
+#include "base/error.hpp"
+#include "base/gdal_compat.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
-#include "core/error.hpp"
-#include "core/gdal_compat.hpp"
-#include "core/tile_grid.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
+#include "key/tile_grid.hpp"
 #include "ogr_geometry.h"
 #include "ogr_spatialref.h"
 #include "ogrsf_frmts.h"

@@ -13,17 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "base/canonical_json.hpp"
+#include "base/error.hpp"
+#include "base/held_messages.hpp"
+#include "base/paths.hpp"
 #include "cli.hpp"
-#include "core/canonical_json.hpp"
-#include "core/command_line.hpp"
-#include "core/error.hpp"
-#include "core/feature_key.hpp"
-#include "core/held_messages.hpp"
-#include "core/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "gdal_utils.h"
+#include "key/command_line.hpp"
+#include "key/feature_key.hpp"
 
 namespace idem::cli {
 

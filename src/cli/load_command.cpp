@@ -1,17 +1,17 @@
 // gdal-idem load [--mode replace|append] [--namespace N] -- ogr2ogr ARGS...: an idempotent
 // ogr2ogr into PostGIS (docs/loads.md). The arguments are parsed by GDAL's own ogr2ogr parser;
-// the work itself is src/core/feature_load.cpp.
+// the work itself is src/work/feature_load.cpp.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "base/error.hpp"
+#include "base/paths.hpp"
 #include "cli.hpp"
-#include "core/error.hpp"
-#include "core/feature_load.hpp"
-#include "core/paths.hpp"
-#include "core/source_digest.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
+#include "key/source_digest.hpp"
+#include "work/feature_load.hpp"
 
 namespace idem::cli {
 

@@ -5,9 +5,9 @@
 #include <map>
 #include <string>
 
+#include "base/error.hpp"
+#include "base/version.hpp"
 #include "cli.hpp"
-#include "core/error.hpp"
-#include "core/version.hpp"
 #include "cpl_conv.h"
 #include "gdal_priv.h"
 

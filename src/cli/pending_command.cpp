@@ -16,14 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "cli.hpp"
-#include "core/error.hpp"
-#include "core/output_check.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "gdal.h"
 #include "ledger/ledger.hpp"
+#include "work/output_check.hpp"
 
 namespace idem::cli {
 

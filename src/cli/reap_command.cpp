@@ -10,13 +10,13 @@
 #include <cstdlib>
 #include <set>
 
+#include "base/object_store.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
-#include "core/atomic_output.hpp"
-#include "core/object_store.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
+#include "work/atomic_output.hpp"
 
 namespace idem::cli {
 

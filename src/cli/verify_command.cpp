@@ -10,15 +10,15 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/object_store.hpp"
+#include "base/sha256.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
-#include "core/object_store.hpp"
-#include "core/output_check.hpp"
-#include "core/sha256.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
+#include "work/output_check.hpp"
 
 namespace idem::cli {
 

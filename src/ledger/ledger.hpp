@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/source_digest.hpp"
+#include "base/digest_cache.hpp"
+#include "base/tile_index.hpp"
 
 // libpq's connection type (libpq-fe.h), for the completion inside a caller's transaction.
 typedef struct pg_conn PGconn;
@@ -27,12 +28,6 @@ struct OutputFingerprint {
   // sorted by name, "[]" for none; nullopt on rows completed before they were recorded.
   std::optional<std::string> members;
   bool operator==(const OutputFingerprint& other) const;
-};
-
-struct TileIndex {
-  int z = 0;
-  int x = 0;
-  int y = 0;
 };
 
 struct ClaimRequest {
@@ -104,8 +99,6 @@ struct Migration {
 // The migrations of a backend ("sqlite" or "postgresql"), in version order. Throws k_usage for
 // an unknown backend.
 std::vector<Migration> migrations(const std::string& backend);
-// sql/postgres/worker_role.sql: the least-privilege role for workers (not a migration).
-std::string postgres_worker_role_sql();
 
 struct MigrationReport {
   std::vector<std::string> applied;  // file names applied by this call
@@ -245,9 +238,6 @@ class Ledger {
     std::optional<std::string> after_work_key;
   };
   virtual std::vector<LedgerRow> rows(const RowFilter& filter) = 0;
-
-  // Retention: move completed rows older than `older_than` into history; returns how many.
-  virtual int64_t archive_completed(std::chrono::seconds older_than) = 0;
 
   // Counts by state (namespace and layer of the filter apply; the other fields are ignored).
   virtual LedgerCounts counts(const RowFilter& filter) = 0;

@@ -3,9 +3,9 @@
 // The PostgreSQL backend overrides complete_in_transaction() with its fenced completion.
 #include <libpq-fe.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
+#include "base/pg_handles.hpp"
 #include "ledger/ledger.hpp"
-#include "ledger/pg_handles.hpp"
 
 namespace idem {
 

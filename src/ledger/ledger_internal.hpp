@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "base/dsn_secrets.hpp"
+#include "base/pg_handles.hpp"
 #include "ledger/ledger.hpp"
-#include "ledger/pg_handles.hpp"
 
 namespace idem::ledger_detail {
 
@@ -63,14 +64,6 @@ void advance_postgres_preopens();
 // up to the connect timeout from its start); nullopt when none was started, or the connection
 // was made but did not answer the query in time (the caller connects itself).
 std::optional<Preopened> take_postgres_preopened(const std::string& dsn);
-
-// `message` with every occurrence of `secret` masked (no-op for an empty secret).
-std::string scrub_secret(std::string message, const std::string& secret);
-// Every password a DSN may carry, in each form a message can quote it in (as written, unquoted,
-// unescaped, percent-decoded), found without libpq: a DSN libpq cannot parse is covered too
-// (URI user info, `password=` in keyword strings and URI queries, quoted or not).
-std::vector<std::string> dsn_secrets(const std::string& dsn);
-std::string scrub_secrets(std::string message, const std::vector<std::string>& secrets);
 
 // The filter a history() query runs with (state dropped: history rows are completed ones), or
 // nullopt when the filter cannot match a history row (absent, in flight, expired claims).

@@ -21,10 +21,10 @@
 #include <set>
 #include <unordered_map>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
+#include "base/pg_handles.hpp"
 #include "ledger/ledger.hpp"
 #include "ledger/ledger_internal.hpp"
-#include "ledger/pg_handles.hpp"
 
 namespace idem {
 
@@ -316,7 +316,7 @@ class PostgresLedger : public Ledger {
   explicit PostgresLedger(const std::string& dsn)
       : m_dsn(dsn),
         m_redacted(Ledger::redact_dsn(dsn)),
-        m_secrets(ledger_detail::dsn_secrets(dsn)),
+        m_secrets(dsn_secrets(dsn)),
         m_digest_cache(*this) {
     std::lock_guard<std::mutex> lock(m_mutex);
     connect();
@@ -684,32 +684,6 @@ class PostgresLedger : public Ledger {
     return affected(exec_params(sql, params, "drop_history"));
   }
 
-  int64_t archive_completed(std::chrono::seconds older_than) override {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    ensure_connected();
-    return with_footprint_fallback([&] { return archive_completed_locked(older_than); });
-  }
-
-  int64_t archive_completed_locked(std::chrono::seconds older_than) {
-    const std::string seconds = std::to_string(older_than.count());
-    std::string columns = k_history_columns;
-    if (m_has_footprint) {
-      columns += ", footprint";
-    }
-    Transaction transaction(*this, "archive_completed");
-    // now() is fixed for the transaction: the partitions and the move use the same cutoff.
-    exec_params("SELECT idem.ensure_history_partitions(now() - make_interval(secs => $1))",
-                {seconds}, "archive_completed");
-    PgResult moved = exec_params(
-        "WITH moved AS (DELETE FROM idem.ledger WHERE completed_at < now() - make_interval(secs "
-        "=> $1) RETURNING " +
-            columns + ") INSERT INTO idem.ledger_history (" + columns + ", archived_at) SELECT " +
-            columns + ", now() FROM moved",
-        {seconds}, "archive_completed");
-    transaction.commit();
-    return affected(moved);
-  }
-
   double now() override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
@@ -898,7 +872,7 @@ class PostgresLedger : public Ledger {
     while (!line.empty() && line.back() == ' ') {
       line.pop_back();
     }
-    return ledger_detail::scrub_secrets(line, m_secrets);
+    return scrub_secrets(line, m_secrets);
   }
 
   void connect() {

@@ -13,7 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "ledger/ledger.hpp"
 #include "ledger/ledger_internal.hpp"
 
@@ -562,36 +562,6 @@ class SqliteLedger : public Ledger {
     }
     query.run();
     return sqlite3_changes(m_db.get());
-  }
-
-  int64_t archive_completed(std::chrono::seconds older_than) override {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    Transaction transaction(*this);
-    double cutoff = 0;
-    {
-      Query query(m_db.get(), statement("SELECT " IDEM_SQLITE_NOW " - ?1"), m_context);
-      query.bind(1, static_cast<double>(older_than.count()));
-      query.step();
-      cutoff = query.real(0);
-      query.run();
-    }
-    const std::string insert_sql = std::string("INSERT INTO ledger_history (") + k_history_columns +
-                                   ", archived_at) SELECT " + k_history_columns +
-                                   ", " IDEM_SQLITE_NOW
-                                   " FROM ledger WHERE completed_at IS NOT NULL "
-                                   "AND completed_at < ?1";
-    {
-      Query insert(m_db.get(), statement(insert_sql), m_context);
-      insert.bind(1, cutoff).run();
-    }
-    Query remove(m_db.get(),
-                 statement("DELETE FROM ledger WHERE completed_at IS NOT NULL "
-                           "AND completed_at < ?1"),
-                 m_context);
-    remove.bind(1, cutoff).run();
-    const int64_t moved = sqlite3_changes(m_db.get());
-    transaction.commit();
-    return moved;
   }
 
   double now() override {

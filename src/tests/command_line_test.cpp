@@ -1,14 +1,14 @@
 // split_program_arguments: options and positional arguments as the programs read them, without
 // asking GDAL's parser which token is which (its messages and its handling of positional
 // arguments changed in GDAL 3.9).
-#include "core/command_line.hpp"
+#include "key/command_line.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "gdal_priv.h"
 
 namespace idem {

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <limits>
 
-#include "core/canonical_json.hpp"
-#include "core/error.hpp"
-#include "core/sha256.hpp"
-#include "core/work_key.hpp"
+#include "base/canonical_json.hpp"
+#include "base/error.hpp"
+#include "base/sha256.hpp"
+#include "key/work_key.hpp"
 
 namespace idem {
 namespace {

@@ -4,13 +4,19 @@
 #include <string>
 #include <vector>
 
-#include "core/crs_normalize.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "cpl_conv.h"
+#include "key/crs_normalize.hpp"
 #include "ogr_spatialref.h"
 
 namespace idem {
 namespace {
+
+// normalize_crs as a string: the authority code, or the canonical JSON of the fallback.
+std::string normalized_crs_text(const std::string& definition) {
+  const JsonValue normalized = normalize_crs(definition);
+  return normalized.is_string() ? normalized.text() : normalized.dump();
+}
 
 std::string export_as(const char* definition, const char* format) {
   OGRSpatialReference srs;

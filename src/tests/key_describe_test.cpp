@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/gdal_compat.hpp"
-#include "core/work_key.hpp"
+#include "base/error.hpp"
+#include "base/gdal_compat.hpp"
 #include "gdal_priv.h"
 #include "gdal_utils.h"
+#include "key/work_key.hpp"
 
 namespace idem {
 namespace {
@@ -104,7 +104,7 @@ TEST(KeyDescribe, PlainDatasetIsACopyOfItsFiles) {
 TEST(KeyDescribe, MaterialisedTemporaryGtiffIsFlagged) {
   char pattern[] = "/tmp/idem-key-describe-XXXXXX";
   const std::string dir = ::mkdtemp(pattern);
-  // gdalwarp's name for it (src/core/gdal_compat.hpp).
+  // gdalwarp's name for it (src/base/gdal_compat.hpp).
 #if IDEM_GDAL_MULTI_SOURCE_TEMP_IS_GENERATED
   const std::string temp = dir + "/tile.tif_" + std::to_string(::getpid()) + "_1";
 #else

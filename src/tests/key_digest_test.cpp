@@ -15,10 +15,10 @@
 #include <random>
 #include <string>
 
-#include "core/error.hpp"
-#include "core/source_digest.hpp"
+#include "base/error.hpp"
 #include "cpl_conv.h"
 #include "cpl_vsi.h"
+#include "key/source_digest.hpp"
 
 namespace idem {
 namespace {

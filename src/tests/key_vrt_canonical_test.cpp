@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "core/canonical_json.hpp"
-#include "core/vrt_canonical.hpp"
+#include "base/canonical_json.hpp"
+#include "key/vrt_canonical.hpp"
 
 namespace idem {
 namespace {

@@ -1,6 +1,6 @@
 // LeaseKeeper against a real SQLite ledger: the check right before publishing trusts a recent
 // claim (no ledger write), renews an older one, and reports a claim that was taken over.
-#include "core/lease.hpp"
+#include "work/lease.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

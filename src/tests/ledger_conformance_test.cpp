@@ -7,13 +7,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "ledger/ledger.hpp"
@@ -28,6 +30,20 @@ using ledger_test::make_fingerprint;
 using ledger_test::make_request;
 using ledger_test::pg_exec;
 using ledger_test::random_token;
+
+// What `gdal-idem prune --older-than AGE` asks: every namespace, completed before now - AGE.
+ArchiveRequest older_than(std::chrono::seconds age) {
+  ArchiveRequest request;
+  request.older_than = age;
+  return request;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 class LedgerConformance : public ::testing::TestWithParam<std::string> {
  protected:
@@ -664,9 +680,9 @@ TEST_P(LedgerConformance, ArchiveMovesOldCompletedRowsToHistory) {
     ASSERT_TRUE(m_ledger->complete(key, request.claim_token, with_members));
   }
   ASSERT_EQ(m_ledger->claim(make_request("running", 60s)).outcome, ClaimOutcome::k_claimed);
-  EXPECT_EQ(m_ledger->archive_completed(3600s), 0);  // nothing that old
+  EXPECT_EQ(m_ledger->archive(older_than(3600s)), 0);  // nothing that old
   std::this_thread::sleep_for(20ms);
-  EXPECT_EQ(m_ledger->archive_completed(0s), 2);
+  EXPECT_EQ(m_ledger->archive(older_than(0s)), 2);
   EXPECT_EQ(m_ledger->lookup("done1").state, RowState::k_absent);
   EXPECT_EQ(m_ledger->lookup("running").state, RowState::k_in_flight);
   EXPECT_EQ(
@@ -685,7 +701,7 @@ TEST_P(LedgerConformance, ArchiveMovesOldCompletedRowsToHistory) {
                       "WHERE inhparent = 'idem.ledger_history'::regclass"),
               "1");
   }
-  EXPECT_EQ(m_ledger->archive_completed(0s), 0);
+  EXPECT_EQ(m_ledger->archive(older_than(0s)), 0);
   // The primary key stays on work_key in the live table: the work can be done again.
   EXPECT_EQ(m_ledger->claim(make_request("done1", 60s)).outcome, ClaimOutcome::k_claimed);
 }
@@ -929,7 +945,7 @@ TEST_P(LedgerConformance, FootprintStoredOnlyWithPostgis) {
                     "FROM idem.ledger WHERE work_key IN ('split', 'lower')"),
             "lower:1:4326:4 split:2:4326:2");
   // Archived rows keep their footprint.
-  EXPECT_EQ(m_ledger->archive_completed(0s), 1);
+  EXPECT_EQ(m_ledger->archive(older_than(0s)), 1);
   EXPECT_EQ(pg_exec(m_admin.get(), "SELECT ST_SRID(footprint) FROM idem.ledger_history"), "4326");
 }
 
@@ -1305,9 +1321,7 @@ TEST(LedgerDsn, UnparsableDsnsNeverShowTheirPassword) {
     EXPECT_EQ(Ledger::redact_dsn(dsn).find("S3cret"), std::string::npos) << dsn;
   }
   EXPECT_EQ(Ledger::redact_dsn("host=db password=s3cret"), "host=db password=XXXX");
-  EXPECT_EQ(ledger_detail::scrub_secrets("a 'S3cret\\'PW' b",
-                                         ledger_detail::dsn_secrets("password='S3cret\\'PW'")),
-            "a XXXX b");
+  EXPECT_EQ(scrub_secrets("a 'S3cret\\'PW' b", dsn_secrets("password='S3cret\\'PW'")), "a XXXX b");
 }
 
 TEST_F(LedgerPostgres, ServerDownGivesClearErrorWithoutPassword) {
@@ -1370,7 +1384,7 @@ TEST_F(LedgerPostgres, WorkerRoleCanRunWorkButNotChangeTheSchema) {
   expect_ledger_error_without(worker_dsn, "W0rkerPass", "gdal-idem init");
 
   auto owner = Ledger::open(dsn);  // init as the owner
-  pg_exec(admin.get(), postgres_worker_role_sql());
+  pg_exec(admin.get(), read_text(std::string(IDEM_SQL_DIR) + "/postgres/worker_role.sql"));
   pg_exec(admin.get(), "GRANT idem_worker TO idem_test_worker");
   auto worker = Ledger::open(worker_dsn);
   const ClaimRequest request = make_request("role", 60s);
@@ -1379,7 +1393,7 @@ TEST_F(LedgerPostgres, WorkerRoleCanRunWorkButNotChangeTheSchema) {
   EXPECT_TRUE(worker->complete("role", request.claim_token, make_fingerprint(1)));
   worker->digest_cache().put("/x", FileIdentity{}, "d");
   EXPECT_EQ(worker->rows({}).size(), 1U);
-  EXPECT_THROW(worker->archive_completed(0s), Error);  // retention is the owner's job
+  EXPECT_THROW(worker->archive(older_than(0s)), Error);  // retention is the owner's job
 
   // A migration is pending (the owner has not run `init` since an upgrade): the worker cannot
   // apply it and keeps working on the schema as it is; the owner's next open applies it.
@@ -1502,13 +1516,13 @@ TEST_F(LedgerPostgres, ClaimsGoOnWhenPostgisIsDroppedAndInitRestoresFootprints) 
     auto fresh = Ledger::open(dsn);
     EXPECT_FALSE(fresh->has_footprints());
     claim_with_footprint(*fresh, "fresh-after-drop");
-    EXPECT_EQ(fresh->archive_completed(0s), 3);
+    EXPECT_EQ(fresh->archive(older_than(0s)), 3);
 
     pg_exec(admin.get(), "CREATE EXTENSION postgis");
     auto recreated = Ledger::open(dsn);  // PostGIS is back, the column is not
     claim_with_footprint(*recreated, "after-recreate");
     claim_with_footprint(*running, "running-after-recreate");
-    EXPECT_EQ(Ledger::open(dsn)->archive_completed(0s), 2);  // `gdal-idem prune`
+    EXPECT_EQ(Ledger::open(dsn)->archive(older_than(0s)), 2);  // `gdal-idem prune`
     ArchiveRequest everything;
     EXPECT_EQ(Ledger::open(dsn)->archive(everything), 0);
 

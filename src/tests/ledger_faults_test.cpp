@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "ledger/ledger.hpp"
 #include "ledger_test_support.hpp"
 

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/paths.hpp"
+#include "base/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_vsi.h"
 #include "cpl_vsi_virtual.h"

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/source_identity.hpp"
+#include "base/error.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
 #include "gdal_utils.h"
+#include "key/source_identity.hpp"
 #include "ogr_spatialref.h"
 
 namespace {

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "ledger/ledger.hpp"
 
 namespace {

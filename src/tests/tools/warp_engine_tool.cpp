@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "gdal_priv.h"

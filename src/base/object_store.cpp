@@ -1,0 +1,323 @@
+// Object stores: headers, streaming copies, predicted ETags, local temporary root (see
+// object_store.hpp).
+//
+// MD5 through OpenSSL's MD5_* functions rather than EVP, for the reason given in sha256.cpp.
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include "base/object_store.hpp"
+
+#include <openssl/md5.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/sha256.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+#include "cpl_vsi_error.h"
+
+namespace idem {
+
+namespace {
+
+struct VsiFileCloser {
+  void operator()(VSILFILE* file) const {
+    if (file != nullptr) {
+      VSIFCloseL(file);
+    }
+  }
+};
+using VsiFile = std::unique_ptr<VSILFILE, VsiFileCloser>;
+
+std::string last_vsi_error() {
+  const char* message = VSIGetLastErrorMsg();
+  if (message != nullptr && message[0] != '\0') {
+    return message;
+  }
+  const char* cpl = CPLGetLastErrorMsg();
+  if (cpl != nullptr && cpl[0] != '\0') {
+    return cpl;
+  }
+  return std::strerror(errno != 0 ? errno : EIO);
+}
+
+class Md5 {
+ public:
+  Md5() { MD5_Init(&m_context); }
+  void update(const void* data, size_t size) { MD5_Update(&m_context, data, size); }
+  std::string finish_hex() {
+    unsigned char digest[MD5_DIGEST_LENGTH];
+    MD5_Final(digest, &m_context);
+    return hex_of(digest, sizeof(digest));
+  }
+
+ private:
+  MD5_CTX m_context;
+};
+
+constexpr size_t k_copy_chunk = 1 << 20;
+
+// The MD5 of the object's bytes as the store serves them now, or nullopt when it cannot be read.
+std::optional<std::string> object_md5(const std::string& path) {
+  VSICurlPartialClearCache(path.c_str());
+  VsiFile in(VSIFOpenExL(path.c_str(), "rb", FALSE));
+  Md5 md5;
+  if (!in || !read_vsi_chunks(in.get(), k_copy_chunk, [&](const unsigned char* data, size_t size) {
+        md5.update(data, size);
+        return true;
+      })) {
+    return std::nullopt;
+  }
+  return md5.finish_hex();
+}
+
+// The ETag without its quotes, lowercase.
+std::string bare_etag(const std::string& etag) {
+  std::string bare = etag;
+  if (bare.size() >= 2 && bare.front() == '"' && bare.back() == '"') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  for (char& c : bare) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return bare;
+}
+
+}  // namespace
+
+bool is_object_store_path(const std::string& path) {
+  static const char* const k_prefixes[] = {"/vsis3/",
+                                           "/vsigs/",
+                                           "/vsiaz/",
+                                           "/vsiadls/",
+                                           "/vsioss/",
+                                           "/vsiswift/",
+                                           "/vsicurl/",
+                                           "/vsis3_streaming/",
+                                           "/vsigs_streaming/",
+                                           "/vsiaz_streaming/",
+                                           "/vsioss_streaming/",
+                                           "/vsiswift_streaming/",
+                                           "/vsicurl_streaming/",
+                                           "/vsiwebhdfs/",
+                                           "/vsihdfs/"};
+  for (const char* prefix : k_prefixes) {
+    if (path.rfind(prefix, 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh) {
+  if (fresh) {
+    VSICurlPartialClearCache(path.c_str());
+  }
+  // The metadata request fills GDAL's cached properties, so the stat below sends nothing.
+  const CPLStringList metadata(VSIGetFileMetadata(path.c_str(), "HEADERS", nullptr));
+  VSIStatBufL info;
+  if (VSIStatExL(path.c_str(), &info, VSI_STAT_EXISTS_FLAG | VSI_STAT_SIZE_FLAG) != 0 ||
+      VSI_ISDIR(info.st_mode)) {
+    return std::nullopt;
+  }
+  ObjectHeaders headers;
+  headers.size = static_cast<int64_t>(info.st_size);
+  for (int i = 0; i < metadata.size(); ++i) {
+    char* raw_name = nullptr;
+    const char* value = CPLParseNameValue(metadata[i], &raw_name);
+    if (raw_name != nullptr && value != nullptr) {
+      if (EQUAL(raw_name, "ETag")) {
+        headers.etag = value;
+      } else if (EQUAL(raw_name, "x-amz-checksum-sha256")) {
+        headers.checksum_sha256 = value;
+      }
+    }
+    CPLFree(raw_name);
+  }
+  return headers;
+}
+
+std::string current_object_etag(const std::string& path) {
+  VSICurlPartialClearCache(path.c_str());
+  // Only the object's own request: no stat, which after a 404 would list the "directory" too.
+  const CPLStringList metadata(VSIGetFileMetadata(path.c_str(), "HEADERS", nullptr));
+  const char* etag = metadata.FetchNameValue("ETag");
+  return etag != nullptr ? etag : "";
+}
+
+std::string local_temp_root() {
+  if (const char* configured = CPLGetConfigOption("CPL_TMPDIR", nullptr)) {
+    if (configured[0] != '\0') {
+      return configured;
+    }
+  }
+  if (const char* tmpdir = std::getenv("TMPDIR")) {
+    if (tmpdir[0] != '\0') {
+      return tmpdir;
+    }
+  }
+  return "/tmp";
+}
+
+bool read_vsi_chunks(VSILFILE* file, size_t chunk,
+                     const std::function<bool(const unsigned char*, size_t)>& sink) {
+  const std::unique_ptr<unsigned char[]> buffer(new unsigned char[chunk]);
+  for (;;) {
+    const size_t got = VSIFReadL(buffer.get(), 1, chunk, file);
+    if (!sink(buffer.get(), got)) {
+      return false;
+    }
+    if (got < chunk) {
+      return VSIFEofL(file) != 0;  // a short read before the end is an error
+    }
+  }
+}
+
+std::optional<std::string> predicted_etag(const std::string& path, const CopiedBytes& sent) {
+  if (sent.size > k_predicted_etag_max_size ||
+      (path.rfind("/vsis3/", 0) != 0 && path.rfind("/vsigs/", 0) != 0)) {
+    return std::nullopt;
+  }
+  return k_predicted_etag_prefix + sent.md5;
+}
+
+EtagMatch match_object_etag(const std::string& path, const ObjectHeaders& headers,
+                            const std::string& recorded) {
+  if (headers.etag == recorded) {
+    return EtagMatch::k_same;
+  }
+  const std::string prefix = k_predicted_etag_prefix;
+  if (recorded.rfind(prefix, 0) != 0) {
+    return EtagMatch::k_different;
+  }
+  const std::string md5 = recorded.substr(prefix.size());
+  if (bare_etag(headers.etag) == md5) {
+    return EtagMatch::k_same;
+  }
+  // Not the MD5 (a multipart upload, SSE-KMS...): the bytes decide. A size over the bound means
+  // they are not what was uploaded, since predictions are only made below it.
+  if (headers.size > k_predicted_etag_max_size) {
+    return EtagMatch::k_different;
+  }
+  const auto actual = object_md5(path);
+  return actual && *actual == md5 ? EtagMatch::k_same_content : EtagMatch::k_different;
+}
+
+bool conditional_writes_enabled() {
+  const std::string mode = CPLGetConfigOption("IDEM_CONDITIONAL_WRITE", "AUTO");
+  if (EQUAL(mode.c_str(), "NO")) {
+    return false;
+  }
+  if (!EQUAL(mode.c_str(), "AUTO")) {
+    throw Error(ErrorKind::k_usage,
+                "IDEM_CONDITIONAL_WRITE=" + mode + " is not valid: use AUTO (the default) or NO");
+  }
+  return true;
+}
+
+bool conditional_upload_applies(const std::string& path, int64_t size) {
+  if (!conditional_writes_enabled() || path.rfind("/vsis3/", 0) != 0) {
+    return false;
+  }
+  // GDAL's /vsis3/ writer buffers VSIS3_CHUNK_SIZE (MB) and starts a multipart upload when the
+  // buffer fills; below it the object goes in one PUT, which carries the creation headers.
+  int64_t chunk = int64_t(atoi(CPLGetConfigOption("VSIS3_CHUNK_SIZE", "50"))) << 20;
+  if (const char* bytes = CPLGetConfigOption("VSIS3_CHUNK_SIZE_BYTES", nullptr)) {
+    chunk = CPLAtoGIntBig(bytes);
+  }
+  return size < chunk;
+}
+
+CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
+                          const ExpectedObject* expected) {
+  VSIErrorReset();
+  CPLErrorReset();
+  VsiFile in(VSIFOpenExL(from.c_str(), "rb", TRUE));
+  if (!in) {
+    throw Error(ErrorKind::k_io, "cannot read " + from + ": " + last_vsi_error());
+  }
+  // The condition travels as a creation header of the PUT (GDAL sends the options of
+  // VSIFOpenEx2L as HTTP headers).
+  CPLStringList headers;
+  if (expected != nullptr) {
+    if (expected->etag.empty()) {
+      headers.SetNameValue("If-None-Match", "*");
+    } else {
+      headers.SetNameValue("If-Match", expected->etag.c_str());
+    }
+  }
+  // GDAL reports a refused PUT as an error of its own; a conditional upload's failure is told by
+  // the Error thrown below instead (a refusal is often followed by a successful upload).
+  std::optional<CPLErrorHandlerPusher> quiet_while_conditional;
+  if (expected != nullptr) {
+    quiet_while_conditional.emplace(CPLQuietErrorHandler);
+  }
+  VSILFILE* out = VSIFOpenEx2L(to.c_str(), "wb", TRUE, headers.List());
+  if (out == nullptr) {
+    throw Error(ErrorKind::k_io, "cannot write " + to + ": " + last_vsi_error() +
+                                     " (check the bucket exists and the credentials allow it)");
+  }
+  CopiedBytes sent;
+  Md5 md5;
+  // The last chunk (all of a tile) is hashed while the close sends it: an object's upload happens
+  // there, and the hash then costs no time of its own.
+  std::vector<unsigned char> last_chunk;
+  bool ok = read_vsi_chunks(in.get(), k_copy_chunk, [&](const unsigned char* data, size_t size) {
+    if (size > 0 && VSIFWriteL(data, 1, size, out) != size) {
+      return false;
+    }
+    if (size < k_copy_chunk) {
+      last_chunk.assign(data, data + size);
+    } else {
+      md5.update(data, size);
+    }
+    sent.size += static_cast<int64_t>(size);
+    return true;
+  });
+  const auto hash_last_chunk = [&] { md5.update(last_chunk.data(), last_chunk.size()); };
+  std::thread hashing;
+  try {
+    hashing = std::thread(hash_last_chunk);
+  } catch (const std::system_error&) {
+    hash_last_chunk();  // no thread to be had: hashed here
+  }
+  // For an object the upload completes (or fails) on close.
+  if (VSIFCloseL(out) != 0) {
+    ok = false;
+  }
+  if (hashing.joinable()) {
+    hashing.join();
+  }
+  if (!ok && expected != nullptr) {
+    // Refused for its condition, or failed for another reason: the store's object now decides.
+    const std::string error = last_vsi_error();
+    if (current_object_etag(to) != expected->etag) {
+      throw UploadRefused(ErrorKind::k_ledger, "the upload to " + to +
+                                                   " was refused: another writer changed the " +
+                                                   "object after this attempt looked at it");
+    }
+    throw Error(ErrorKind::k_io,
+                "uploading " + to + " failed: " + error +
+                    "; the upload was conditional (If-Match or If-None-Match): if this store "
+                    "refuses conditional writes, set IDEM_CONDITIONAL_WRITE=NO");
+  }
+  if (!ok) {
+    if (is_object_store_path(to)) {
+      throw Error(ErrorKind::k_io, "uploading " + to + " failed: " + last_vsi_error() +
+                                       "; check that the bucket exists and that GDAL's "
+                                       "credentials (AWS_*, profile, IAM role) may write to it");
+    }
+    throw Error(ErrorKind::k_io, "copying " + from + " to " + to + " failed: " + last_vsi_error());
+  }
+  sent.md5 = md5.finish_hex();
+  return sent;
+}
+
+}  // namespace idem

@@ -1,0 +1,405 @@
+// Source identity by content: content digests of files, object-store headers, and the cache.
+#include "key/source_digest.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/sha256.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+
+namespace idem {
+
+namespace {
+
+// Large blocks keep the per-read overhead of /vsi files far below the hashing cost.
+constexpr std::size_t k_read_block_size = 4 * 1024 * 1024;
+
+int64_t to_ns(const struct timespec& time) {
+  return static_cast<int64_t>(time.tv_sec) * 1000000000LL + time.tv_nsec;
+}
+
+FileIdentity identity_from_stat(const struct stat& info) {
+  FileIdentity identity;
+  identity.device = static_cast<uint64_t>(info.st_dev);
+  identity.inode = static_cast<uint64_t>(info.st_ino);
+  identity.size = static_cast<int64_t>(info.st_size);
+  identity.mtime_ns = to_ns(info.st_mtim);
+  identity.ctime_ns = to_ns(info.st_ctim);
+  return identity;
+}
+
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : m_fd(fd) {}
+  ~FileDescriptor() {
+    if (m_fd >= 0) {
+      ::close(m_fd);
+    }
+  }
+  FileDescriptor(FileDescriptor&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return m_fd; }
+
+ private:
+  int m_fd;
+};
+
+struct VsiFileCloser {
+  void operator()(VSILFILE* file) const { VSIFCloseL(file); }
+};
+
+std::string errno_text(int error_number) {
+  return std::strerror(error_number);
+}
+
+// A local source file opened for reading, with its stat in `info`; throws idem::Error(k_source)
+// naming the file when it cannot be opened or is not a regular file.
+FileDescriptor open_regular_file(const std::string& path, struct stat& info) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    throw Error(ErrorKind::k_source,
+                "cannot open source file '" + path + "': " + errno_text(errno));
+  }
+  if (::fstat(fd.get(), &info) != 0) {
+    throw Error(ErrorKind::k_source,
+                "cannot stat source file '" + path + "': " + errno_text(errno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    throw Error(ErrorKind::k_source, "source '" + path + "' is not a regular file");
+  }
+  return fd;
+}
+
+bool is_vsi_path(const std::string& path) {
+  return path.rfind("/vsi", 0) == 0;
+}
+
+// The content digest (docs/keys.md, "Source identity"): SHA-256 over the SHA-256 of each
+// k_leaf_size piece. A single SHA-256 cannot use a second core; this one hashes pieces in parallel
+// (bench/RESULTS.md has the figures) and
+// gives the same value whatever the number of threads or the size of the reads.
+constexpr std::size_t k_leaf_size = 1024 * 1024;
+constexpr std::size_t k_leaf_digest_size = 32;
+constexpr unsigned char k_leaf_prefix = 0x00;
+constexpr unsigned char k_root_prefix = 0x01;
+constexpr unsigned k_max_hash_threads = 8;
+// What the digest cache stores: the method, then the digest. A value cached by a version that
+// computed another digest does not have it and is a miss.
+const std::string k_cached_prefix = std::string(k_content_digest_method) + ":";
+
+std::unique_ptr<Sha256> start_leaf() {
+  auto hasher = std::make_unique<Sha256>();
+  hasher->update(&k_leaf_prefix, 1);
+  return hasher;
+}
+
+void finish_leaf(Sha256& hasher, unsigned char* digest) {
+  unsigned char out[k_leaf_digest_size];
+  hasher.finish(out);
+  std::memcpy(digest, out, k_leaf_digest_size);
+}
+
+std::string root_hex(uint64_t size, const std::vector<unsigned char>& leaf_digests) {
+  unsigned char size_bytes[8];
+  for (int i = 0; i < 8; ++i) {
+    size_bytes[i] = static_cast<unsigned char>(size >> (8 * (7 - i)));  // big-endian
+  }
+  Sha256 hasher;
+  hasher.update(&k_root_prefix, 1);
+  hasher.update(size_bytes, sizeof(size_bytes));
+  hasher.update(leaf_digests.data(), leaf_digests.size());
+  return hasher.finish_hex();
+}
+
+// The content digest of a stream read in blocks of any size.
+class StreamingContentDigest {
+ public:
+  void update(const unsigned char* data, std::size_t size) {
+    m_size += size;
+    while (size > 0) {
+      if (!m_leaf) {
+        m_leaf = start_leaf();
+        m_leaf_filled = 0;
+      }
+      const std::size_t take = std::min(size, k_leaf_size - m_leaf_filled);
+      m_leaf->update(data, take);
+      m_leaf_filled += take;
+      data += take;
+      size -= take;
+      if (m_leaf_filled == k_leaf_size) {
+        close_leaf();
+      }
+    }
+  }
+  std::string finish_hex() {
+    if (m_leaf) {
+      close_leaf();
+    }
+    return root_hex(m_size, m_leaf_digests);
+  }
+
+ private:
+  void close_leaf() {
+    m_leaf_digests.resize(m_leaf_digests.size() + k_leaf_digest_size);
+    finish_leaf(*m_leaf, m_leaf_digests.data() + m_leaf_digests.size() - k_leaf_digest_size);
+    m_leaf.reset();
+  }
+  uint64_t m_size = 0;
+  std::unique_ptr<Sha256> m_leaf;  // the open leaf, holding m_leaf_filled bytes (never 0)
+  std::size_t m_leaf_filled = 0;
+  std::vector<unsigned char> m_leaf_digests;
+};
+
+// The content digest of an open regular file: each thread reads (pread) and hashes whole leaves,
+// taking the next leaf number from a shared counter. The file's size is taken once, before; a
+// file that ends early (truncated meanwhile) or cannot be read is a source error naming it.
+class ParallelContentDigest {
+ public:
+  // `size`: the file's size when it was opened (open_regular_file).
+  ParallelContentDigest(int fd, const std::string& path, int64_t size)
+      : m_fd(fd), m_path(path), m_size(static_cast<uint64_t>(size)) {}
+
+  std::string run() {
+    m_leaf_count = (m_size + k_leaf_size - 1) / k_leaf_size;
+    m_leaf_digests.assign(m_leaf_count * k_leaf_digest_size, 0);
+    ::posix_fadvise(m_fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const uint64_t helpers = std::min<uint64_t>(std::min(cores, k_max_hash_threads), m_leaf_count);
+    std::vector<std::thread> threads;
+    try {
+      for (uint64_t i = 1; i < helpers; ++i) {
+        threads.emplace_back([this] { hash_leaves(); });
+      }
+    } catch (const std::system_error&) {
+      // No more threads: the ones started and this one do the work.
+    }
+    hash_leaves();
+    for (auto& thread : threads) {
+      thread.join();
+    }
+    if (!m_error.empty()) {
+      throw Error(ErrorKind::k_source, m_error);
+    }
+    return root_hex(m_size, m_leaf_digests);
+  }
+
+ private:
+  void hash_leaves() {
+    std::unique_ptr<unsigned char[]> buffer;
+    try {
+      buffer.reset(new unsigned char[k_leaf_size]);
+      for (;;) {
+        const uint64_t leaf = m_next_leaf.fetch_add(1);
+        if (leaf >= m_leaf_count || m_failed.load()) {
+          return;
+        }
+        const uint64_t offset = leaf * k_leaf_size;
+        const std::size_t size =
+            static_cast<std::size_t>(std::min<uint64_t>(k_leaf_size, m_size - offset));
+        std::size_t filled = 0;
+        while (filled < size) {
+          const ssize_t got = ::pread(m_fd, buffer.get() + filled, size - filled,
+                                      static_cast<off_t>(offset + filled));
+          if (got < 0 && errno == EINTR) {
+            continue;
+          }
+          if (got < 0) {
+            fail("cannot read source file '" + m_path + "': " + errno_text(errno));
+            return;
+          }
+          if (got == 0) {
+            fail("source file '" + m_path + "' became shorter while it was read (" +
+                 std::to_string(offset + filled) + " of " + std::to_string(m_size) +
+                 " bytes); run again once nothing writes to it");
+            return;
+          }
+          filled += static_cast<std::size_t>(got);
+        }
+        const auto hasher = start_leaf();
+        hasher->update(buffer.get(), size);
+        finish_leaf(*hasher, m_leaf_digests.data() + leaf * k_leaf_digest_size);
+      }
+    } catch (const std::exception& error) {
+      fail(std::string("cannot hash source file '") + m_path + "': " + error.what());
+    }
+  }
+
+  void fail(const std::string& message) {
+    std::lock_guard<std::mutex> lock(m_error_mutex);
+    if (m_error.empty()) {
+      m_error = message;
+    }
+    m_failed.store(true);
+  }
+
+  const int m_fd;
+  const std::string m_path;
+  const uint64_t m_size;
+  uint64_t m_leaf_count = 0;
+  std::vector<unsigned char> m_leaf_digests;  // leaf i at i * k_leaf_digest_size
+  std::atomic<uint64_t> m_next_leaf{0};
+  std::atomic<bool> m_failed{false};
+  std::mutex m_error_mutex;
+  std::string m_error;  // the first failure
+};
+
+std::string content_digest_of_vsi_file(const std::string& path) {
+  std::unique_ptr<VSILFILE, VsiFileCloser> file(VSIFOpenL(path.c_str(), "rb"));
+  if (!file) {
+    throw Error(ErrorKind::k_source, "cannot open source file '" + path + "'");
+  }
+  StreamingContentDigest digest;
+  if (!read_vsi_chunks(file.get(), k_read_block_size,
+                       [&](const unsigned char* data, std::size_t size) {
+                         digest.update(data, size);
+                         return true;
+                       })) {
+    throw Error(ErrorKind::k_source, "cannot read source file '" + path + "'");
+  }
+  return digest.finish_hex();
+}
+
+std::optional<std::string> cached_digest(DigestCache* cache, const std::string& path,
+                                         const FileIdentity& identity) {
+  if (cache == nullptr) {
+    return std::nullopt;
+  }
+  auto value = cache->get(path, identity);
+  if (!value || value->rfind(k_cached_prefix, 0) != 0) {
+    return std::nullopt;
+  }
+  return value->substr(k_cached_prefix.size());
+}
+
+void cache_digest(DigestCache* cache, const std::string& path, const FileIdentity& identity,
+                  const std::string& digest) {
+  if (cache != nullptr) {
+    cache->put(path, identity, k_cached_prefix + digest);
+  }
+}
+
+ObjectHeaders required_object_headers(const std::string& path) {
+  auto headers = object_headers(path, false);
+  if (!headers) {
+    throw Error(ErrorKind::k_source, "cannot stat source object '" + path + "'");
+  }
+  return *headers;
+}
+
+}  // namespace
+
+SourceDigestPolicy parse_source_digest_policy(const std::string& value) {
+  if (EQUAL(value.c_str(), "AUTO")) {
+    return SourceDigestPolicy::k_auto;
+  }
+  if (EQUAL(value.c_str(), "CONTENT")) {
+    return SourceDigestPolicy::k_content;
+  }
+  if (EQUAL(value.c_str(), "ETAG")) {
+    return SourceDigestPolicy::k_etag;
+  }
+  throw Error(ErrorKind::k_usage,
+              "IDEM_SOURCE_DIGEST must be AUTO, CONTENT or ETAG, not '" + value + "'");
+}
+
+SourceDigestPolicy source_digest_policy_from_config() {
+  const char* value = CPLGetConfigOption("IDEM_SOURCE_DIGEST", nullptr);
+  if (value == nullptr || value[0] == '\0') {
+    return SourceDigestPolicy::k_auto;
+  }
+  return parse_source_digest_policy(value);
+}
+
+FileIdentity local_file_identity(const std::string& path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) {
+    throw Error(ErrorKind::k_source,
+                "cannot stat source file '" + path + "': " + errno_text(errno));
+  }
+  return identity_from_stat(info);
+}
+
+std::string content_digest_of_file(const std::string& path) {
+  if (is_vsi_path(path)) {
+    return content_digest_of_vsi_file(path);
+  }
+  struct stat info;
+  const FileDescriptor fd = open_regular_file(path, info);
+  return ParallelContentDigest(fd.get(), path, info.st_size).run();
+}
+
+std::string digest_local_file(const std::string& path, DigestCache* cache) {
+  struct stat info;
+  const FileDescriptor fd = open_regular_file(path, info);
+  const FileIdentity before = identity_from_stat(info);
+  if (auto cached = cached_digest(cache, path, before)) {
+    return *cached;
+  }
+  std::string digest = ParallelContentDigest(fd.get(), path, before.size).run();
+  if (::fstat(fd.get(), &info) == 0 && identity_from_stat(info) == before) {
+    cache_digest(cache, path, before, digest);
+  }
+  return digest;
+}
+
+SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy policy,
+                                DigestCache* cache) {
+  SourceDigest result;
+  if (!is_object_store_path(path)) {
+    result.method = k_content_digest_method;
+    result.value =
+        is_vsi_path(path) ? content_digest_of_vsi_file(path) : digest_local_file(path, cache);
+    return result;
+  }
+  const ObjectHeaders headers = required_object_headers(path);
+  result.size = headers.size;
+  if (policy != SourceDigestPolicy::k_content) {
+    if (!headers.checksum_sha256.empty()) {
+      result.method = "x-amz-checksum-sha256";
+      result.value = headers.checksum_sha256;
+      return result;
+    }
+    if (!headers.etag.empty()) {
+      result.method = "etag";
+      result.value = headers.etag;
+      return result;
+    }
+    if (policy == SourceDigestPolicy::k_etag) {
+      throw Error(ErrorKind::k_source,
+                  "IDEM_SOURCE_DIGEST=ETAG but the object store sent neither "
+                  "x-amz-checksum-sha256 nor ETag for '" +
+                      path + "'");
+    }
+  }
+  // Content: cached by URI + ETag + size (no inode for objects; see InMemoryDigestCache).
+  FileIdentity identity;
+  identity.size = headers.size;
+  const std::string cache_path = path + "\netag:" + headers.etag;
+  DigestCache* const object_cache = headers.etag.empty() ? nullptr : cache;
+  result.method = k_content_digest_method;
+  if (auto cached = cached_digest(object_cache, cache_path, identity)) {
+    result.value = *cached;
+    return result;
+  }
+  result.value = content_digest_of_vsi_file(path);
+  cache_digest(object_cache, cache_path, identity, result.value);
+  return result;
+}
+
+}  // namespace idem

@@ -1,0 +1,416 @@
+// Source identity: what a source dataset *is* for the key, independent of where it lives.
+#include "key/source_identity.hpp"
+
+#include <climits>
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/paths.hpp"
+#include "base/sha256.hpp"
+#include "cpl_conv.h"
+#include "cpl_minixml.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+#include "gdal_priv.h"
+#include "ogr_spatialref.h"
+#include "vrtdataset.h"
+
+namespace idem {
+
+namespace {
+
+constexpr int k_max_vrt_depth = 32;
+
+struct XmlFree {
+  void operator()(CPLXMLNode* node) const { CPLDestroyXMLNode(node); }
+};
+
+// Local paths compare by their real path so two spellings of one file count once.
+std::string dedup_key(const std::string& path) {
+  if (path.rfind("/vsi", 0) == 0) {
+    return path;
+  }
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) != nullptr) {
+    return resolved;
+  }
+  return path;
+}
+
+bool is_true_attribute(const CPLXMLNode* node, const char* name) {
+  for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
+    if (child->eType == CXT_Attribute && EQUAL(child->pszValue, name) &&
+        child->psChild != nullptr) {
+      return CPLTestBool(child->psChild->pszValue);
+    }
+  }
+  return false;
+}
+
+std::string element_text(const CPLXMLNode* node) {
+  for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
+    if (child->eType == CXT_Text) {
+      return child->pszValue;
+    }
+  }
+  return std::string();
+}
+
+std::string pixels_sha256(GDALDataset* dataset) {
+  Sha256 hasher;
+  const int x_size = dataset->GetRasterXSize();
+  const int y_size = dataset->GetRasterYSize();
+  hasher.update(std::to_string(x_size) + "x" + std::to_string(y_size) + ";");
+  for (int band_index = 1; band_index <= dataset->GetRasterCount(); ++band_index) {
+    GDALRasterBand* band = dataset->GetRasterBand(band_index);
+    const GDALDataType type = band->GetRasterDataType();
+    const int type_size = GDALGetDataTypeSizeBytes(type);
+    hasher.update(std::string(GDALGetDataTypeName(type)) + ";");
+    std::vector<unsigned char> row(static_cast<std::size_t>(x_size) * type_size);
+    for (int y = 0; y < y_size; ++y) {
+      if (band->RasterIO(GF_Read, 0, y, x_size, 1, row.data(), x_size, 1, type, 0, 0, nullptr) !=
+          CE_None) {
+        throw Error(ErrorKind::k_source, std::string("cannot read pixels of source '") +
+                                             dataset->GetDescription() + "'");
+      }
+      hasher.update(row.data(), row.size());
+    }
+  }
+  return hasher.finish_hex();
+}
+
+// Everything besides its pixels that a dataset without files hands a reader, and so the output:
+// georeferencing, GCPs, metadata of every domain, and per band nodata, colour interpretation and
+// table, offset, scale, unit, description, metadata and mask (its flags, and its pixels when it
+// is a mask of its own). One SHA-256 over a canonical text of them.
+std::string raster_sha256(GDALDataset* dataset) {
+  Sha256 hasher;
+  const auto put = [&hasher](const std::string& name, const std::string& value) {
+    hasher.update(name + "=" + std::to_string(value.size()) + ":" + value + ";");
+  };
+  const auto metadata_text = [](GDALMajorObject* object) {
+    std::string text;
+    const CPLStringList domains(object->GetMetadataDomainList());
+    std::set<std::string> sorted_domains{""};
+    for (int i = 0; i < domains.size(); ++i) {
+      sorted_domains.insert(domains[i]);
+    }
+    for (const std::string& domain : sorted_domains) {
+      if (domain.rfind("xml:", 0) == 0 || domain == "DERIVED_SUBDATASETS") {
+        continue;
+      }
+      CPLStringList items(CSLDuplicate(object->GetMetadata(domain.c_str())), TRUE);
+      items.Sort();
+      for (int i = 0; i < items.size(); ++i) {
+        text += domain + "|" + items[i] + "\n";
+      }
+    }
+    return text;
+  };
+  double transform[6];
+  if (dataset->GetGeoTransform(transform) == CE_None) {
+    put("geotransform",
+        CPLSPrintf("%.17g,%.17g,%.17g,%.17g,%.17g,%.17g", transform[0], transform[1], transform[2],
+                   transform[3], transform[4], transform[5]));
+  }
+  const auto wkt_of = [](const OGRSpatialReference* srs) {
+    char* wkt = nullptr;
+    const char* const options[] = {"FORMAT=WKT2_2019", nullptr};
+    if (srs == nullptr || srs->exportToWkt(&wkt, options) != OGRERR_NONE || wkt == nullptr) {
+      CPLFree(wkt);
+      return std::string();
+    }
+    std::string text = wkt;
+    CPLFree(wkt);
+    return text;
+  };
+  put("srs", wkt_of(dataset->GetSpatialRef()));
+  const GDAL_GCP* gcps = dataset->GetGCPs();
+  for (int i = 0; i < dataset->GetGCPCount(); ++i) {
+    put("gcp", CPLSPrintf("%.17g,%.17g,%.17g,%.17g,%.17g", gcps[i].dfGCPPixel, gcps[i].dfGCPLine,
+                          gcps[i].dfGCPX, gcps[i].dfGCPY, gcps[i].dfGCPZ));
+  }
+  if (dataset->GetGCPCount() > 0) {
+    put("gcp_srs", wkt_of(dataset->GetGCPSpatialRef()));
+  }
+  put("metadata", metadata_text(dataset));
+  for (int index = 1; index <= dataset->GetRasterCount(); ++index) {
+    GDALRasterBand* band = dataset->GetRasterBand(index);
+    put("band", std::to_string(index));
+    int has = FALSE;
+    const double nodata = band->GetNoDataValue(&has);
+    put("nodata", has ? CPLSPrintf("%.17g", nodata) : "none");
+    put("color_interpretation", std::to_string(band->GetColorInterpretation()));
+    put("offset", CPLSPrintf("%.17g", band->GetOffset()));
+    put("scale", CPLSPrintf("%.17g", band->GetScale()));
+    put("unit", band->GetUnitType());
+    put("description", band->GetDescription());
+    if (const GDALColorTable* table = band->GetColorTable()) {
+      for (int i = 0; i < table->GetColorEntryCount(); ++i) {
+        const GDALColorEntry* entry = table->GetColorEntry(i);
+        put("color", CPLSPrintf("%d,%d,%d,%d", entry->c1, entry->c2, entry->c3, entry->c4));
+      }
+    }
+    put("band_metadata", metadata_text(band));
+    const int mask_flags = band->GetMaskFlags();
+    put("mask_flags", std::to_string(mask_flags));
+    if ((mask_flags & (GMF_ALL_VALID | GMF_NODATA)) == 0) {
+      GDALRasterBand* mask = band->GetMaskBand();
+      const int x_size = mask->GetXSize();
+      std::vector<unsigned char> row(static_cast<std::size_t>(x_size));
+      for (int y = 0; y < mask->GetYSize(); ++y) {
+        if (mask->RasterIO(GF_Read, 0, y, x_size, 1, row.data(), x_size, 1, GDT_Byte, 0, 0,
+                           nullptr) != CE_None) {
+          throw Error(ErrorKind::k_source, std::string("cannot read the mask of source '") +
+                                               dataset->GetDescription() + "'");
+        }
+        hasher.update(row.data(), row.size());
+      }
+    }
+  }
+  return hasher.finish_hex();
+}
+
+}  // namespace
+
+bool is_vrt_in_memory(GDALDataset* dataset) {
+  const std::string description = dataset->GetDescription();
+  return dynamic_cast<VRTDataset*>(dataset) != nullptr &&
+         (description.empty() || description[0] == '<');
+}
+
+bool held_not_reopened(GDALDataset* dataset) {
+  return is_vrt_in_memory(dataset) || CPLStringList(dataset->GetFileList()).size() == 0;
+}
+
+namespace {
+
+// A dataset without files is what it holds: its pixels and all that describes them.
+JsonValue in_memory_identity(GDALDataset* dataset) {
+  JsonValue identity = JsonValue::object();
+  identity.set("pixels_sha256", JsonValue::string(pixels_sha256(dataset)));
+  identity.set("raster_sha256", JsonValue::string(raster_sha256(dataset)));
+  return identity;
+}
+
+std::string vrt_xml_sha256(GDALDataset* dataset) {
+  CSLConstList xml = dataset->GetMetadata("xml:VRT");
+  Sha256 hasher;
+  hasher.update(xml != nullptr && xml[0] != nullptr ? std::string_view(xml[0]) : "");
+  return hasher.finish_hex();
+}
+
+GDALDatasetUniquePtr open_source(const std::string& name) {
+  CPLErrorReset();
+  GDALDatasetUniquePtr dataset;
+  {
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    dataset.reset(GDALDataset::Open(name.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
+  }
+  if (!dataset) {
+    const std::string reason = CPLGetLastErrorMsg();
+    throw Error(ErrorKind::k_source, "cannot open source '" + name + "'" +
+                                         (reason.empty() ? std::string() : ": " + reason));
+  }
+  return dataset;
+}
+
+class IdentityCollector {
+ public:
+  explicit IdentityCollector(const SourceIdentityOptions& options) : m_options(options) {}
+
+  void add_dataset(GDALDataset* dataset, int depth) {
+    if (depth > k_max_vrt_depth) {
+      throw Error(ErrorKind::k_source, std::string("VRT sources nested too deeply under '") +
+                                           dataset->GetDescription() + "'");
+    }
+    // A VRT made in memory has no file of its own, and the names its file list gives for its
+    // sources may be of datasets held in memory (GDAL 3.10 lists them whether or not a file of
+    // that name exists): its sources are taken from its XML below instead.
+    if (!is_vrt_in_memory(dataset)) {
+      const CPLStringList files(dataset->GetFileList());
+      for (int i = 0; i < files.size(); ++i) {
+        // From GDAL 3.10 the list holds a sidecar GDAL means to write at close but has not
+        // written yet (the .aux.xml of statistics gdal_translate -stats computed on the
+        // source): a local file that is not there is not part of the source.
+        VSIStatBufL info;
+        if (i > 0 && !is_vsi_path(files[i]) &&
+            VSIStatExL(files[i], &info, VSI_STAT_EXISTS_FLAG) != 0) {
+          continue;
+        }
+        add_file(files[i]);
+      }
+    }
+    GDALDriver* driver = dataset->GetDriver();
+    if (driver != nullptr && EQUAL(driver->GetDescription(), "VRT")) {
+      CSLConstList xml = dataset->GetMetadata("xml:VRT");
+      if (xml != nullptr && xml[0] != nullptr) {
+        std::unique_ptr<CPLXMLNode, XmlFree> tree(CPLParseXMLString(xml[0]));
+        const std::string description = dataset->GetDescription();
+        const std::string vrt_dir = description.empty() || description[0] == '<'
+                                        ? std::string()
+                                        : std::string(CPLGetPath(description.c_str()));
+        if (tree) {
+          add_vrt_sources(tree.get(), vrt_dir, depth);
+        }
+      }
+    }
+  }
+
+  void add_vrt_sources(const CPLXMLNode* node, const std::string& vrt_dir, int depth) {
+    for (const CPLXMLNode* child = node; child != nullptr; child = child->psNext) {
+      if (child->eType != CXT_Element) {
+        continue;
+      }
+      if (EQUAL(child->pszValue, "SourceFilename") || EQUAL(child->pszValue, "SourceDataset")) {
+        const std::string name = element_text(child);
+        const bool relative = is_true_attribute(child, "relativeToVRT");
+        add_source(relative && !vrt_dir.empty()
+                       ? std::string(CPLProjectRelativeFilename(vrt_dir.c_str(), name.c_str()))
+                       : name,
+                   depth + 1);
+      } else {
+        add_vrt_sources(child->psChild, vrt_dir, depth);
+      }
+    }
+  }
+
+  void add_source(const std::string& name, int depth) {
+    if (!m_seen_sources.insert(dedup_key(name)).second) {
+      return;
+    }
+    // A source the caller holds without files (a MEM dataset a VRT made in memory reads from)
+    // is taken from the caller's handle; it could not be opened by its name.
+    if (m_options.kept_sources != nullptr) {
+      if (GDALDataset* kept = m_options.kept_sources->find(name)) {
+        if (is_vrt_in_memory(kept)) {
+          add_vrt_in_memory(kept, depth);
+          return;
+        }
+        if (held_not_reopened(kept)) {
+          m_files.push_back(in_memory_identity(kept));
+          return;
+        }
+      }
+    }
+    GDALDatasetUniquePtr dataset = open_source(name);
+    add_dataset(dataset.get(), depth);
+  }
+
+  // A VRT made in memory has no file that holds its XML: the XML itself is identified, with the
+  // sources it names.
+  void add_vrt_in_memory(GDALDataset* dataset, int depth) {
+    JsonValue entry = JsonValue::object();
+    entry.set("vrt_xml_sha256", JsonValue::string(vrt_xml_sha256(dataset)));
+    m_files.push_back(std::move(entry));
+    add_dataset(dataset, depth);
+  }
+
+  void add_file(const std::string& path) {
+    if (!m_seen_files.insert(dedup_key(path)).second) {
+      return;
+    }
+    if (m_options.seen_files != nullptr) {
+      m_options.seen_files->push_back(path);
+    }
+    m_files.push_back(
+        source_digest_json(digest_source_file(path, m_options.policy, m_options.cache)));
+  }
+
+  JsonValue::Array take_files() { return std::move(m_files); }
+  bool empty() const { return m_files.empty(); }
+
+ private:
+  const SourceIdentityOptions& m_options;
+  std::set<std::string> m_seen_sources;
+  std::set<std::string> m_seen_files;
+  JsonValue::Array m_files;
+};
+
+// The dataset name with its first file's path replaced by "{file}", or "" when it is just that.
+std::string name_template(const std::string& name, const std::string& first_file) {
+  if (first_file.empty() || name == first_file) {
+    return std::string();
+  }
+  std::string result = name;
+  const auto at = result.find(first_file);
+  if (at == std::string::npos) {
+    return result;
+  }
+  result.replace(at, first_file.size(), "{file}");
+  return result == "{file}" ? std::string() : result;
+}
+
+}  // namespace
+
+JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions& options) {
+  JsonValue identity = JsonValue::object();
+  GDALDriver* driver = dataset->GetDriver();
+  const bool in_memory = driver != nullptr && EQUAL(driver->GetDescription(), "MEM");
+  IdentityCollector collector(options);
+  if (!in_memory) {
+    collector.add_dataset(dataset, 0);
+  }
+  if (collector.empty()) {
+    return in_memory_identity(dataset);  // no files behind it (MEM, some virtual datasets)
+  }
+  if (is_vrt_in_memory(dataset)) {
+    identity.set("vrt_xml_sha256", JsonValue::string(vrt_xml_sha256(dataset)));
+  }
+  const CPLStringList files(dataset->GetFileList());
+  const std::string name =
+      name_template(dataset->GetDescription(), files.size() > 0 ? files[0] : "");
+  if (!name.empty()) {
+    identity.set("name", JsonValue::string(name));
+  }
+  identity.set("files", JsonValue::array(collector.take_files()));
+  return identity;
+}
+
+GDALDataset* open_and_keep_source(const std::string& name, KeptSources& kept) {
+  if (GDALDataset* dataset = kept.find(name)) {
+    return dataset;
+  }
+  GDALDatasetUniquePtr dataset = open_source(name);
+  kept.keep(name, dataset.get());
+  return dataset.release();
+}
+
+JsonValue identity_of_source(const std::string& name, const SourceIdentityOptions& options) {
+  if (options.kept_sources != nullptr) {
+    return identity_of_dataset(open_and_keep_source(name, *options.kept_sources), options);
+  }
+  GDALDatasetUniquePtr dataset = open_source(name);
+  return identity_of_dataset(dataset.get(), options);
+}
+
+KeptSources::~KeptSources() {
+  for (const auto& [name, dataset] : m_datasets) {
+    dataset->ReleaseRef();
+  }
+}
+
+void KeptSources::keep(const std::string& name, GDALDataset* dataset) {
+  if (!m_datasets.emplace(name, dataset).second) {
+    dataset->ReleaseRef();
+  }
+}
+
+GDALDataset* KeptSources::find(const std::string& name) const {
+  const auto it = m_datasets.find(name);
+  return it == m_datasets.end() ? nullptr : it->second;
+}
+
+JsonValue source_digest_json(const SourceDigest& digest) {
+  JsonValue entry = JsonValue::object();
+  entry.set(digest.method, JsonValue::string(digest.value));
+  if (digest.method != k_content_digest_method && digest.size >= 0) {
+    entry.set("size", JsonValue::integer(digest.size));
+  }
+  return entry;
+}
+
+}  // namespace idem

@@ -1,0 +1,69 @@
+// Source identity: what a source dataset *is* for the key, independent of where it lives.
+// Every file of GDALDataset::GetFileList() (so .aux.xml/.ovr/.msk sidecars count), recursively
+// through VRT sources, identified by digest_source_file(); never the path (docs/keys.md).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "base/canonical_json.hpp"
+#include "key/source_digest.hpp"
+
+class GDALDataset;
+
+namespace idem {
+
+// The datasets opened to identify the sources named in a VRT, kept open for the warp that follows
+// so that it does not open each source again (a GDALOpen is a measurable part of a 256x256 tile,
+// bench/RESULTS.md). Each holds one reference, released on destruction.
+class KeptSources {
+ public:
+  KeptSources() = default;
+  ~KeptSources();
+  KeptSources(const KeptSources&) = delete;
+  KeptSources& operator=(const KeptSources&) = delete;
+
+  // Takes over the caller's reference; a second dataset under the same name is released.
+  void keep(const std::string& name, GDALDataset* dataset);
+  // The dataset kept under exactly this name (as written in the VRT, resolved), or nullptr.
+  GDALDataset* find(const std::string& name) const;
+
+ private:
+  std::map<std::string, GDALDataset*> m_datasets;
+};
+
+struct SourceIdentityOptions {
+  SourceDigestPolicy policy = SourceDigestPolicy::k_auto;
+  DigestCache* cache = nullptr;
+  KeptSources* kept_sources = nullptr;             // null: each source is closed once identified
+  std::vector<std::string>* seen_files = nullptr;  // when set, every file identified is added
+};
+
+// A VRT made in memory (its description empty or its own XML): no file holds its XML.
+bool is_vrt_in_memory(GDALDataset* dataset);
+// Whether a source is one the caller's handle stands for, since it cannot be opened again by its
+// name: a dataset without files (MEM) or a VRT made in memory. The driver keeps such sources in
+// KeptSources under their names, and the key and the warp take them from there.
+bool held_not_reopened(GDALDataset* dataset);
+
+// Identity of an already open dataset:
+//   {"files":[{"sha256_tree":"..."},...], "name":"NETCDF:\"{file}\":var"}
+// "name" appears only when the dataset name is more than its first file (subdatasets, prefixes).
+// Datasets without files (MEM) are identified by a digest of their pixels ("pixels_sha256").
+JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions& options);
+
+// One file's entry: {"<method>": digest}, with "size" for header-based methods (an ETag or a
+// store's checksum says nothing about the size by itself).
+JsonValue source_digest_json(const SourceDigest& digest);
+
+// The dataset named `name` opened as identity_of_source() opens it, and kept in `kept` (where
+// an identity_of_source() of it then finds it); the one already kept under that name if any.
+// Throws idem::Error(k_source) naming the source when it cannot be opened.
+GDALDataset* open_and_keep_source(const std::string& name, KeptSources& kept);
+
+// Identity of the dataset named `name` (a path or GDAL connection string), opened read-only
+// (and kept in options.kept_sources when set). Throws idem::Error(k_source) naming the source
+// when it cannot be opened or read.
+JsonValue identity_of_source(const std::string& name, const SourceIdentityOptions& options);
+
+}  // namespace idem

@@ -1,0 +1,201 @@
+// Work description -> idempotency key (docs/keys.md is the contract this file implements).
+#include "key/work_key.hpp"
+
+#include <proj.h>
+
+#include <cstring>
+#include <iterator>
+
+#include "base/canonical_json.hpp"
+#include "base/error.hpp"
+#include "base/gdal_compat.hpp"
+#include "base/sha256.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "gdal_priv.h"
+#include "key/source_identity.hpp"
+#include "key/tile_grid.hpp"
+#include "key/vrt_canonical.hpp"
+#include "ogr_spatialref.h"
+
+namespace idem {
+
+namespace {
+
+// Suffix gdalwarp (GDAL 3.6 gdalwarp_lib.cpp) gives the GTiff it materialises beside the
+// destination when several sources are warped into a CreateCopy-only format (docs/internals.md §3).
+[[maybe_unused]] constexpr const char* k_materialised_suffix = ".tmp.tif";
+
+// Creation options that do not change the output's bytes: out of the key. The options are the
+// FORMAT driver's only (the driver takes IDEM's own out first), so a FORMAT here is that
+// driver's (netCDF's FORMAT=NC4, passed as netCDF.FORMAT=NC4) and is keyed like any other.
+const char* const k_neutral_creation_options[] = {"NUM_THREADS"};
+
+bool name_in(const std::string& name, const char* const* list, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    if (EQUAL(name.c_str(), list[i])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+[[maybe_unused]] bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string canonical_format(const std::string& format) {
+  GDALDriver* driver = GetGDALDriverManager()->GetDriverByName(format.c_str());
+  return driver != nullptr ? std::string(driver->GetDescription()) : format;
+}
+
+JsonValue creation_options_json(const KeyOptions& options) {
+  JsonValue result = JsonValue::object();
+  for (const auto& [raw_name, value] : options.creation_options) {
+    const std::string name = CPLString(raw_name).toupper();
+    if (name_in(name, k_neutral_creation_options, std::size(k_neutral_creation_options))) {
+      continue;
+    }
+    // GDAL drivers read options with CSLFetchNameValue: the first occurrence wins.
+    if (result.find(name) == nullptr) {
+      result.set(name, JsonValue::string(value));
+    }
+  }
+  return result;
+}
+
+// gdalwarp's temporary GTiff for a multi-source warp that reprojects: "<destination as
+// given>.tmp.tif" up to GDAL 3.11.0, "<directory>/<destination's file name>_<pid>_<counter>"
+// (CPLGenerateTempFilename) since 3.11.1. A mosaic that does not reproject is handed over as a
+// VRT of the sources since 3.11 (nothing is materialised then).
+bool looks_materialised(GDALDataset* src, const std::string& destination) {
+  const std::string description = src->GetDescription();
+  GDALDriver* driver = src->GetDriver();
+  if (driver == nullptr || !EQUAL(driver->GetDescription(), "GTiff")) {
+    return false;
+  }
+#if IDEM_GDAL_MULTI_SOURCE_TEMP_IS_GENERATED
+  if (destination.empty()) {
+    return false;
+  }
+  const std::string name = CPLGetFilename(description.c_str());
+  const std::string prefix = std::string(CPLGetFilename(destination.c_str())) + "_";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) {
+    return false;
+  }
+  const std::string rest = name.substr(prefix.size());  // <pid>_<counter>
+  const size_t separator = rest.find('_');
+  const auto digits = [](const std::string& text) {
+    return !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  };
+  return separator != std::string::npos && digits(rest.substr(0, separator)) &&
+         digits(rest.substr(separator + 1));
+#else
+  if (!ends_with(description, k_materialised_suffix)) {
+    return false;
+  }
+  const std::string stem =
+      description.substr(0, description.size() - std::strlen(k_materialised_suffix));
+  return stem.rfind("/vsiidem/", 0) == 0 ||
+         (!destination.empty() &&
+          EQUAL(CPLGetFilename(stem.c_str()), CPLGetFilename(destination.c_str())));
+#endif
+}
+
+std::string vrt_directory(GDALDataset* src) {
+  const std::string description = src->GetDescription();
+  if (description.empty() || description[0] == '<') {
+    return std::string();  // in memory: relative paths are relative to the working directory
+  }
+  VSIStatBufL info;
+  if (VSIStatL(description.c_str(), &info) != 0) {
+    return std::string();
+  }
+  return CPLGetPath(description.c_str());
+}
+
+TargetGrid target_grid(GDALDataset* src) {
+  TargetGrid grid;
+  grid.x_size = src->GetRasterXSize();
+  grid.y_size = src->GetRasterYSize();
+  grid.has_geotransform = compat::get_geotransform(src, grid.geotransform) == CE_None;
+  if (const OGRSpatialReference* srs = src->GetSpatialRef()) {
+    char* wkt = nullptr;
+    if (srs->exportToWkt(&wkt) == OGRERR_NONE && wkt != nullptr) {
+      grid.srs_wkt = wkt;
+    }
+    CPLFree(wkt);
+    // Asked of the CRS object the dataset has (cheap), instead of parsing the WKT again later
+    // for the tile index and the footprint.
+    grid.web_mercator = is_web_mercator(*srs);
+  }
+  return grid;
+}
+
+}  // namespace
+
+std::string compute_key(const std::string& namespace_name, const std::string& canonical_json) {
+  return sha256_hex(namespace_name + ":v" + std::to_string(k_algo_version) + ":" + canonical_json);
+}
+
+WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
+  if (src == nullptr) {
+    throw Error(ErrorKind::k_usage, "describe_work: no source dataset");
+  }
+  if (options.namespace_name.empty()) {
+    throw Error(ErrorKind::k_usage, "the key namespace must not be empty");
+  }
+  WorkDescription description;
+  SourceIdentityOptions source_options;
+  source_options.policy = options.digest_policy;
+  source_options.cache = options.digest_cache;
+  source_options.kept_sources = options.kept_sources;
+  source_options.seen_files = options.source_files;
+
+  JsonValue work = JsonValue::object();
+  work.set("format", JsonValue::string(canonical_format(options.format)));
+  work.set("creation_options", creation_options_json(options));
+  work.set("destination", JsonValue::string(options.destination));
+  if (options.include_gdal_version) {
+    work.set("gdal_version", JsonValue::string(GDALVersionInfo("RELEASE_NAME")));
+    work.set("proj_version", JsonValue::string(proj_info().version));
+  }
+
+  CSLConstList xml = src->GetMetadata("xml:VRT");
+  GDALDriver* driver = src->GetDriver();
+  const bool is_vrt = driver != nullptr && EQUAL(driver->GetDescription(), "VRT") &&
+                      xml != nullptr && xml[0] != nullptr;
+  if (is_vrt) {
+    VrtCanonicalOptions vrt_options;
+    vrt_options.vrt_dir = vrt_directory(src);
+    vrt_options.sources = source_options;
+    JsonValue vrt = canonical_vrt(xml[0], vrt_options);
+    const JsonValue* attributes = vrt.find("attr");
+    const JsonValue* sub_class = attributes != nullptr ? attributes->find("subClass") : nullptr;
+    description.is_warp = sub_class != nullptr && sub_class->text() == "VRTWarpedDataset";
+    work.set("kind", JsonValue::string(description.is_warp ? "warp" : "vrt"));
+    work.set("vrt", std::move(vrt));
+    description.vrt_xml = xml[0];
+    // gdalwarp's configuration option that changes the pixels of an RPC warp (docs/internals.md
+    // §10); keyed only when set to its non-default value, so other keys do not change.
+    if (description.is_warp &&
+        !CPLTestBool(CPLGetConfigOption("RESTRICT_OUTPUT_DATASET_UPDATE", "YES"))) {
+      JsonValue config = JsonValue::object();
+      config.set("RESTRICT_OUTPUT_DATASET_UPDATE", JsonValue::string("NO"));
+      work.set("config", std::move(config));
+    }
+  } else {
+    description.source_was_materialised = looks_materialised(src, options.destination);
+    work.set("kind",
+             JsonValue::string(description.source_was_materialised ? "materialised" : "copy"));
+    work.set("source", identity_of_dataset(src, source_options));
+  }
+
+  description.grid = target_grid(src);
+  description.canonical_json = work.dump();
+  description.key = compute_key(options.namespace_name, description.canonical_json);
+  return description;
+}
+
+}  // namespace idem

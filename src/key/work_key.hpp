@@ -1,0 +1,61 @@
+// Work description -> idempotency key: the public face of key derivation (docs/keys.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "key/source_digest.hpp"
+#include "key/source_identity.hpp"
+
+class GDALDataset;
+
+namespace idem {
+
+// Bump when anything that goes into the canonical work description changes; docs/keys.md says how.
+constexpr int k_algo_version = 2;
+
+struct KeyOptions {
+  std::string namespace_name = "default";
+  std::string format = "GTiff";  // the real output driver (FORMAT=)
+  std::vector<std::pair<std::string, std::string>> creation_options;  // pass-through, as given
+  std::string destination;  // real output path/URI, made absolute
+  SourceDigestPolicy digest_policy = SourceDigestPolicy::k_auto;
+  bool include_gdal_version = false;                 // IDEM_KEY_GDAL_VERSION
+  DigestCache* digest_cache = nullptr;               // may be null: no caching
+  KeptSources* kept_sources = nullptr;               // may be null: sources closed once identified
+  std::vector<std::string>* source_files = nullptr;  // when set, every source file is added
+};
+
+// The target grid of the work, for the ledger's footprint and tile columns.
+struct TargetGrid {
+  int x_size = 0;
+  int y_size = 0;
+  double geotransform[6] = {0, 1, 0, 0, 0, 1};
+  bool has_geotransform = false;
+  std::string srs_wkt;  // empty when the output has no CRS
+  // Whether the CRS is EPSG:3857 (the same CRS, whatever its definition's spelling), when the
+  // grid's maker knew it from the CRS object; unset: found from srs_wkt when needed.
+  std::optional<bool> web_mercator;
+};
+
+struct WorkDescription {
+  std::string canonical_json;  // sorted keys, no whitespace; what the key hashes
+  std::string key;             // lowercase hex SHA-256 of "namespace:v<ALGO>:" + canonical_json
+  TargetGrid grid;
+  bool is_warp = false;  // the source is a VRTWarpedDataset
+  std::string vrt_xml;   // the source's xml:VRT when it is a VRT (what was described)
+  // The source is a temporary dataset GDAL materialised before calling the driver (multi-source
+  // gdalwarp, docs/internals.md §3): the claim necessarily comes after the work.
+  bool source_was_materialised = false;
+};
+
+// Describe the CreateCopy source `src` plus the options into canonical work JSON and a key.
+// Throws idem::Error (k_usage for bad CRS/options, k_source for unreadable sources).
+WorkDescription describe_work(GDALDataset* src, const KeyOptions& options);
+
+// The key for a canonical JSON under a namespace (exposed for tests and `gdal-idem explain`).
+std::string compute_key(const std::string& namespace_name, const std::string& canonical_json);
+
+}  // namespace idem

@@ -1,0 +1,479 @@
+// The commit protocol (see atomic_output.hpp): a temporary directory beside the final path,
+// published by fsync + rename of every file in it (primary last) + fsync of the directory.
+// Plain POSIX calls throughout: the guarantees we rely on (rename atomic within a filesystem,
+// fsync of a directory making a rename durable) are POSIX ones, not GDAL's.
+#include "work/atomic_output.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/object_store.hpp"
+#include "base/paths.hpp"
+#include "work/lease.hpp"
+
+namespace idem {
+
+namespace {
+
+std::string errno_text(int error_number) {
+  return std::strerror(error_number);
+}
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  if (!dir.empty() && dir.back() == '/') {
+    return dir + name;
+  }
+  return dir + "/" + name;
+}
+
+// Why a directory cannot take new files, with what to do about it.
+std::string describe_unwritable_directory(const std::string& dir, int error_number) {
+  switch (error_number) {
+    case ENOENT:
+      return "destination directory " + dir + " does not exist; create it first";
+    case ENOTDIR:
+      return "destination directory " + dir +
+             " is not a directory (a component of the path is a regular file); "
+             "choose another output path";
+    case EROFS:
+      return "destination directory " + dir +
+             " is on a read-only filesystem; write the output to a writable location";
+    case EACCES:
+    case EPERM:
+      return "destination directory " + dir + " is not writable (" + errno_text(error_number) +
+             "); fix its permissions or choose another output path";
+    case ENOSPC:
+    case EDQUOT:
+      return "no space left to create a temporary directory in " + dir + " (" +
+             errno_text(error_number) + "); free some space and retry";
+    default:
+      return "cannot create a temporary directory in " + dir + ": " + errno_text(error_number);
+  }
+}
+
+std::vector<std::string> list_directory(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* handle = ::opendir(dir.c_str());
+  if (handle == nullptr) {
+    throw Error(ErrorKind::k_io,
+                "cannot list temporary directory " + dir + ": " + errno_text(errno));
+  }
+  while (const dirent* entry = ::readdir(handle)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") {
+      names.push_back(name);
+    }
+  }
+  ::closedir(handle);
+  return names;
+}
+
+// Best effort, never throws: used by the destructor and on failure paths.
+void remove_tree(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) {
+    return;
+  }
+  if (S_ISDIR(info.st_mode)) {
+    if (DIR* handle = ::opendir(path.c_str())) {
+      std::vector<std::string> names;
+      while (const dirent* entry = ::readdir(handle)) {
+        const std::string name = entry->d_name;
+        if (name != "." && name != "..") {
+          names.push_back(name);
+        }
+      }
+      ::closedir(handle);
+      for (const auto& name : names) {
+        remove_tree(join_path(path, name));
+      }
+    }
+    ::rmdir(path.c_str());
+  } else {
+    ::unlink(path.c_str());
+  }
+}
+
+}  // namespace
+
+std::string temp_token(const std::string& attempt_token, const std::string& owner) {
+  return owner.empty() ? attempt_token : attempt_token + "." + owner;
+}
+
+std::string token_of_temp_dir(const std::string& name) {
+  const std::string prefix = k_temp_prefix;
+  if (name.rfind(prefix, 0) != 0) {
+    return std::string();
+  }
+  const std::string token = name.substr(prefix.size());
+  return token.substr(0, token.find('.'));
+}
+
+int remove_abandoned_temp_dirs(const std::string& final_path, const std::string& owner,
+                               const std::string& own_temp_dir) {
+  if (owner.empty()) {
+    return 0;
+  }
+  const std::string dir =
+      is_object_store_path(final_path) ? local_temp_root() : dirname_of(final_path);
+  const std::string prefix = k_temp_prefix;
+  const std::string suffix = "." + owner;
+  int removed = 0;
+  DIR* handle = ::opendir(dir.c_str());
+  if (handle == nullptr) {
+    return 0;
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(handle)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(prefix, 0) == 0 && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      names.push_back(name);
+    }
+  }
+  ::closedir(handle);
+  for (const std::string& name : names) {
+    const std::string path = join_path(dir, name);
+    if (path != own_temp_dir) {
+      remove_tree(path);
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+void fsync_path(const std::string& path) {
+  // O_RDONLY works for directories and for files alike; fsync through any descriptor of the
+  // inode flushes it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw Error(ErrorKind::k_io, "cannot open " + path + " to sync it: " + errno_text(errno));
+  }
+  if (::fsync(fd) != 0) {
+    const int error_number = errno;
+    ::close(fd);
+    // Some filesystems refuse fsync on directories; that is not a data-loss signal.
+    if (error_number == EINVAL || error_number == EROFS) {
+      struct stat info {};
+      if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+        return;
+      }
+    }
+    throw Error(ErrorKind::k_io, "cannot sync " + path + " to disk: " + errno_text(error_number) +
+                                     "; the output may not be durable, retry the work");
+  }
+  ::close(fd);
+}
+
+EarlySync::EarlySync(std::string path, std::chrono::milliseconds period,
+                     std::function<int(int)> sync_file)
+    : m_path(std::move(path)),
+      m_period(period),
+      m_sync_file(std::move(sync_file)),
+      m_thread([this] { run(); }) {}
+
+EarlySync::~EarlySync() {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_stop = true;
+  }
+  m_wake.notify_all();
+  m_thread.join();
+}
+
+void EarlySync::run() {
+  int fd = -1;
+  std::chrono::milliseconds wait = m_period;
+  std::unique_lock<std::mutex> lock(m_mutex);
+  while (!m_wake.wait_for(lock, wait, [this] { return m_stop; })) {
+    if (fd < 0) {
+      fd = ::open(m_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    }
+    wait = m_period;
+    if (fd >= 0) {
+      lock.unlock();  // the destructor must not wait for the lock while this syncs
+      const auto started = std::chrono::steady_clock::now();
+      m_sync_file(fd);
+      // A sync that had data to write is followed by the next one at once: while GDAL writes
+      // faster than the disk takes it, the syncs run back to back and the last one (the
+      // commit's) finds little left.
+      if (std::chrono::steady_clock::now() - started > std::chrono::milliseconds(2)) {
+        wait = std::chrono::milliseconds(0);
+      }
+      lock.lock();
+    }
+  }
+  if (fd >= 0) {
+    ::close(fd);
+  }
+}
+
+AtomicOutput::AtomicOutput(const std::string& final_path, const std::string& token)
+    : m_final_path(final_path) {
+  if (final_path.empty() || final_path.back() == '/') {
+    throw Error(ErrorKind::k_usage,
+                "output path '" + final_path + "' does not name a file; give a file name");
+  }
+  m_object = is_object_store_path(final_path);
+  if (!m_object && final_path.rfind("/vsi", 0) == 0) {
+    throw Error(ErrorKind::k_usage,
+                "output path " + final_path +
+                    " is on a GDAL virtual filesystem that cannot be published atomically; "
+                    "write to a local path or to object storage (/vsis3/, /vsigs/, /vsiaz/)");
+  }
+  if (token.empty() || token.find('/') != std::string::npos) {
+    throw Error(ErrorKind::k_internal, "invalid temporary token '" + token + "'");
+  }
+  // An object appears whole or not at all when its upload completes, so the temporary copy of
+  // an object output is local (CPL_TMPDIR) and is uploaded to the final key directly.
+  const std::string dir = m_object ? local_temp_root() : dirname_of(final_path);
+  struct stat dir_info {};
+  if (::stat(dir.c_str(), &dir_info) != 0) {
+    throw Error(ErrorKind::k_io, describe_unwritable_directory(dir, errno));
+  }
+  if (!S_ISDIR(dir_info.st_mode)) {
+    throw Error(ErrorKind::k_io, describe_unwritable_directory(dir, ENOTDIR));
+  }
+  m_temp_dir = join_path(dir, std::string(k_temp_prefix) + token);
+  if (::mkdir(m_temp_dir.c_str(), 0700) != 0) {
+    const int error_number = errno;
+    if (error_number == EEXIST) {
+      throw Error(ErrorKind::k_io, "temporary directory " + m_temp_dir +
+                                       " already exists; another attempt is using the same "
+                                       "token (remove it with `gdal-idem reap` if stale)");
+    }
+    throw Error(ErrorKind::k_io, describe_unwritable_directory(dir, error_number));
+  }
+  m_temp_path = join_path(m_temp_dir, basename_of(final_path));
+}
+
+AtomicOutput::~AtomicOutput() {
+  if (!m_committed && !m_temp_dir.empty()) {
+    roll_back();  // published but never settled: what this attempt put in place is taken back
+    remove_tree(m_temp_dir);
+  }
+}
+
+std::vector<std::string> AtomicOutput::commit(bool durable) {
+  std::vector<std::string> published = publish(durable);
+  if (!m_object) {
+    settle();
+  }
+  return published;
+}
+
+std::vector<std::string> AtomicOutput::ordered_names() const {
+  const std::string primary = basename_of(m_final_path);
+  // Sidecars first, the primary last: a reader (or `gdal-idem verify`) that sees the primary
+  // sees a complete dataset.
+  std::vector<std::string> names = list_directory(m_temp_dir);
+  std::vector<std::string> ordered;
+  bool has_primary = false;
+  for (const auto& name : names) {
+    if (name == primary) {
+      has_primary = true;
+    } else {
+      ordered.push_back(name);
+    }
+  }
+  if (!has_primary) {
+    throw Error(ErrorKind::k_io, "nothing to publish: " + m_temp_path +
+                                     " was not written (the driver failed before creating it)");
+  }
+  ordered.push_back(primary);
+  return ordered;
+}
+
+void AtomicOutput::observe_objects() {
+  m_expected.clear();
+  if (!m_object) {
+    return;
+  }
+  const std::string final_dir = dirname_of(m_final_path);
+  for (const auto& name : ordered_names()) {
+    VSIStatBufL info;
+    const std::string from = join_path(m_temp_dir, name);
+    const std::string to = join_path(final_dir, name);
+    if (VSIStatL(from.c_str(), &info) != 0 ||
+        !conditional_upload_applies(to, static_cast<int64_t>(info.st_size))) {
+      continue;
+    }
+    m_expected[to] = ExpectedObject{current_object_etag(to)};
+  }
+}
+
+std::vector<std::string> AtomicOutput::publish(bool durable) {
+  if (m_committed || !m_placed.empty()) {
+    throw Error(ErrorKind::k_internal, "output " + m_final_path + " was already committed");
+  }
+  const std::string final_dir = dirname_of(m_final_path);
+  const std::vector<std::string> ordered = ordered_names();
+  if (m_object) {
+    return upload(ordered);
+  }
+  if (durable) {
+    for (const auto& name : ordered) {
+      const std::string path = join_path(m_temp_dir, name);
+      struct stat info {};
+      if (::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+        fsync_path(path);
+      }
+    }
+  }
+
+  std::vector<std::string> published;
+  try {
+    for (const auto& name : ordered) {
+      place(join_path(m_temp_dir, name), join_path(final_dir, name));
+      published.push_back(join_path(final_dir, name));
+    }
+  } catch (...) {
+    roll_back();
+    throw;
+  }
+  if (durable) {
+    fsync_path(final_dir);
+  }
+  m_durable = durable;
+  return published;
+}
+
+// One file into place, keeping what it replaces: exchanged with it (RENAME_EXCHANGE, atomic),
+// so the replaced file is then at `from`; renamed without replacing anything when nothing is
+// there. Where the filesystem has no exchange (EINVAL: NFS, some FUSE filesystems), the
+// replaced file is kept by a hard link beside the temporary file, then replaced by a rename.
+void AtomicOutput::place(const std::string& from, const std::string& to) {
+  struct stat ours {};
+  if (::lstat(from.c_str(), &ours) != 0) {
+    throw Error(ErrorKind::k_io, "cannot publish " + from + ": " + errno_text(errno));
+  }
+  struct stat there {};
+  if (::lstat(to.c_str(), &there) == 0 && S_ISDIR(there.st_mode)) {
+    throw Error(ErrorKind::k_io, "cannot rename " + from + " to " + to +
+                                     ": a directory is in the way at " + to + ", remove it");
+  }
+  Placed placed{from,
+                to,
+                std::string(),
+                ours.st_dev,
+                ours.st_ino,
+                ours.st_size,
+                int64_t(ours.st_mtim.tv_sec) * 1000000000 + ours.st_mtim.tv_nsec};
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+    m_placed.push_back(placed);
+    return;
+  }
+  int error_number = errno;
+  if (error_number == EEXIST &&
+      ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+    placed.held = from;  // the replaced file is there now
+    m_placed.push_back(placed);
+    return;
+  }
+  if (error_number == EEXIST) {
+    error_number = errno;
+  }
+  if (error_number == EINVAL || error_number == ENOSYS) {
+    const std::string kept = from + ".replaced";
+    const bool replaces = ::link(to.c_str(), kept.c_str()) == 0;
+    if (::rename(from.c_str(), to.c_str()) == 0) {
+      placed.held = replaces ? kept : std::string();
+      m_placed.push_back(placed);
+      return;
+    }
+    error_number = errno;
+  }
+  std::string message = "cannot rename " + from + " to " + to + ": " + errno_text(error_number);
+  if (error_number == EISDIR || error_number == ENOTEMPTY) {
+    message += "; a directory is in the way at " + to + ", remove it";
+  } else if (error_number == EXDEV) {
+    message += "; the temporary directory is on another filesystem";
+  }
+  throw Error(ErrorKind::k_io, message);
+}
+
+void AtomicOutput::settle() {
+  m_committed = true;
+  m_placed.clear();
+  // What is left (the replaced files, a leftover created after listing) goes.
+  remove_tree(m_temp_dir);
+}
+
+void AtomicOutput::roll_back() noexcept {
+  // Primary first (it was placed last), so that no reader sees it with older sidecars.
+  for (auto it = m_placed.rbegin(); it != m_placed.rend(); ++it) {
+    struct stat now {};
+    if (::lstat(it->final_path.c_str(), &now) != 0 || now.st_dev != it->device ||
+        now.st_ino != it->inode) {
+      continue;  // no longer ours: another worker's file is there, and stays
+    }
+    if (it->held.empty()) {
+      ::unlink(it->final_path.c_str());
+    } else if (::renameat2(AT_FDCWD, it->held.c_str(), AT_FDCWD, it->final_path.c_str(),
+                           RENAME_EXCHANGE) != 0) {
+      ::rename(it->held.c_str(), it->final_path.c_str());
+    }
+  }
+  if (!m_placed.empty() && m_durable) {
+    try {
+      fsync_path(dirname_of(m_final_path));
+    } catch (const Error&) {
+      // best effort: the renames are done
+    }
+  }
+  m_placed.clear();
+}
+
+bool AtomicOutput::still_in_place() const {
+  for (const Placed& placed : m_placed) {
+    struct stat now {};
+    if (::lstat(placed.final_path.c_str(), &now) != 0 || now.st_dev != placed.device ||
+        now.st_ino != placed.inode) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<PublishedFile> AtomicOutput::placed_files() const {
+  std::vector<PublishedFile> files;
+  for (const Placed& placed : m_placed) {
+    files.push_back(PublishedFile{placed.final_path, placed.size, placed.mtime_ns});
+  }
+  return files;
+}
+
+std::vector<std::string> AtomicOutput::upload(const std::vector<std::string>& ordered) {
+  const std::string final_dir = dirname_of(m_final_path);
+  std::vector<std::string> published;
+  for (const auto& name : ordered) {
+    if (name == ordered.back()) {
+      test_pause("during_upload");  // sidecars are up, the primary is not
+    }
+    const std::string to = join_path(final_dir, name);
+    const auto expected = m_expected.find(to);
+    const CopiedBytes sent =
+        copy_vsi_file(join_path(m_temp_dir, name), to,
+                      expected != m_expected.end() ? &expected->second : nullptr);
+    if (name == ordered.back()) {
+      m_uploaded_primary = sent;
+    }
+    published.push_back(to);
+  }
+  m_committed = true;
+  remove_tree(m_temp_dir);
+  return published;
+}
+
+}  // namespace idem

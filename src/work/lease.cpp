@@ -1,0 +1,187 @@
+// Attempt identity, the lease keeper and crash-test pause points (see lease.hpp).
+#include "work/lease.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "base/error.hpp"
+#include "cpl_conv.h"
+#include "cpl_error.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+
+namespace idem {
+
+std::string new_claim_token() {
+  std::random_device device;
+  std::mt19937_64 generator((uint64_t(device()) << 32) ^ device() ^
+                            uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char text[33];
+  std::snprintf(text, sizeof(text), "%016llx%016llx", (unsigned long long)generator(),
+                (unsigned long long)generator());
+  return text;
+}
+
+std::string worker_host_name() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) {
+    return "unknown";
+  }
+  return name;
+}
+
+void test_pause(const char* point) {
+  const char* at = CPLGetConfigOption("IDEM_TEST_PAUSE_AT", nullptr);
+  if (at == nullptr || !EQUAL(at, point)) {
+    return;
+  }
+  const double seconds = CPLAtof(CPLGetConfigOption("IDEM_TEST_PAUSE_SECONDS", "30"));
+  const char* resume_file = CPLGetConfigOption("IDEM_TEST_RESUME_FILE", nullptr);
+  CPLError(CE_Warning, CPLE_AppDefined, "IDEM: test pause at %s for %.1f s", point, seconds);
+  // With IDEM_TEST_REACHED_FILE the pause also says so by creating that file: the handshake of a
+  // test that runs the worker in its own process (a thread, with thread-local options).
+  if (const char* reached = CPLGetConfigOption("IDEM_TEST_REACHED_FILE", nullptr)) {
+    if (VSILFILE* file = VSIFOpenL(reached, "wb")) {
+      VSIFCloseL(file);
+    }
+  }
+  // With IDEM_TEST_RESUME_FILE the pause ends as soon as that file exists (a test's handshake),
+  // the seconds bounding it only.
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < until) {
+    VSIStatBufL info;
+    if (resume_file != nullptr && VSIStatL(resume_file, &info) == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(resume_file != nullptr ? 5 : 50));
+  }
+}
+
+LeaseKeeper::LeaseKeeper(Ledger& ledger, std::string work_key, std::string token,
+                         std::chrono::seconds lease, std::optional<Clock::time_point> held_since,
+                         Start start_mode)
+    : m_ledger(ledger),
+      m_work_key(std::move(work_key)),
+      m_token(std::move(token)),
+      m_lease(lease),
+      m_confirmed_at(held_since ? held_since->time_since_epoch().count() : k_never) {
+  if (start_mode == Start::k_now) {
+    start();
+  }
+}
+
+LeaseKeeper::~LeaseKeeper() {
+  stop();
+}
+
+void LeaseKeeper::poll() {
+  if (!m_started.load(std::memory_order_relaxed) && Clock::now() - m_created >= k_lazy_start) {
+    start();
+  }
+}
+
+void LeaseKeeper::start() {
+  std::lock_guard<std::mutex> lock(m_start_mutex);
+  if (m_started.load()) {
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> state(m_mutex);
+    if (m_stopping) {
+      return;
+    }
+  }
+  CPLDebug("IDEM", "lease keeper: renewal thread started");
+  m_thread = std::thread([this] { run(); });
+  m_started = true;
+}
+
+void LeaseKeeper::stop() {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_stopping = true;
+  }
+  m_wake.notify_all();
+  std::thread thread;
+  {
+    std::lock_guard<std::mutex> lock(m_start_mutex);
+    thread = std::move(m_thread);
+  }
+  if (thread.joinable()) {
+    thread.join();
+  }
+}
+
+bool LeaseKeeper::renew_now() {
+  if (m_lost.load()) {
+    return false;
+  }
+  const Clock::time_point sent = Clock::now();
+  try {
+    if (m_ledger.heartbeat(m_work_key, m_token, m_lease)) {
+      const Clock::rep before = m_confirmed_at.exchange(sent.time_since_epoch().count());
+      if (before == k_never || sent - Clock::time_point(Clock::duration(before)) >=
+                                   std::chrono::duration_cast<Clock::duration>(m_lease)) {
+        m_lapsed = true;  // renewed, but after a stretch in which the lease could run out
+      }
+    } else {
+      m_lost = true;
+    }
+  } catch (const Error& error) {
+    CPLDebug("IDEM", "heartbeat failed: %s", error.what());
+    m_lost = true;
+  }
+  return !m_lost.load();
+}
+
+bool LeaseKeeper::lapsed() const {
+  const Clock::rep confirmed_at = m_confirmed_at.load();
+  return m_lapsed.load() || confirmed_at == k_never ||
+         Clock::now() - Clock::time_point(Clock::duration(confirmed_at)) >=
+             std::chrono::duration_cast<Clock::duration>(m_lease);
+}
+
+bool LeaseKeeper::ensure_held() {
+  if (m_lost.load()) {
+    return false;
+  }
+  const Clock::rep confirmed_at = m_confirmed_at.load();
+  if (confirmed_at != k_never && Clock::now() - Clock::time_point(Clock::duration(confirmed_at)) <
+                                     std::chrono::duration_cast<Clock::duration>(m_lease) / 3) {
+    return true;
+  }
+  return renew_now();
+}
+
+void LeaseKeeper::run() {
+  const auto interval = std::max<std::chrono::milliseconds>(
+      std::chrono::milliseconds(500),
+      std::chrono::duration_cast<std::chrono::milliseconds>(m_lease) / 3);
+  std::unique_lock<std::mutex> lock(m_mutex);
+  while (!m_stopping) {
+    // Due a third of a lease after the last confirmation: a thread started late (lazily)
+    // renews at once when that moment has passed.
+    const Clock::rep confirmed_at = m_confirmed_at.load();
+    const Clock::time_point due = confirmed_at == k_never
+                                      ? Clock::now() + interval
+                                      : Clock::time_point(Clock::duration(confirmed_at)) + interval;
+    m_wake.wait_until(lock, due, [this] { return m_stopping; });
+    if (m_stopping) {
+      break;
+    }
+    lock.unlock();
+    const bool held = renew_now();
+    lock.lock();
+    if (!held) {
+      break;
+    }
+  }
+}
+
+}  // namespace idem

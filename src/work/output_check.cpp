@@ -1,0 +1,169 @@
+// Whether a completed output is still the one its completion recorded (output_check.hpp).
+#include "work/output_check.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "base/canonical_json.hpp"
+#include "base/paths.hpp"
+#include "cpl_error.h"
+#include "cpl_string.h"
+
+namespace idem {
+
+namespace {
+
+// One file of an output's members (output_members_json): a local file's size and mtime, an
+// object's size and ETag.
+JsonValue member_entry(const std::string& path, int64_t size, int64_t mtime_ns,
+                       const std::string* etag) {
+  JsonValue member = JsonValue::object();
+  member.set("path", JsonValue::string(path));
+  member.set("size", JsonValue::integer(size));
+  if (etag != nullptr) {
+    member.set("etag", JsonValue::string(*etag));
+  } else {
+    member.set("mtime_ns", JsonValue::integer(mtime_ns));
+  }
+  return member;
+}
+
+std::string members_text(JsonValue::Array members) {
+  std::sort(members.begin(), members.end(), [](const JsonValue& a, const JsonValue& b) {
+    return a.find("path")->text() < b.find("path")->text();
+  });
+  return JsonValue::array(std::move(members)).dump();
+}
+
+}  // namespace
+
+std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
+  if (is_object_store_path(path)) {
+    const auto headers = object_headers(path, true);
+    if (!headers || headers->etag.empty()) {
+      return std::nullopt;  // no ETag: nothing to compare a later state with
+    }
+    OutputFingerprint fingerprint;
+    fingerprint.size = headers->size;
+    fingerprint.etag = headers->etag;
+    return fingerprint;
+  }
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    return std::nullopt;
+  }
+  OutputFingerprint fingerprint;
+  fingerprint.size = info.st_size;
+  fingerprint.mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+  return fingerprint;
+}
+
+bool output_matches(const std::string& path, const OutputFingerprint& recorded,
+                    std::string* store_etag) {
+  if (is_object_store_path(path)) {
+    const auto headers = object_headers(path, true);
+    if (!headers || headers->etag.empty() || headers->size != recorded.size || !recorded.etag) {
+      return false;
+    }
+    const EtagMatch match = match_object_etag(path, *headers, *recorded.etag);
+    if (match == EtagMatch::k_same_content && store_etag != nullptr) {
+      *store_etag = headers->etag;
+    }
+    return match != EtagMatch::k_different;
+  }
+  const auto now = fingerprint_of(path);
+  if (!now || now->size != recorded.size || recorded.etag) {
+    return false;
+  }
+  return now->mtime_ns == recorded.mtime_ns;
+}
+
+bool headers_match(const std::string& path, const ObjectHeaders& headers,
+                   const OutputFingerprint& recorded) {
+  return recorded.etag && headers.size == recorded.size &&
+         match_object_etag(path, headers, *recorded.etag) != EtagMatch::k_different;
+}
+
+std::string local_members_json(const std::vector<PublishedFile>& files,
+                               const std::string& primary) {
+  JsonValue::Array members;
+  for (const PublishedFile& file : files) {
+    if (file.path != primary) {
+      members.push_back(member_entry(file.path, file.size, file.mtime_ns, nullptr));
+    }
+  }
+  return members_text(std::move(members));
+}
+
+bool completed_output_is_current(const LedgerRow& row, const std::string& destination,
+                                 std::string* store_etag, GDALDatasetUniquePtr* opened) {
+  if (row.state != RowState::k_completed || row.superseded_at || !row.fingerprint ||
+      row.output_uri != destination || !output_matches(destination, *row.fingerprint, store_etag)) {
+    return false;
+  }
+  // The output as GDAL opens it, by its real path: every file it consists of now must be the
+  // files recorded at completion, unchanged (nothing missing, edited, or added since).
+  GDALDatasetUniquePtr dataset;
+  {
+    CPLErrorStateBackuper keep_error_state;
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    dataset.reset(GDALDataset::Open(destination.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
+  }
+  if (!dataset) {
+    return false;
+  }
+  if (!output_members_unchanged(*dataset, destination, *row.fingerprint)) {
+    return false;
+  }
+  if (opened != nullptr) {
+    *opened = std::move(dataset);
+  }
+  return true;
+}
+
+bool output_members_unchanged(GDALDataset& output, const std::string& primary,
+                              const OutputFingerprint& recorded) {
+  if (!recorded.members) {
+    return true;  // completed before members were recorded: the primary file decides
+  }
+  const CPLStringList files(output.GetFileList());
+  const std::optional<std::string> now = output_members_json(primary, files.List());
+  if (!now || *now != *recorded.members) {
+    CPLDebug("IDEM", "the files of %s differ from those recorded at completion: %s != %s",
+             primary.c_str(), now ? now->c_str() : "(unreadable)", recorded.members->c_str());
+    return false;
+  }
+  return true;
+}
+
+std::optional<std::string> output_members_json(const std::string& primary, CSLConstList files) {
+  JsonValue::Array members;
+  std::set<std::string> seen{primary};
+  for (CSLConstList file = files; file != nullptr && *file != nullptr; ++file) {
+    const std::string path = absolute_path(*file);
+    if (!seen.insert(path).second) {
+      continue;
+    }
+    if (is_object_store_path(path)) {
+      const auto headers = object_headers(path, true);
+      if (!headers) {
+        return std::nullopt;
+      }
+      members.push_back(member_entry(path, headers->size, 0, &headers->etag));
+    } else {
+      struct stat info {};
+      if (::stat(path.c_str(), &info) != 0) {
+        return std::nullopt;
+      }
+      members.push_back(
+          member_entry(path, info.st_size,
+                       int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec, nullptr));
+    }
+  }
+  return members_text(std::move(members));
+}
+
+}  // namespace idem

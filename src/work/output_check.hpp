@@ -1,0 +1,57 @@
+// Whether a completed output is still the one its completion recorded: the fingerprint of its
+// primary file and the list of the files it consists of. The IDEM driver asks before it skips;
+// `gdal-idem pending` and `verify` ask the same question without running the driver.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/object_store.hpp"
+#include "cpl_port.h"
+#include "gdal_priv.h"
+#include "ledger/ledger.hpp"
+#include "work/atomic_output.hpp"
+
+namespace idem {
+
+// Local files: size and mtime. Objects: size and ETag, asked of the store now (never GDAL's
+// cached properties, which another worker's upload may have made stale). nullopt when the file
+// is not there (or an object has no ETag).
+std::optional<OutputFingerprint> fingerprint_of(const std::string& path);
+
+// Does the output still match what the ledger recorded at completion? An object matched by the
+// bytes behind a predicted ETag sets `store_etag` (if given) to the store's own.
+bool output_matches(const std::string& path, const OutputFingerprint& recorded,
+                    std::string* store_etag);
+
+// Whether the object whose headers are `headers` is the one `recorded` describes.
+bool headers_match(const std::string& path, const ObjectHeaders& headers,
+                   const OutputFingerprint& recorded);
+
+// Whether the driver would skip this work instead of redoing it: `row` is a completed, not
+// superseded completion that wrote `destination` (absolute, as the driver names it), the output
+// there still matches the fingerprint recorded at completion, it opens in GDAL, and the files
+// it consists of are those recorded (output_members_json). When an object matched by its bytes
+// rather than a predicted ETag, `store_etag` (if given) gets the store's ETag, for the caller to
+// record with Ledger::replace_etag; `opened` (if given) gets the output opened read-only.
+bool completed_output_is_current(const LedgerRow& row, const std::string& destination,
+                                 std::string* store_etag = nullptr,
+                                 GDALDatasetUniquePtr* opened = nullptr);
+
+// The output's files other than `primary` (its sidecars), as recorded at completion: canonical
+// JSON, [{"path","size","mtime_ns"}] locally, [{"path","size","etag"}] on object storage, sorted
+// by path. nullopt when one of them cannot be looked at (gone meanwhile).
+std::optional<std::string> output_members_json(const std::string& primary, CSLConstList files);
+
+// The same JSON for local files just published (their sizes and mtimes known): every file of
+// `files` but `primary`.
+std::string local_members_json(const std::vector<PublishedFile>& files, const std::string& primary);
+
+// Whether `output`, opened at `primary`, consists of the files `recorded` at completion (always
+// true for a row completed before they were recorded).
+bool output_members_unchanged(GDALDataset& output, const std::string& primary,
+                              const OutputFingerprint& recorded);
+
+}  // namespace idem
