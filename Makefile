@@ -5,7 +5,7 @@ PYTHON ?= /usr/bin/python3
 JOBS ?= $(shell nproc)
 PLUGIN_DIR = $(abspath $(BUILD_DIR))/gdalplugins
 
-.PHONY: all deps build test unit-test py-test format format-check test-matrix test-matrix-ci package-test deb demo install bench clean
+.PHONY: all deps build test unit-test py-test format format-check tidy test-matrix test-matrix-ci package-test deb demo install bench clean
 
 all: build
 
@@ -38,6 +38,11 @@ format: deps
 
 format-check: deps
 	clang-format --dry-run --Werror $(CXX_SOURCES)
+
+# clang-tidy (.clang-tidy) on the C++ outside the tests: every file, or with TIDY_BASE=REV the
+# files changed since REV (scripts/tidy). CI runs it on every file.
+tidy: build
+	TIDY_BASE=$(TIDY_BASE) scripts/tidy $(BUILD_DIR)
 
 # The Debian package of this build, installed, smoke-tested and driver-tested with no
 # GDAL_DRIVER_PATH, then removed (scripts/package-test; as root).

@@ -2,9 +2,10 @@
 #include "gdal_priv.h"
 #include "idem_driver.hpp"
 
-extern "C" void GDALRegister_IDEM();
+// GDAL finds the entry point by this name (GDALRegister_ and the file's name).
+extern "C" void GDALRegister_IDEM();  // NOLINT(readability-identifier-naming)
 
-extern "C" void GDALRegister_IDEM() {
+extern "C" void GDALRegister_IDEM() {  // NOLINT(readability-identifier-naming)
   if (!GDAL_CHECK_VERSION("IDEM")) {
     return;
   }

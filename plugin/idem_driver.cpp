@@ -356,6 +356,9 @@ void check_destination_is_not_a_source(const std::string& destination,
 // VRT made in memory (gdal_translate's, gdal.Translate's, gdal.BuildVRT('', ...)), through any
 // depth of VRTs made in memory.
 void add_read_through(GDALDataset* dataset, std::vector<GDALDataset*>& held, int depth) {
+  if (dataset == nullptr) {
+    return;
+  }
   if (depth > 32) {
     throw Error(ErrorKind::k_source, "VRTs made in memory nested too deeply");
   }
@@ -394,6 +397,9 @@ void add_read_through(GDALDataset* dataset, std::vector<GDALDataset*>& held, int
 
 std::vector<GDALDataset*> datasets_read_through(GDALDataset* source) {
   std::vector<GDALDataset*> held;
+  if (source == nullptr) {
+    return held;
+  }
   if (!is_vrt_in_memory(source)) {
     held.push_back(source);
   }

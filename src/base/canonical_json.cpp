@@ -245,7 +245,7 @@ bool canonical_number_text(const std::string& raw, std::string& out) {
 }
 
 std::string canonical_scalar_text(const std::string& raw) {
-  const std::string text = trim_space(raw);
+  std::string text = trim_space(raw);
   if (text.empty()) {
     return text;
   }

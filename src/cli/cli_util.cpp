@@ -552,6 +552,7 @@ std::optional<WorkGrid> work_grid(const std::string& work_json) {
           const CPLStringList parts(CSLTokenizeString2(text->scalar.c_str(), ", ", 0));
           if (parts.size() == 6) {
             std::vector<double> values;
+            values.reserve(6);
             for (int i = 0; i < 6; ++i) {
               values.push_back(CPLAtof(parts[i]));
             }

@@ -41,7 +41,9 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
   void update(double fraction);
-  void update(size_t done, size_t total) { update(total == 0 ? 1.0 : double(done) / total); }
+  void update(size_t done, size_t total) {
+    update(total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total));
+  }
   void finish() { update(1.0); }
 
  private:

@@ -138,6 +138,7 @@ int run_forget(const Args& args, const GlobalOptions& global) {
 
   if (global.json) {
     std::vector<std::string> rows;
+    rows.reserve(forgotten.size());
     for (const LedgerRow& row : forgotten) {
       rows.push_back(json::object(row_json_members(row)));
     }

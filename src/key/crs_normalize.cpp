@@ -124,7 +124,7 @@ std::string identify(const PJ* crs) {
     if (authority == nullptr || code == nullptr) {
       continue;
     }
-    const std::string id = std::string(authority) + ":" + code;
+    std::string id = std::string(authority) + ":" + code;
     if (std::string(authority) == "EPSG") {
       return id;
     }

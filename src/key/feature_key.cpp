@@ -381,6 +381,7 @@ JsonValue key_options(const Ogr2ogrCommand& command, const FeatureLoadSettings& 
     const int arity = static_cast<int>(
         std::min<size_t>(static_cast<size_t>(arity_at(options, i)), options.size() - i - 1));
     auto value = [&](int k) { return options[i + 1 + k]; };
+    // NOLINTNEXTLINE(bugprone-branch-clone): the empty branches keep nothing, each for its reason
     if (k_dropped_flags.count(option) != 0 || k_dropped_with_value.count(option) != 0) {
       // -gt, -ds_transaction, -lyr_transaction: transaction grouping only; -f, -nln: in the
       // target; -overwrite/-append/-update: the mode; -progress, -q: display.

@@ -27,7 +27,7 @@ namespace idem {
 namespace {
 
 // Large blocks keep the per-read overhead of /vsi files far below the hashing cost.
-constexpr std::size_t k_read_block_size = 4 * 1024 * 1024;
+constexpr std::size_t k_read_block_size = std::size_t{4} * 1024 * 1024;
 
 int64_t to_ns(const struct timespec& time) {
   return static_cast<int64_t>(time.tv_sec) * 1000000000LL + time.tv_nsec;
@@ -94,7 +94,7 @@ bool is_vsi_path(const std::string& path) {
 // k_leaf_size piece. A single SHA-256 cannot use a second core; this one hashes pieces in parallel
 // (bench/RESULTS.md has the figures) and
 // gives the same value whatever the number of threads or the size of the reads.
-constexpr std::size_t k_leaf_size = 1024 * 1024;
+constexpr std::size_t k_leaf_size = std::size_t{1024} * 1024;
 constexpr std::size_t k_leaf_digest_size = 32;
 constexpr unsigned char k_leaf_prefix = 0x00;
 constexpr unsigned char k_root_prefix = 0x01;

@@ -622,6 +622,7 @@ class PostgresLedger : public Ledger {
     ensure_connected();
     PgResult rows = exec_params(sql, params, "forget");
     std::vector<LedgerRow> result;
+    result.reserve(static_cast<size_t>(PQntuples(rows.get())));
     for (int i = 0; i < PQntuples(rows.get()); ++i) {
       result.push_back(ledger_detail::make_row(ResultRow(rows.get(), i)));
     }

@@ -216,7 +216,7 @@ class SqliteDigestCache : public DigestCache {
   SqliteLedger& m_ledger;
 };
 
-class SqliteLedger : public Ledger {
+class SqliteLedger final : public Ledger {
  public:
   explicit SqliteLedger(const std::string& path) : m_path(path), m_digest_cache(*this) {
     m_context = "SQLite ledger " + path;
@@ -247,7 +247,7 @@ class SqliteLedger : public Ledger {
     // runs once every dozen or so workers.
     exec("PRAGMA wal_autocheckpoint = 64");
     if (pending_migrations()) {
-      migrate();
+      SqliteLedger::migrate();  // this class is final: no other override to miss
     }
   }
 

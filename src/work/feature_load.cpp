@@ -113,7 +113,7 @@ class TargetSession {
   }
 
   std::string ident(const std::string& name) {
-    const std::string quoted = pg::quote_identifier(m_connection.get(), name);
+    std::string quoted = pg::quote_identifier(m_connection.get(), name);
     if (quoted.empty()) {
       throw Error(ErrorKind::k_usage, "the name '" + name + "' cannot be used as an identifier");
     }
@@ -191,7 +191,7 @@ class LoadAttempt {
     try {
       prepare();
       stage();
-      result.feature_count = swap();
+      result.feature_count = publish_in_one_transaction();
       result.completed_with_swap = m_same_database;
       if (!m_same_database) {
         test_pause("before_complete");
@@ -406,7 +406,7 @@ class LoadAttempt {
 
   // The one transaction: swap (replace) or delete+insert (append), drop the staging table and,
   // with the ledger in this database, the fenced completion. Returns the feature count.
-  int64_t swap() {
+  int64_t publish_in_one_transaction() {
     const bool append = m_work.mode == LoadMode::k_append;
     if (append) {
       add_provenance_columns();
