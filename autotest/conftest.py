@@ -146,6 +146,20 @@ def key_output(tmp_path):
     return "/vsiidem/" + str(tmp_path / "out" / "tile.tif")
 
 
+def pytest_sessionstart(session):
+    # Every test runs GDAL through the plugin: without it they would all fail, each its own way.
+    from idem_testlib import idem_driver_missing
+    missing = idem_driver_missing()
+    if missing:
+        pytest.exit(missing, returncode=3)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from idem_testlib import drop_test_databases
+    if os.environ.get("IDEM_TEST_PG_DSN"):
+        drop_test_databases()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "golden: the golden key corpus (autotest/data)")
     # test_differential.py appends one line per compared call here; the summary is printed below.

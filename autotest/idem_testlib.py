@@ -171,17 +171,50 @@ def _pg_dsn():
     return dsn
 
 
+_created_databases = []
+
+
 def pg_fresh_database():
-    """A new empty database (with PostGIS) in the test cluster; returns its DSN."""
+    """A new empty database (with PostGIS) in the test cluster; returns its DSN. It is dropped
+    when the session ends (drop_test_databases)."""
     import psycopg
     base = _pg_dsn()
     name = "idem_t_" + uuid.uuid4().hex[:12]
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+    _created_databases.append(name)
     dsn = base.replace("dbname=" + base.split("dbname=")[1].split()[0], "dbname=" + name)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS postgis")
     return dsn
+
+
+def drop_test_databases():
+    """Drops the databases pg_fresh_database made (connections left open are ended: FORCE);
+    returns how many."""
+    if not _created_databases:
+        return 0
+    import psycopg
+    with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+        for name in _created_databases:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    dropped = len(_created_databases)
+    _created_databases.clear()
+    return dropped
+
+
+def idem_driver_missing():
+    """Why GDAL's programs would not find the IDEM driver under test, or None when they do."""
+    code = ("from osgeo import gdal\n"
+            "gdal.AllRegister()\n"
+            "print('IDEM' if gdal.GetDriverByName('IDEM') else 'missing')\n")
+    proc = subprocess.run(["/usr/bin/python3", "-c", code], env=env_with(), capture_output=True,
+                          text=True, timeout=120)
+    if proc.returncode == 0 and proc.stdout.strip() == "IDEM":
+        return None
+    where = f"GDAL_DRIVER_PATH={PLUGIN_DIR}" if PLUGIN_DIR else "GDAL's plugin directory"
+    return (f"GDAL does not load the IDEM driver from {where} (build it, or install the "
+            f"package): {proc.stdout.strip()} {proc.stderr.strip()}")
 
 
 _bouncer = None

@@ -16,12 +16,13 @@ SECRET_KEY = "S3RVER"
 class S3Server:
     def __init__(self, workdir, buckets=("idem-test",), slow=None):
         """`slow`: (part of a path, ms): the server answers reads (GET, HEAD) of such paths
-        that much later."""
+        that much later, and logs each to `arrivals_path` when it arrives."""
         self.workdir = str(workdir)
         self.buckets = list(buckets)
         self.slow = slow
         self.data_dir = os.path.join(self.workdir, "data")
-        self.log_path = os.path.join(self.workdir, "requests.log")
+        self.log_path = os.path.join(self.workdir, "requests.log")  # each request, answered
+        self.arrivals_path = self.log_path + ".arrived"  # each slowed request, on arrival
         self.proc = None
         self.port = None
 
@@ -31,6 +32,7 @@ class S3Server:
             raise RuntimeError("s3rver is not installed: run `make deps` (npm ci in tools/s3rver)")
         os.makedirs(self.data_dir, exist_ok=True)
         open(self.log_path, "w").close()
+        open(self.arrivals_path, "w").close()
         env = dict(os.environ)
         env.pop("S3RVER_SLOW", None)
         if self.slow:

@@ -550,7 +550,7 @@ SLOW_LOOKS = """
 import json, os, sys, threading, time
 from osgeo import gdal
 gdal.UseExceptions()
-bucket, local = sys.argv[1], sys.argv[2]
+bucket, local, arrivals, answered = sys.argv[1:5]
 for name in ("old.bin", "other.bin"):
     f = gdal.VSIFOpenL(f"/vsis3/{bucket}/slow/{name}", "wb")  # a PUT: not slowed
     gdal.VSIFWriteL(b"old", 1, 3, f)
@@ -558,17 +558,21 @@ for name in ("old.bin", "other.bin"):
 gdal.VSICurlClearCache()
 report = {}
 
+def lines(path):
+    with open(path) as f:
+        return [line.split() for line in f if line.strip()]
+
+def wait_for(condition):
+    # A guard against a hang, not a bound the test asserts: the event comes in milliseconds.
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, "the store never saw the request"
+        time.sleep(0.01)
+
 def local_write(name):
-    start = time.monotonic()
     f = gdal.VSIFOpenL(f"/vsiidem/{local}/{name}", "wb")
     gdal.VSIFWriteL(b"x", 1, 1, f)
     gdal.VSIFCloseL(f)
-    return time.monotonic() - start
-
-def timed(key, call):
-    start = time.monotonic()
-    report[key + "_result"] = call()
-    report[key + "_s"] = time.monotonic() - start
 
 def write_object():
     f = gdal.VSIFOpenL(f"/vsiidem//vsis3/{bucket}/slow/new.bin", "wb")
@@ -578,11 +582,16 @@ def write_object():
 
 for key, call in (("unlink", lambda: gdal.Unlink(f"/vsiidem//vsis3/{bucket}/slow/old.bin")),
                   ("write", write_object)):
-    worker = threading.Thread(target=timed, args=(key, call))
+    seen = len(lines(arrivals))
+    worker = threading.Thread(target=lambda: report.__setitem__(key + "_result", call()))
     worker.start()
-    time.sleep(0.3)  # the worker is now waiting for the store's answer
-    report[key + "_local_s"] = local_write(key + ".txt")
+    wait_for(lambda: len(lines(arrivals)) > seen)  # the worker now waits for the store
+    held = lines(arrivals)[seen]
+    local_write(key + ".txt")
+    # The store had not answered the worker's request when the local write was done.
+    report[key + "_local_first"] = not any(r[:2] == held for r in lines(answered))
     worker.join()
+    report[key + "_answered_after"] = any(r[:2] == held for r in lines(answered))
 report["old_hidden"] = gdal.VSIStatL(f"/vsiidem//vsis3/{bucket}/slow/old.bin") is None
 print(json.dumps(report), flush=True)
 """
@@ -598,14 +607,14 @@ def test_vsiidem_does_not_hold_other_threads_while_the_store_answers(tmp_path):
         local = tmp_path / "local"
         local.mkdir()
         mark = server.mark()
-        proc = run(["/usr/bin/python3", "-c", SLOW_LOOKS, BUCKET, local],
-                   env=env_with(CPL_TMPDIR=tmp_path, **server.config()))
+        proc = run(["/usr/bin/python3", "-c", SLOW_LOOKS, BUCKET, local, server.arrivals_path,
+                    server.log_path], env=env_with(CPL_TMPDIR=tmp_path, **server.config()))
         assert proc.returncode == 0, proc.stderr
         report = json.loads(proc.stdout)
-        # The store was slow for the workers (each waited for it) ...
-        assert report["unlink_s"] >= 1.5 and report["write_s"] >= 1.5, report
-        # ... and the local writes meanwhile did not wait for them.
-        assert report["unlink_local_s"] < 1.0 and report["write_local_s"] < 1.0, report
+        # Each worker's request reached the store, which answered it only after the local
+        # write of another thread was done: that write did not wait for it.
+        assert report["unlink_local_first"] and report["write_local_first"], report
+        assert report["unlink_answered_after"] and report["write_answered_after"], report
         assert report["unlink_result"] == 0 and report["old_hidden"], report
         assert (local / "unlink.txt").read_bytes() == b"x"
         assert (local / "write.txt").read_bytes() == b"x"

@@ -41,11 +41,13 @@ server.store.putObjectMultipart = async (bucket, uploadId, parts) => {
 };
 
 // S3RVER_SLOW="<part of a path>:<ms>": reads (GET, HEAD) of such paths are answered that much
-// later (for tests of what waits on what).
+// later (for tests of what waits on what); each is logged to <request log>.arrived when it
+// arrives, so a test knows when a client is waiting for one.
 const slow = (process.env.S3RVER_SLOW || '').match(/^(.+):(\d+)$/);
 if (slow) {
   server.middleware.unshift(async (ctx, next) => {
     if ((ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.url.includes(slow[1])) {
+      fs.appendFileSync(`${requestLog}.arrived`, `${ctx.method} ${ctx.url}\n`);
       await new Promise((resolve) => setTimeout(resolve, Number(slow[2])));
     }
     await next();
