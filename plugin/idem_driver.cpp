@@ -772,6 +772,10 @@ class IdemCreator {
                       GDALProgressFunc progress, void* progress_data);
 
  private:
+  void set_destination(const char* filename);
+  void warn_about_the_work(GDALDriver* format_driver, const CPLStringList& passthrough) const;
+  ClaimRequest claim_request() const;
+  GDALDataset* skip_if_current(const LedgerRow& row, bool waited);
   GDALDataset* dry_run(const WorkDescription& work);
   GDALDataset* skip(const LedgerRow& row, const char* why, GDALDataset* output);
   std::optional<LedgerRow> earlier_claim_on_destination(const LedgerRow& ours);
@@ -779,10 +783,22 @@ class IdemCreator {
   void wait_for_earlier_work(const LedgerRow& ours, LeaseKeeper& keeper);
   std::optional<OutputFingerprint> published_fingerprint(
       const AtomicOutput& output, const std::vector<std::string>& published) const;
+  // What the claimed attempt writes, and where GDAL's progress goes.
+  struct WriteRequest {
+    GDALDataset* source = nullptr;
+    GDALDriver* format_driver = nullptr;
+    PreparedWarp* prepared_warp = nullptr;
+    GDALProgressFunc progress = nullptr;
+    void* progress_data = nullptr;
+  };
   GDALDataset* run_claimed(const ClaimResult& claim, LeaseKeeper::Clock::time_point claim_sent,
-                           PreparedWarp* prepared_warp, GDALDataset* source,
-                           GDALDriver* format_driver, GDALProgressFunc progress,
-                           void* progress_data);
+                           const WriteRequest& what);
+  std::optional<OutputShape> write_output(const WriteRequest& what, AtomicOutput& output,
+                                          LeaseKeeper& keeper, bool large);
+  std::vector<std::string> publish_under_claim(const ClaimResult& claim, AtomicOutput& output,
+                                               LeaseKeeper& keeper);
+  void record_completion(const std::string& token, AtomicOutput& output, const LeaseKeeper& keeper,
+                         const std::vector<std::string>& published);
 
   PreDelete& m_pre_delete;
   IdemOptions m_options;
@@ -809,18 +825,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   // Unknown options for the real driver are reported the way GDAL reports them for any driver.
   GDALValidateCreationOptions(format_driver, passthrough.List());
 
-  m_via_vsiidem = is_vsiidem_path(filename);
-  const std::string real_path = m_via_vsiidem ? vsiidem_real_path(filename) : filename;
-  if (is_vsi_path(real_path) && !is_object_store_path(real_path)) {
-    throw Error(ErrorKind::k_usage, std::string("IDEM cannot publish to ") + real_path +
-                                        ": only local paths and object storage (/vsis3/, "
-                                        "/vsigs/, /vsiaz/, ...) can be published atomically");
-  }
-  m_destination = absolute_path(real_path);
-  check_destination_is_a_file(filename, m_destination);
-  if (!m_options.dry_run) {
-    check_destination_directory(m_destination);
-  }
+  set_destination(filename);
 
   KeyOptions key_options;
   key_options.namespace_name = m_options.namespace_name;
@@ -855,45 +860,8 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   m_work = describe_work(source, key_options);
   check_destination_is_not_a_source(m_destination, source_files);
   CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", lap_ms(m_lap));
-  if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG")) {
-    for (const char* name : {"TILING_SCHEME", "TARGET_SRS", "RES", "EXTENT"}) {
-      if (passthrough.FetchNameValue(name) != nullptr) {
-        // gdalwarp folds these into the warp only when its output format is COG itself.
-        CPLError(CE_Warning, CPLE_AppDefined,
-                 "IDEM: -co %s makes the COG driver warp the already warped output a second "
-                 "time; set the target grid on the warp instead (-t_srs, -tr, -te, -tap)",
-                 name);
-      }
-    }
-  }
-  if (m_work.source_was_materialised) {
-    CPLError(CE_Warning, CPLE_AppDefined,
-             "IDEM: GDAL warped the several sources into a temporary file before calling IDEM, "
-             "so the claim came after the work. Build a VRT of the sources first (gdalbuildvrt "
-             "mosaic.vrt a.tif b.tif) and warp mosaic.vrt, so the work is claimed before it runs.");
-  }
-
-  ClaimRequest request;
-  request.work_key = m_work.key;
-  request.namespace_name = m_options.namespace_name;
-  request.layer = m_options.layer;
-  request.tile = m_options.tile;  // else found from the grid (below)
-  request.output_uri = m_destination;
-  request.work_json = m_work.canonical_json;
-  request.lease = m_options.lease;
-  request.worker_host = worker_host_name();
-  request.worker_pid = getpid();
-  request.confirm_before_publishing = true;  // run_claimed confirms it before the commit
-
-  // Computed before the first question, which is the claim itself even when the work turns
-  // out completed: the footprint only for a ledger that stores it (a Web Mercator grid's from
-  // closed formulas; others need a coordinate transformation).
-  if (m_ledger->has_footprints()) {
-    request.footprint_wkt = footprint_wkt(m_work.grid);
-  }
-  if (!request.tile) {
-    request.tile = web_mercator_tile(m_work.grid);
-  }
+  warn_about_the_work(format_driver, passthrough);
+  ClaimRequest request = claim_request();
 
   // A warp's options are read while a PostgreSQL ledger answers the first claim (cheap when they
   // come with the VRT's transformer; PROJ's work when it is rebuilt, bench/RESULTS.md), unless GDAL
@@ -916,42 +884,15 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     read_warp_ahead = false;
     CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
     if (claim.outcome == ClaimOutcome::k_claimed) {
-      return run_claimed(claim, claim_sent, prepared_warp.get(), source, format_driver, progress,
-                         progress_data);
+      return run_claimed(
+          claim, claim_sent,
+          WriteRequest{source, format_driver, prepared_warp.get(), progress, progress_data});
     }
     if (claim.outcome == ClaimOutcome::k_completed) {
-      const LedgerRow& row = claim.row;
-      CPLDebug("IDEM", "completed row: output %s, recorded size %lld mtime_ns %lld",
-               row.output_uri.c_str(),
-               static_cast<long long>(row.fingerprint ? row.fingerprint->size : -1),
-               static_cast<long long>(row.fingerprint ? row.fingerprint->mtime_ns : -1));
-      std::string store_etag;
-      GDALDatasetUniquePtr existing;
-      if (completed_output_is_current(row, m_destination, &store_etag, &existing) &&
-          existing->GetRasterXSize() == m_work.grid.x_size &&
-          existing->GetRasterYSize() == m_work.grid.y_size) {
-        if (!store_etag.empty() && !m_ledger->replace_etag(m_work.key, row.claim_token,
-                                                           *row.fingerprint->etag, store_etag)) {
-          CPLDebug("IDEM", "the row changed before the store's ETag could be recorded");
-        }
-        return skip(row,
-                    announced_wait ? "completed by another worker while this one waited"
-                                   : "already completed",
-                    existing.release());
+      if (GDALDataset* output = skip_if_current(claim.row, announced_wait)) {
+        return output;
       }
-      existing.reset();
-      if (!m_via_vsiidem && !fingerprint_of(m_destination)) {
-        CPLError(CE_Warning, CPLE_AppDefined,
-                 "IDEM: this work was completed before, but GDAL deleted %s before calling the "
-                 "driver, so it is rebuilt. Write the output as /vsiidem/%s to make reruns skip.",
-                 m_destination.c_str(), m_destination.c_str());
-      } else {
-        CPLError(CE_Warning, CPLE_AppDefined,
-                 "IDEM: %s is missing or changed since this work was completed; rebuilding it.",
-                 m_destination.c_str());
-      }
-      m_ledger->invalidate(m_work.key, row.claim_token);
-      continue;
+      continue;  // invalidated: claimed again
     }
     const LedgerRow& holder = claim.row;
     announce_busy(holder, false, announced_wait);
@@ -962,6 +903,106 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     wait_backoff = std::min(wait_backoff * 2, 1.0);
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(pause * 1000)));
   }
+}
+
+// The destination as the ledger names it (absolute real path), refused before any claim when it
+// cannot be published atomically or written.
+void IdemCreator::set_destination(const char* filename) {
+  m_via_vsiidem = is_vsiidem_path(filename);
+  const std::string real_path = m_via_vsiidem ? vsiidem_real_path(filename) : filename;
+  if (is_vsi_path(real_path) && !is_object_store_path(real_path)) {
+    throw Error(ErrorKind::k_usage, std::string("IDEM cannot publish to ") + real_path +
+                                        ": only local paths and object storage (/vsis3/, "
+                                        "/vsigs/, /vsiaz/, ...) can be published atomically");
+  }
+  m_destination = absolute_path(real_path);
+  check_destination_is_a_file(filename, m_destination);
+  if (!m_options.dry_run) {
+    check_destination_directory(m_destination);
+  }
+}
+
+// What the user would want to know about the work described before it is claimed.
+void IdemCreator::warn_about_the_work(GDALDriver* format_driver,
+                                      const CPLStringList& passthrough) const {
+  if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG")) {
+    for (const char* name : {"TILING_SCHEME", "TARGET_SRS", "RES", "EXTENT"}) {
+      if (passthrough.FetchNameValue(name) != nullptr) {
+        // gdalwarp folds these into the warp only when its output format is COG itself.
+        CPLError(CE_Warning, CPLE_AppDefined,
+                 "IDEM: -co %s makes the COG driver warp the already warped output a second "
+                 "time; set the target grid on the warp instead (-t_srs, -tr, -te, -tap)",
+                 name);
+      }
+    }
+  }
+  if (m_work.source_was_materialised) {
+    CPLError(CE_Warning, CPLE_AppDefined,
+             "IDEM: GDAL warped the several sources into a temporary file before calling IDEM, "
+             "so the claim came after the work. Build a VRT of the sources first (gdalbuildvrt "
+             "mosaic.vrt a.tif b.tif) and warp mosaic.vrt, so the work is claimed before it runs.");
+  }
+}
+
+// The claim of the described work (its token is set per attempt).
+ClaimRequest IdemCreator::claim_request() const {
+  ClaimRequest request;
+  request.work_key = m_work.key;
+  request.namespace_name = m_options.namespace_name;
+  request.layer = m_options.layer;
+  request.tile = m_options.tile;  // else found from the grid (below)
+  request.output_uri = m_destination;
+  request.work_json = m_work.canonical_json;
+  request.lease = m_options.lease;
+  request.worker_host = worker_host_name();
+  request.worker_pid = getpid();
+  request.confirm_before_publishing = true;  // run_claimed confirms it before the commit
+  // Computed before the first question, which is the claim itself even when the work turns
+  // out completed: the footprint only for a ledger that stores it (a Web Mercator grid's from
+  // closed formulas; others need a coordinate transformation).
+  if (m_ledger->has_footprints()) {
+    request.footprint_wkt = footprint_wkt(m_work.grid);
+  }
+  if (!request.tile) {
+    request.tile = web_mercator_tile(m_work.grid);
+  }
+  return request;
+}
+
+// The claim found the work completed (`row`): the output it recorded, opened, when it is still
+// there as recorded (a skip); else the completion is invalidated, with a warning saying why,
+// and nullptr returned (the caller claims again and rebuilds).
+GDALDataset* IdemCreator::skip_if_current(const LedgerRow& row, bool waited) {
+  CPLDebug("IDEM", "completed row: output %s, recorded size %lld mtime_ns %lld",
+           row.output_uri.c_str(),
+           static_cast<long long>(row.fingerprint ? row.fingerprint->size : -1),
+           static_cast<long long>(row.fingerprint ? row.fingerprint->mtime_ns : -1));
+  std::string store_etag;
+  GDALDatasetUniquePtr existing;
+  if (completed_output_is_current(row, m_destination, &store_etag, &existing) &&
+      existing->GetRasterXSize() == m_work.grid.x_size &&
+      existing->GetRasterYSize() == m_work.grid.y_size) {
+    if (!store_etag.empty() &&
+        !m_ledger->replace_etag(m_work.key, row.claim_token, *row.fingerprint->etag, store_etag)) {
+      CPLDebug("IDEM", "the row changed before the store's ETag could be recorded");
+    }
+    return skip(row,
+                waited ? "completed by another worker while this one waited" : "already completed",
+                existing.release());
+  }
+  existing.reset();
+  if (!m_via_vsiidem && !fingerprint_of(m_destination)) {
+    CPLError(CE_Warning, CPLE_AppDefined,
+             "IDEM: this work was completed before, but GDAL deleted %s before calling the "
+             "driver, so it is rebuilt. Write the output as /vsiidem/%s to make reruns skip.",
+             m_destination.c_str(), m_destination.c_str());
+  } else {
+    CPLError(CE_Warning, CPLE_AppDefined,
+             "IDEM: %s is missing or changed since this work was completed; rebuilding it.",
+             m_destination.c_str());
+  }
+  m_ledger->invalidate(m_work.key, row.claim_token);
+  return nullptr;
 }
 
 // Another worker holds `holder`: with IDEM_ON_BUSY=FAIL this attempt fails naming it, else a
@@ -1117,11 +1158,157 @@ std::optional<OutputFingerprint> IdemCreator::published_fingerprint(
   return fingerprint;
 }
 
+// Writes the output into this attempt's temporary files through the FORMAT driver, renewing
+// the claim as GDAL reports progress; the shape of an object output, for the dataset returned.
+std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, AtomicOutput& output,
+                                                     LeaseKeeper& keeper, bool large) {
+  ProgressRelay relay{what.progress, what.progress_data, &keeper, false};
+  std::optional<OutputShape> shape;
+  MaterialiseRequest request;
+  request.source = what.source;
+  request.format_driver = what.format_driver;
+  request.output_path = output.temp_path();
+  for (const auto& [key, value] : m_options.passthrough) {
+    request.creation_options.SetNameValue(key.c_str(), value.c_str());
+  }
+  request.scratch_dir = output.temp_dir();
+  request.kept_sources = &m_kept_sources;
+  request.vrt_xml = &m_work.vrt_xml;
+  request.prepared_warp = what.prepared_warp;
+  request.progress = relay_progress;
+  request.progress_data = &relay;
+  // A large local output is synced while GDAL writes it, so the fsync of the commit does
+  // not wait for all of it (see EarlySync). Tiles need no thread.
+  std::unique_ptr<EarlySync> early_sync;
+  if (m_options.durable && !output.is_object() && large) {
+    early_sync = std::make_unique<EarlySync>(output.temp_path());
+  }
+  CPLDebug("IDEM", "timing: prepare %.2f ms", lap_ms(m_lap));
+  GDALDatasetUniquePtr written = materialise(request);
+  // GDAL 3.6 has no GDALDataset::Close(): flush, close, and look for errors raised doing so
+  // (a full disk shows up here).
+  CPLErrorReset();
+  written->FlushCache(true);
+  if (output.is_object()) {
+    shape = shape_of(*written);
+  }
+  written.reset();
+  early_sync.reset();
+  if (CPLGetLastErrorType() == CE_Failure) {
+    throw Error(ErrorKind::k_io, std::string("writing the output failed: ") + CPLGetLastErrorMsg());
+  }
+
+  return shape;
+}
+
+// Publishes the written files once the claim is confirmed and held (docs/concepts.md): every
+// file this attempt published.
+std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& claim,
+                                                          AtomicOutput& output,
+                                                          LeaseKeeper& keeper) {
+  const std::string& token = claim.claim_token;
+  // On object storage the store fences the publish too: each upload is conditional on the
+  // object looked at here, before the claim is checked below, so the store refuses it once
+  // another worker has uploaded there since (which it can do only after this attempt's claim
+  // was lost). A refusal while the claim still holds (the writer was a worker whose claim is
+  // gone, or a writer outside IDEM) means: look again and upload over it, a few times.
+  for (int round = 1;; ++round) {
+    output.observe_objects();
+    // Nothing is published under a claim the ledger could still lose (docs/ledger.md): the
+    // claim committed without waiting for its flush, which was asked for while the work ran.
+    // Before the lease's check, which then follows any long wait for it.
+    if (!m_ledger->confirm_claim(m_work.key, token)) {
+      throw Error(ErrorKind::k_ledger,
+                  "the ledger no longer has the claim on this work (a crash of its database "
+                  "server lost it, or it was forgotten), so nothing was published; run again");
+    }
+    if (round == 1) {
+      wait_for_earlier_work(claim.row, keeper);
+    }
+    // Renewed unless the claim or the last renewal is recent (a tile: no ledger write).
+    if (!keeper.ensure_held()) {
+      throw Error(ErrorKind::k_ledger,
+                  "the claim on this work was lost before publishing "
+                  "(lease expired and another worker took it over)");
+    }
+    keeper.poll();  // the upload or rename reports no progress
+    test_pause("before_commit");
+    // The new files replace what GDAL's pre-delete recorded; a file of the replaced output
+    // that the new one does not have (a stale sidecar) is removed now, before the completion.
+    try {
+      // Local files: each is exchanged with the file it replaces, which is kept until the
+      // fenced completion below is recorded (settle) or refused (roll_back).
+      return output.publish(m_options.durable);
+    } catch (const UploadRefused& refused) {
+      if (round == k_upload_rounds) {
+        throw Error(ErrorKind::k_ledger,
+                    std::string(refused.what()) + ", " + std::to_string(k_upload_rounds) +
+                        " times in a row; no completion is recorded, run again");
+      }
+      CPLDebug("IDEM", "%s; looking again", refused.what());
+    } catch (const Error&) {
+      VSIStatBufL info;
+      if (VSIStatL(output.temp_dir().c_str(), &info) != 0) {
+        throw Error(ErrorKind::k_ledger,
+                    "the claim on this work was lost before publishing: another worker took "
+                    "it over (lease expired) and removed this attempt's temporary files; "
+                    "nothing was published");
+      }
+      throw;
+    }
+  }
+}
+
+// Records the completion, fenced by the claim's token, of what this attempt published; takes it
+// back when the completion is refused or another worker's output replaced it meanwhile.
+void IdemCreator::record_completion(const std::string& token, AtomicOutput& output,
+                                    const LeaseKeeper& keeper,
+                                    const std::vector<std::string>& published) {
+  // An object's ETag is predicted from the bytes uploaded where the store allows it, which
+  // saves asking the store for it (object_store.hpp); else it is asked.
+  // The fingerprint of this attempt's own files (sidecars included, each checked by every
+  // later skip): taken from what publish() put in place, never from what the final path holds
+  // by the time it is asked, which may be another worker's by then.
+  const std::optional<OutputFingerprint> fingerprint = published_fingerprint(output, published);
+  test_pause("before_complete");
+  const char* const replaced =
+      "another worker's output replaced this attempt's at the final path before its "
+      "completion was recorded (this attempt's lease had run out), so no completion is "
+      "recorded for it; run again";
+  // Another worker may have published at this output while this attempt's lease was out:
+  // locally a look at the inodes (free); on object storage a request, made only then.
+  const auto replaced_meanwhile = [&] {
+    return !output.still_in_place() || (output.is_object() && keeper.lapsed() &&
+                                        !output_matches(m_destination, *fingerprint, nullptr));
+  };
+  if (replaced_meanwhile()) {
+    throw Error(ErrorKind::k_ledger, replaced);
+  }
+  if (!m_ledger->complete(m_work.key, token, *fingerprint)) {
+    // Fenced: this attempt's files do not stay where another worker's completion is recorded.
+    if (output.is_object()) {
+      remove_own_object(*m_ledger, m_destination, *fingerprint);
+    } else {
+      output.roll_back();
+    }
+    throw Error(ErrorKind::k_ledger,
+                "the claim on this work had been taken over by another worker, so this "
+                "attempt's completion was refused and what it published was taken back; that "
+                "worker records the work");
+  }
+  if (replaced_meanwhile()) {
+    // Replaced in the instant between the look above and the completion: withdrawn.
+    m_ledger->invalidate(m_work.key, token);
+    throw Error(ErrorKind::k_ledger, replaced);
+  }
+  if (!output.is_object()) {
+    output.settle();
+  }
+}
+
 GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
                                       LeaseKeeper::Clock::time_point claim_sent,
-                                      PreparedWarp* prepared_warp, GDALDataset* source,
-                                      GDALDriver* format_driver, GDALProgressFunc progress,
-                                      void* progress_data) {
+                                      const WriteRequest& what) {
   const std::string& token = claim.claim_token;
   std::vector<std::string> published;
   std::optional<OutputShape> shape;  // of an object output
@@ -1140,140 +1327,15 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     }
     // Large work renews from a thread of its own from the start; the rest starts it only once
     // it has run for a second (lease.hpp), so a tile never has a second thread.
-    const bool large = raw_size_of(*source) >= k_early_sync_min_bytes;
+    const bool large = raw_size_of(*what.source) >= k_early_sync_min_bytes;
     LeaseKeeper keeper(*m_ledger, m_work.key, token, m_options.lease, claim_sent,
                        large ? LeaseKeeper::Start::k_now : LeaseKeeper::Start::k_when_work_is_long);
-    ProgressRelay relay{progress, progress_data, &keeper, false};
-
-    MaterialiseRequest request;
-    request.source = source;
-    request.format_driver = format_driver;
-    request.output_path = output.temp_path();
-    for (const auto& [key, value] : m_options.passthrough) {
-      request.creation_options.SetNameValue(key.c_str(), value.c_str());
-    }
-    request.scratch_dir = output.temp_dir();
-    request.kept_sources = &m_kept_sources;
-    request.vrt_xml = &m_work.vrt_xml;
-    request.prepared_warp = prepared_warp;
-    request.progress = relay_progress;
-    request.progress_data = &relay;
-    // A large local output is synced while GDAL writes it, so the fsync of the commit does
-    // not wait for all of it (see EarlySync). Tiles need no thread.
-    std::unique_ptr<EarlySync> early_sync;
-    if (m_options.durable && !output.is_object() && large) {
-      early_sync = std::make_unique<EarlySync>(output.temp_path());
-    }
-    CPLDebug("IDEM", "timing: prepare %.2f ms", lap_ms(m_lap));
-    GDALDatasetUniquePtr written = materialise(request);
-    // GDAL 3.6 has no GDALDataset::Close(): flush, close, and look for errors raised doing so
-    // (a full disk shows up here).
-    CPLErrorReset();
-    written->FlushCache(true);
-    if (output.is_object()) {
-      shape = shape_of(*written);
-    }
-    written.reset();
-    early_sync.reset();
-    if (CPLGetLastErrorType() == CE_Failure) {
-      throw Error(ErrorKind::k_io,
-                  std::string("writing the output failed: ") + CPLGetLastErrorMsg());
-    }
-
+    shape = write_output(what, output, keeper, large);
     CPLDebug("IDEM", "timing: materialise %.2f ms", lap_ms(m_lap));
-    // On object storage the store fences the publish too: each upload is conditional on the
-    // object looked at here, before the claim is checked below, so the store refuses it once
-    // another worker has uploaded there since (which it can do only after this attempt's claim
-    // was lost). A refusal while the claim still holds (the writer was a worker whose claim is
-    // gone, or a writer outside IDEM) means: look again and upload over it, a few times.
-    for (int round = 1;; ++round) {
-      output.observe_objects();
-      // Nothing is published under a claim the ledger could still lose (docs/ledger.md): the
-      // claim committed without waiting for its flush, which was asked for while the work ran.
-      // Before the lease's check, which then follows any long wait for it.
-      if (!m_ledger->confirm_claim(m_work.key, token)) {
-        throw Error(ErrorKind::k_ledger,
-                    "the ledger no longer has the claim on this work (a crash of its database "
-                    "server lost it, or it was forgotten), so nothing was published; run again");
-      }
-      if (round == 1) {
-        wait_for_earlier_work(claim.row, keeper);
-      }
-      // Renewed unless the claim or the last renewal is recent (a tile: no ledger write).
-      if (!keeper.ensure_held()) {
-        throw Error(ErrorKind::k_ledger,
-                    "the claim on this work was lost before publishing "
-                    "(lease expired and another worker took it over)");
-      }
-      keeper.poll();  // the upload or rename reports no progress
-      test_pause("before_commit");
-      // The new files replace what GDAL's pre-delete recorded; a file of the replaced output
-      // that the new one does not have (a stale sidecar) is removed now, before the completion.
-      try {
-        // Local files: each is exchanged with the file it replaces, which is kept until the
-        // fenced completion below is recorded (settle) or refused (roll_back).
-        published = output.publish(m_options.durable);
-        break;
-      } catch (const UploadRefused& refused) {
-        if (round == k_upload_rounds) {
-          throw Error(ErrorKind::k_ledger,
-                      std::string(refused.what()) + ", " + std::to_string(k_upload_rounds) +
-                          " times in a row; no completion is recorded, run again");
-        }
-        CPLDebug("IDEM", "%s; looking again", refused.what());
-      } catch (const Error&) {
-        VSIStatBufL info;
-        if (VSIStatL(output.temp_dir().c_str(), &info) != 0) {
-          throw Error(ErrorKind::k_ledger,
-                      "the claim on this work was lost before publishing: another worker took "
-                      "it over (lease expired) and removed this attempt's temporary files; "
-                      "nothing was published");
-        }
-        throw;
-      }
-    }
+    published = publish_under_claim(claim, output, keeper);
     m_pre_delete.published(published);
     CPLDebug("IDEM", "timing: heartbeat+commit %.2f ms", lap_ms(m_lap));
-    // An object's ETag is predicted from the bytes uploaded where the store allows it, which
-    // saves asking the store for it (object_store.hpp); else it is asked.
-    // The fingerprint of this attempt's own files (sidecars included, each checked by every
-    // later skip): taken from what publish() put in place, never from what the final path holds
-    // by the time it is asked, which may be another worker's by then.
-    const std::optional<OutputFingerprint> fingerprint = published_fingerprint(output, published);
-    test_pause("before_complete");
-    const char* const replaced =
-        "another worker's output replaced this attempt's at the final path before its "
-        "completion was recorded (this attempt's lease had run out), so no completion is "
-        "recorded for it; run again";
-    // Another worker may have published at this output while this attempt's lease was out:
-    // locally a look at the inodes (free); on object storage a request, made only then.
-    const auto replaced_meanwhile = [&] {
-      return !output.still_in_place() || (output.is_object() && keeper.lapsed() &&
-                                          !output_matches(m_destination, *fingerprint, nullptr));
-    };
-    if (replaced_meanwhile()) {
-      throw Error(ErrorKind::k_ledger, replaced);
-    }
-    if (!m_ledger->complete(m_work.key, token, *fingerprint)) {
-      // Fenced: this attempt's files do not stay where another worker's completion is recorded.
-      if (output.is_object()) {
-        remove_own_object(*m_ledger, m_destination, *fingerprint);
-      } else {
-        output.roll_back();
-      }
-      throw Error(ErrorKind::k_ledger,
-                  "the claim on this work had been taken over by another worker, so this "
-                  "attempt's completion was refused and what it published was taken back; that "
-                  "worker records the work");
-    }
-    if (replaced_meanwhile()) {
-      // Replaced in the instant between the look above and the completion: withdrawn.
-      m_ledger->invalidate(m_work.key, token);
-      throw Error(ErrorKind::k_ledger, replaced);
-    }
-    if (!output.is_object()) {
-      output.settle();
-    }
+    record_completion(token, output, keeper, published);
   } catch (...) {
     try {
       m_ledger->release(m_work.key, token);

@@ -65,6 +65,67 @@ void set_time(OGRFeature& feature, const char* field, const std::optional<double
                    static_cast<float>(utc.tm_sec + (*epoch - std::floor(*epoch))), 100);
 }
 
+// The layer `export` writes, with its fields.
+OGRLayer* create_ledger_layer(GDALDataset& dataset, OGRSpatialReference& wgs84,
+                              const std::string& destination) {
+  OGRLayer* layer = dataset.CreateLayer(k_layer_name, &wgs84, wkbMultiPolygon, nullptr);
+  if (layer == nullptr) {
+    throw UsageError{"cannot create the layer in " + destination + ": " + CPLGetLastErrorMsg()};
+  }
+  const std::pair<const char*, OGRFieldType> fields[] = {
+      {"work_key", OFTString},
+      {"namespace", OFTString},
+      {"layer", OFTString},
+      {"tile_z", OFTInteger},
+      {"tile_x", OFTInteger},
+      {"tile_y", OFTInteger},
+      {"state", OFTString},
+      {"output_uri", OFTString},
+      {"attempt", OFTInteger64},
+      {"worker_host", OFTString},
+      {"worker_pid", OFTInteger64},
+      {"claimed_at", OFTDateTime},
+      {"lease_expires_at", OFTDateTime},
+      {"completed_at", OFTDateTime},
+      {"superseded_at", OFTDateTime},
+      {"output_size", OFTInteger64},
+  };
+  for (const auto& [name, type] : fields) {
+    OGRFieldDefn definition(name, type);
+    if (layer->CreateField(&definition) != OGRERR_NONE) {
+      throw Error(ErrorKind::k_io, "cannot create the field " + std::string(name) + " in " +
+                                       destination + ": " + CPLGetLastErrorMsg());
+    }
+  }
+  return layer;
+}
+
+// A ledger row's attributes.
+void set_row_fields(OGRFeature& feature, const LedgerRow& row) {
+  feature.SetField("work_key", row.work_key.c_str());
+  feature.SetField("namespace", row.namespace_name.c_str());
+  if (row.layer) {
+    feature.SetField("layer", row.layer->c_str());
+  }
+  if (row.tile) {
+    feature.SetField("tile_z", row.tile->z);
+    feature.SetField("tile_x", row.tile->x);
+    feature.SetField("tile_y", row.tile->y);
+  }
+  feature.SetField("state", row_state_name(row).c_str());
+  feature.SetField("output_uri", row.output_uri.c_str());
+  feature.SetField("attempt", static_cast<GIntBig>(row.attempt));
+  feature.SetField("worker_host", row.worker_host.c_str());
+  feature.SetField("worker_pid", static_cast<GIntBig>(row.worker_pid));
+  set_time(feature, "claimed_at", row.claimed_at);
+  set_time(feature, "lease_expires_at", row.lease_expires_at);
+  set_time(feature, "completed_at", row.completed_at);
+  set_time(feature, "superseded_at", row.superseded_at);
+  if (row.fingerprint) {
+    feature.SetField("output_size", static_cast<GIntBig>(row.fingerprint->size));
+  }
+}
+
 }  // namespace
 
 int run_export(const Args& args, const GlobalOptions& global) {
@@ -104,11 +165,10 @@ int run_export(const Args& args, const GlobalOptions& global) {
 
   VSIStatBufL existing;
   if (VSIStatL(destination->c_str(), &existing) == 0) {
-    CPLPushErrorHandler(CPLQuietErrorHandler);
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
     if (driver->Delete(destination->c_str()) != CE_None) {
       VSIUnlink(destination->c_str());
     }
-    CPLPopErrorHandler();
   }
   CPLErrorReset();
   GDALDatasetUniquePtr dataset(driver->Create(destination->c_str(), 0, 0, 0, GDT_Unknown, nullptr));
@@ -118,63 +178,14 @@ int run_export(const Args& args, const GlobalOptions& global) {
   OGRSpatialReference wgs84;
   wgs84.importFromEPSG(4326);
   wgs84.SetAxisMappingStrategy(OAMS_TRADITIONAL_GIS_ORDER);
-  OGRLayer* layer = dataset->CreateLayer(k_layer_name, &wgs84, wkbMultiPolygon, nullptr);
-  if (layer == nullptr) {
-    throw UsageError{"cannot create the layer in " + *destination + ": " + CPLGetLastErrorMsg()};
-  }
-  const std::pair<const char*, OGRFieldType> fields[] = {
-      {"work_key", OFTString},
-      {"namespace", OFTString},
-      {"layer", OFTString},
-      {"tile_z", OFTInteger},
-      {"tile_x", OFTInteger},
-      {"tile_y", OFTInteger},
-      {"state", OFTString},
-      {"output_uri", OFTString},
-      {"attempt", OFTInteger64},
-      {"worker_host", OFTString},
-      {"worker_pid", OFTInteger64},
-      {"claimed_at", OFTDateTime},
-      {"lease_expires_at", OFTDateTime},
-      {"completed_at", OFTDateTime},
-      {"superseded_at", OFTDateTime},
-      {"output_size", OFTInteger64},
-  };
-  for (const auto& [name, type] : fields) {
-    OGRFieldDefn definition(name, type);
-    if (layer->CreateField(&definition) != OGRERR_NONE) {
-      throw Error(ErrorKind::k_io, "cannot create the field " + std::string(name) + " in " +
-                                       *destination + ": " + CPLGetLastErrorMsg());
-    }
-  }
+  OGRLayer* layer = create_ledger_layer(*dataset, wgs84, *destination);
   Progress progress(!global.quiet);
   dataset->StartTransaction();
   int64_t without_footprint = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const LedgerRow& row = rows[i];
     OGRFeature feature(layer->GetLayerDefn());
-    feature.SetField("work_key", row.work_key.c_str());
-    feature.SetField("namespace", row.namespace_name.c_str());
-    if (row.layer) {
-      feature.SetField("layer", row.layer->c_str());
-    }
-    if (row.tile) {
-      feature.SetField("tile_z", row.tile->z);
-      feature.SetField("tile_x", row.tile->x);
-      feature.SetField("tile_y", row.tile->y);
-    }
-    feature.SetField("state", row_state_name(row).c_str());
-    feature.SetField("output_uri", row.output_uri.c_str());
-    feature.SetField("attempt", static_cast<GIntBig>(row.attempt));
-    feature.SetField("worker_host", row.worker_host.c_str());
-    feature.SetField("worker_pid", static_cast<GIntBig>(row.worker_pid));
-    set_time(feature, "claimed_at", row.claimed_at);
-    set_time(feature, "lease_expires_at", row.lease_expires_at);
-    set_time(feature, "completed_at", row.completed_at);
-    set_time(feature, "superseded_at", row.superseded_at);
-    if (row.fingerprint) {
-      feature.SetField("output_size", static_cast<GIntBig>(row.fingerprint->size));
-    }
+    set_row_fields(feature, row);
     std::unique_ptr<OGRMultiPolygon> geometry;
     if (const auto grid = grid_of(row)) {
       geometry = footprint_geometry(*grid);

@@ -42,15 +42,20 @@ std::vector<std::string> dataset_files(const std::string& uri) {
   return files;
 }
 
-}  // namespace
+constexpr const char* k_forget_synopsis =
+    "usage: gdal-idem forget KEY | --output URI | --namespace N [--layer L] [--delete-output]";
 
-int run_forget(const Args& args, const GlobalOptions& global) {
-  constexpr const char* k_synopsis =
-      "usage: gdal-idem forget KEY | --output URI | --namespace N [--layer L] "
-      "[--delete-output]";
+// What `forget` was asked: the rows (by key prefix, output or namespace) and whether their
+// outputs go too.
+struct ForgetRequest {
   Ledger::RowFilter filter;
   std::optional<std::string> key;
   bool delete_output = false;
+};
+
+ForgetRequest parse_forget(const Args& args) {
+  ForgetRequest request;
+  Ledger::RowFilter& filter = request.filter;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--output" && i + 1 < args.size()) {
       filter.output_uri = output_uri_argument(args[++i]);
@@ -59,36 +64,50 @@ int run_forget(const Args& args, const GlobalOptions& global) {
     } else if (args[i] == "--layer" && i + 1 < args.size()) {
       filter.layer = args[++i];
     } else if (args[i] == "--delete-output") {
-      delete_output = true;
-    } else if (!args[i].empty() && args[i][0] != '-' && !key) {
-      key = args[i];
+      request.delete_output = true;
+    } else if (!args[i].empty() && args[i][0] != '-' && !request.key) {
+      request.key = args[i];
     } else {
-      throw UsageError{"unknown argument '" + args[i] + "'; " + k_synopsis};
+      throw UsageError{"unknown argument '" + args[i] + "'; " + k_forget_synopsis};
     }
   }
   const int selectors =
-      (key ? 1 : 0) + (filter.output_uri ? 1 : 0) + (filter.namespace_name ? 1 : 0);
+      (request.key ? 1 : 0) + (filter.output_uri ? 1 : 0) + (filter.namespace_name ? 1 : 0);
   if (selectors != 1 || (filter.layer && !filter.namespace_name)) {
     throw UsageError{std::string("give exactly one of KEY, --output, --namespace (--layer goes "
                                  "with --namespace); ") +
-                     k_synopsis};
+                     k_forget_synopsis};
   }
+  return request;
+}
+
+// The one key the ledger holds that starts with `prefix`.
+std::string whole_key(Ledger& ledger, const std::string& prefix) {
+  if (!is_hex_key_prefix(prefix)) {
+    throw UsageError{"'" + prefix + "' is not a key (lowercase hex digits, or a prefix of them)"};
+  }
+  Ledger::RowFilter by_prefix;
+  by_prefix.work_key_prefix = prefix;
+  by_prefix.limit = 2;
+  const std::vector<LedgerRow> matches = ledger.rows(by_prefix);
+  if (matches.empty()) {
+    throw UsageError{"unknown key '" + prefix + "'"};
+  }
+  if (matches.size() > 1) {
+    throw UsageError{"key prefix '" + prefix + "' is ambiguous; give more digits"};
+  }
+  return matches.front().work_key;
+}
+
+}  // namespace
+
+int run_forget(const Args& args, const GlobalOptions& global) {
+  ForgetRequest request = parse_forget(args);
+  Ledger::RowFilter& filter = request.filter;
+  const bool delete_output = request.delete_output;
   auto ledger = open_ledger(global);
-  if (key) {
-    if (!is_hex_key_prefix(*key)) {
-      throw UsageError{"'" + *key + "' is not a key (lowercase hex digits, or a prefix of them)"};
-    }
-    Ledger::RowFilter by_prefix;
-    by_prefix.work_key_prefix = *key;
-    by_prefix.limit = 2;
-    const std::vector<LedgerRow> matches = ledger->rows(by_prefix);
-    if (matches.empty()) {
-      throw UsageError{"unknown key '" + *key + "'"};
-    }
-    if (matches.size() > 1) {
-      throw UsageError{"key prefix '" + *key + "' is ambiguous; give more digits"};
-    }
-    filter.work_key = matches.front().work_key;
+  if (request.key) {
+    filter.work_key = whole_key(*ledger, *request.key);
   }
   // The rows first, in one statement.
   const std::vector<LedgerRow> forgotten = ledger->forget_rows(filter);

@@ -109,6 +109,42 @@ std::string requeue_line(const LedgerRow& row) {
   });
 }
 
+// What the ledger's rows say, page by page: the expired, unreleased claims past
+// `min_claim_expiry` (to release), the tokens of live claims (whose temporary directories stay)
+// and the directories where temporary directories may lie.
+struct ClaimScan {
+  std::vector<LedgerRow> candidates;
+  std::set<std::string> live_tokens;
+  std::set<std::string> directories;
+};
+
+ClaimScan scan_claims(Ledger& ledger, Ledger::RowFilter filter, double min_claim_expiry) {
+  ClaimScan scan;
+  for (;;) {
+    std::vector<LedgerRow> page = ledger.rows(filter);
+    if (page.empty()) {
+      break;
+    }
+    filter.after_work_key = page.back().work_key;
+    for (LedgerRow& row : page) {
+      scan.directories.insert(temp_parent_of(row.output_uri));
+      if (row.state != RowState::k_in_flight) {
+        continue;
+      }
+      const bool expired = row.lease_left_seconds && *row.lease_left_seconds <= 0;
+      if (!expired) {
+        scan.live_tokens.insert(row.claim_token);
+      } else if (!row.released_at && -*row.lease_left_seconds >= min_claim_expiry) {
+        scan.candidates.push_back(std::move(row));
+      }
+    }
+    if (static_cast<int64_t>(page.size()) < *filter.limit) {
+      break;
+    }
+  }
+  return scan;
+}
+
 }  // namespace
 
 int run_reap(const Args& args, const GlobalOptions& global) {
@@ -152,31 +188,10 @@ int run_reap(const Args& args, const GlobalOptions& global) {
   filter.limit = ledger_page_rows();
   const double now = ledger->now();
 
-  std::vector<LedgerRow> candidates;
-  std::set<std::string> live_tokens;
-  std::set<std::string> directories;
-  for (;;) {
-    std::vector<LedgerRow> page = ledger->rows(filter);
-    if (page.empty()) {
-      break;
-    }
-    filter.after_work_key = page.back().work_key;
-    for (LedgerRow& row : page) {
-      directories.insert(temp_parent_of(row.output_uri));
-      if (row.state != RowState::k_in_flight) {
-        continue;
-      }
-      const bool expired = row.lease_left_seconds && *row.lease_left_seconds <= 0;
-      if (!expired) {
-        live_tokens.insert(row.claim_token);
-      } else if (!row.released_at && -*row.lease_left_seconds >= min_claim_expiry) {
-        candidates.push_back(std::move(row));
-      }
-    }
-    if (static_cast<int64_t>(page.size()) < *filter.limit) {
-      break;
-    }
-  }
+  ClaimScan scan = scan_claims(*ledger, filter, min_claim_expiry);
+  const std::vector<LedgerRow>& candidates = scan.candidates;
+  const std::set<std::string>& live_tokens = scan.live_tokens;
+  const std::set<std::string>& directories = scan.directories;
   std::vector<LedgerRow> released;
   for (size_t i = 0; i < candidates.size(); ++i) {
     // Fenced on the token we saw: a claim taken over meanwhile is left alone.
