@@ -16,13 +16,14 @@ SECRET_KEY = "S3RVER"
 class S3Server:
     def __init__(self, workdir, buckets=("idem-test",), slow=None):
         """`slow`: (part of a path, ms): the server answers reads (GET, HEAD) of such paths
-        that much later, and logs each to `arrivals_path` when it arrives."""
+        that much later, and logs each to `arrivals_path`: "ARRIVED METHOD URL" when it arrives,
+        "ANSWERING METHOD URL" before its answer is sent."""
         self.workdir = str(workdir)
         self.buckets = list(buckets)
         self.slow = slow
         self.data_dir = os.path.join(self.workdir, "data")
         self.log_path = os.path.join(self.workdir, "requests.log")  # each request, answered
-        self.arrivals_path = self.log_path + ".arrived"  # each slowed request, on arrival
+        self.arrivals_path = self.log_path + ".arrived"  # each slowed request's arrival, answer
         self.proc = None
         self.port = None
 

@@ -41,14 +41,16 @@ server.store.putObjectMultipart = async (bucket, uploadId, parts) => {
 };
 
 // S3RVER_SLOW="<part of a path>:<ms>": reads (GET, HEAD) of such paths are answered that much
-// later (for tests of what waits on what); each is logged to <request log>.arrived when it
-// arrives, so a test knows when a client is waiting for one.
+// later (for tests of what waits on what). <request log>.arrived gets "ARRIVED <method> <url>"
+// when one arrives, and "ANSWERING <method> <url>" once the wait is over, before any byte of the
+// answer is sent: a test knows when a client waits for one, and that it has not been answered.
 const slow = (process.env.S3RVER_SLOW || '').match(/^(.+):(\d+)$/);
 if (slow) {
   server.middleware.unshift(async (ctx, next) => {
     if ((ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.url.includes(slow[1])) {
-      fs.appendFileSync(`${requestLog}.arrived`, `${ctx.method} ${ctx.url}\n`);
+      fs.appendFileSync(`${requestLog}.arrived`, `ARRIVED ${ctx.method} ${ctx.url}\n`);
       await new Promise((resolve) => setTimeout(resolve, Number(slow[2])));
+      fs.appendFileSync(`${requestLog}.arrived`, `ANSWERING ${ctx.method} ${ctx.url}\n`);
     }
     await next();
   });
