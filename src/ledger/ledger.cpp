@@ -157,25 +157,29 @@ bool OutputFingerprint::operator==(const OutputFingerprint& other) const {
          etag == other.etag && members == other.members;
 }
 
-ClaimResult Ledger::claim_unless_completed(const ClaimRequest& request) {
+ClaimResult WorkerLedger::claim_unless_completed(const ClaimRequest& request) {
   LedgerRow row = lookup(request.work_key);
   if (ledger_detail::classify_lost_claim(row) == ClaimOutcome::k_completed) {
-    ClaimResult result;
-    result.outcome = ClaimOutcome::k_completed;
-    result.attempt = row.attempt;
-    result.row = std::move(row);
-    return result;
+    return ledger_detail::claim_result(ClaimOutcome::k_completed, std::move(row));
   }
   return claim(request);
 }
 
-ClaimResult Ledger::claim_unless_completed(const ClaimRequest& request,
-                                           const std::function<void()>& /*meanwhile*/) {
+ClaimResult WorkerLedger::claim_unless_completed(const ClaimRequest& request,
+                                                 const std::function<void()>& /*meanwhile*/) {
   return claim_unless_completed(request);
 }
 
-bool Ledger::confirm_claim(const std::string& /*work_key*/, const std::string& /*claim_token*/) {
+bool WorkerLedger::confirm_claim(const std::string& /*work_key*/,
+                                 const std::string& /*claim_token*/) {
   return true;
+}
+
+std::vector<LedgerRow> Ledger::rows_on_output(const std::string& output_uri, RowState state) {
+  RowFilter filter;
+  filter.output_uri = output_uri;
+  filter.state = state;
+  return rows(filter);
 }
 
 std::string Ledger::redact_dsn(const std::string& dsn) {

@@ -1,5 +1,6 @@
-// The ledger interface: claims, leases, fenced completion. Two backends (SQLite, PostgreSQL)
-// with identical semantics; one conformance suite (src/tests/ledger_conformance_test.cpp).
+// The ledger interface: claims, leases, fenced completion (WorkerLedger) and the operations over
+// many rows (OperatorLedger). Two backends (SQLite, PostgreSQL) with identical semantics; one
+// conformance suite (src/tests/ledger_conformance_test.cpp).
 #pragma once
 
 #include <chrono>
@@ -12,9 +13,6 @@
 
 #include "base/digest_cache.hpp"
 #include "base/tile_index.hpp"
-
-// libpq's connection type (libpq-fe.h), for the completion inside a caller's transaction.
-typedef struct pg_conn PGconn;
 
 namespace idem {
 
@@ -130,43 +128,33 @@ struct ClaimResult {
   LedgerRow row;            // the row as it stands after the statement (holder when busy)
 };
 
-class Ledger {
- public:
-  virtual ~Ledger() = default;
+// Which rows an operation reads or deletes (status, reap, verify, export): every field is
+// optional.
+struct LedgerRowFilter {
+  std::optional<std::string> namespace_name;
+  std::optional<std::string> layer;
+  std::optional<std::string> output_uri;
+  std::optional<RowState> state;
+  bool expired_only = false;  // in-flight rows whose lease has expired
+  // In-flight rows and rows claimed more than once (attempt > 1): the rows beside whose
+  // outputs a killed worker can have left a temporary directory (`gdal-idem reap`). Served by
+  // the partial index ledger_in_flight_or_retried_idx.
+  bool in_flight_or_retried = false;
+  std::optional<int64_t> limit;                // at most this many rows (ordered by work_key)
+  std::optional<std::string> work_key;         // exactly this key
+  std::optional<std::string> work_key_prefix;  // keys starting with these lowercase hex digits
+  // Keyset paging: only keys after this one (rows are ordered by work_key). With `limit`,
+  // pass the last key of a page to read the next one, in bounded memory.
+  std::optional<std::string> after_work_key;
+};
 
-  // Open a ledger from a DSN: "sqlite:PATH", "postgresql://..."/"postgres://...", a libpq keyword
-  // string ("host=... dbname=..."), or "" for the default SQLite file under the state directory.
-  // Applies pending migrations when the caller has the rights. Throws idem::Error(k_ledger) with a
-  // message that never contains a password.
-  static std::unique_ptr<Ledger> open(const std::string& dsn);
-  // The same for a ledger that must exist already (every gdal-idem command but init and load): a
-  // SQLite DSN whose file is missing throws idem::Error(k_usage) naming the path, and creates
-  // nothing.
-  static std::unique_ptr<Ledger> open_existing(const std::string& dsn);
-  // The file of a SQLite DSN ("" gives the default one); nullopt for PostgreSQL.
-  static std::optional<std::string> sqlite_path_of(const std::string& dsn);
-  // Start opening a PostgreSQL ledger's connection (connect, then ask its schema) without waiting
-  // for the server: it answers while the caller does other work, and the next open(dsn) in this
-  // process finishes and uses that connection. advance_preopened() moves the attempt on, again
-  // without waiting (each step that needs an answer costs a round trip the caller no longer
-  // waits for). Nothing for a SQLite ledger (quick to open, and a file that should not appear
-  // before it is written to). No thread is started. Reports nothing: open() reports any error.
-  static void preopen(const std::string& dsn);
-  static void advance_preopened();
-  // The DSN with any password masked, for messages.
-  static std::string redact_dsn(const std::string& dsn);
-  // The default SQLite path ($XDG_STATE_HOME/gdal-idem/ledger.sqlite or ~/.local/state/...).
-  static std::string default_sqlite_path();
-  // "sqlite" or "postgresql": which backend `open(dsn)` would use (no connection made).
-  static std::string backend_of(const std::string& dsn);
+// What a worker uses: the claim, its lease and its completion, the row of its own work, the
+// digest cache. The driver, feature loads and the lease keeper see nothing else.
+class WorkerLedger {
+ public:
+  virtual ~WorkerLedger() = default;
 
   virtual std::string backend_name() const = 0;  // "sqlite" or "postgresql"
-
-  // Apply pending migrations (`gdal-idem init`); idempotent. open() already does this lazily
-  // when the user has the rights. Throws k_ledger when a migration fails.
-  virtual MigrationReport migrate() = 0;
-  // Highest applied schema version (0 when uninitialised).
-  virtual int schema_version() = 0;
   // Whether rows carry a footprint geometry (PostgreSQL with PostGIS).
   virtual bool has_footprints() = 0;
 
@@ -206,6 +194,9 @@ class Ledger {
   // Give a claim back at once (failed or cancelled attempt); false when not held by the token.
   virtual bool release(const std::string& work_key, const std::string& claim_token) = 0;
   virtual LedgerRow lookup(const std::string& work_key) = 0;
+  // The rows of every work recorded on one output in one state (ordered by work_key): the
+  // completions a worker checks before it deletes an object, the claims it orders itself among.
+  virtual std::vector<LedgerRow> rows_on_output(const std::string& output_uri, RowState state) = 0;
   // A completed row whose output no longer matches: drop its completion so the work is redone.
   // Fenced on the token of the completion the caller observed; false if the row changed since.
   virtual bool invalidate(const std::string& work_key, const std::string& observed_token) = 0;
@@ -214,31 +205,30 @@ class Ledger {
   // the observed token and on the ETag still being `predicted`; false changes nothing.
   virtual bool replace_etag(const std::string& work_key, const std::string& observed_token,
                             const std::string& predicted, const std::string& store_etag) = 0;
-  virtual int64_t forget_key(const std::string& work_key) = 0;
 
   // The persistent source-digest cache lives in the ledger database.
   virtual DigestCache& digest_cache() = 0;
 
-  // Rows for operations (status, reap, verify, export): filters are optional.
-  struct RowFilter {
-    std::optional<std::string> namespace_name;
-    std::optional<std::string> layer;
-    std::optional<std::string> output_uri;
-    std::optional<RowState> state;
-    bool expired_only = false;  // in-flight rows whose lease has expired
-    // In-flight rows and rows claimed more than once (attempt > 1): the rows beside whose
-    // outputs a killed worker can have left a temporary directory (`gdal-idem reap`). Served by
-    // the partial index ledger_in_flight_or_retried_idx.
-    bool in_flight_or_retried = false;
-    std::optional<int64_t> limit;                // at most this many rows (ordered by work_key)
-    std::optional<std::string> work_key;         // exactly this key
-    std::optional<std::string> work_key_prefix;  // keys starting with these lowercase hex digits
-    // Keyset paging: only keys after this one (rows are ordered by work_key). With `limit`,
-    // pass the last key of a page to read the next one, in bounded memory.
-    std::optional<std::string> after_work_key;
-  };
-  virtual std::vector<LedgerRow> rows(const RowFilter& filter) = 0;
+  // An opaque identity of the database (PostgreSQL: database oid + cluster start time), for
+  // completing inside a caller's own transaction (ledger/caller_transaction.hpp); SQLite has none.
+  virtual std::optional<std::string> database_identity() { return std::nullopt; }
+};
 
+// What an operator uses (the gdal-idem commands): the schema, rows and counts over many works,
+// history, forgetting and retention.
+class OperatorLedger {
+ public:
+  using RowFilter = LedgerRowFilter;
+
+  virtual ~OperatorLedger() = default;
+
+  // Apply pending migrations (`gdal-idem init`); idempotent. open() already does this lazily
+  // when the user has the rights. Throws k_ledger when a migration fails.
+  virtual MigrationReport migrate() = 0;
+  // Highest applied schema version (0 when uninitialised).
+  virtual int schema_version() = 0;
+
+  virtual std::vector<LedgerRow> rows(const RowFilter& filter) = 0;
   // Counts by state (namespace and layer of the filter apply; the other fields are ignored).
   virtual LedgerCounts counts(const RowFilter& filter) = 0;
   // Archived rows (ledger_history), as completed rows; namespace, layer, output_uri, work_key,
@@ -248,6 +238,8 @@ class Ledger {
   // must be set, else k_usage) in one statement and return them as they were: the caller then
   // deletes their outputs (ledger row first, then the file).
   virtual std::vector<LedgerRow> forget_rows(const RowFilter& filter) = 0;
+  // Delete one row, whatever its state; returns how many (0 or 1).
+  virtual int64_t forget_key(const std::string& work_key) = 0;
   // Delete a completed row only if it is still the completion the caller checked (same claim
   // token, still completed): `gdal-idem verify` never removes a row that was redone meanwhile.
   virtual bool forget_completed(const std::string& work_key, const std::string& observed_token) = 0;
@@ -259,22 +251,39 @@ class Ledger {
 
   // The database clock, seconds since the epoch.
   virtual double now() = 0;
+};
 
-  // Completing inside the caller's own transaction (feature loads: the load's data change and
-  // its completion commit together). A PostgreSQL ledger names its database with an opaque
-  // identity (database oid + cluster start time); SQLite has none (nullopt).
-  virtual std::optional<std::string> database_identity() { return std::nullopt; }
-  // The same identity for any libpq connection (throws k_ledger when the query fails).
-  static std::string database_identity_of(PGconn* connection);
-  // complete(), run on `connection` inside the transaction the caller has open there (BEGIN
-  // done, COMMIT left to the caller): the completion commits or rolls back with the caller's
-  // writes, and its row lock keeps any claimer out until then. Only for a PostgreSQL ledger
-  // whose database_identity() is the connection's; throws k_ledger otherwise (SQLite, another
-  // database, no open transaction). Fenced exactly like complete(); false changes nothing.
-  virtual bool complete_in_transaction(PGconn* connection, const std::string& work_key,
-                                       const std::string& claim_token,
-                                       const OutputFingerprint& fingerprint,
-                                       std::optional<int64_t> feature_count);
+// A ledger database: both faces, and the factories. Two backends (SQLite, PostgreSQL) with
+// identical semantics.
+class Ledger : public WorkerLedger, public OperatorLedger {
+ public:
+  // Open a ledger from a DSN: "sqlite:PATH", "postgresql://..."/"postgres://...", a libpq keyword
+  // string ("host=... dbname=..."), or "" for the default SQLite file under the state directory.
+  // Applies pending migrations when the caller has the rights. Throws idem::Error(k_ledger) with a
+  // message that never contains a password.
+  static std::unique_ptr<Ledger> open(const std::string& dsn);
+  // The same for a ledger that must exist already (every gdal-idem command but init and load): a
+  // SQLite DSN whose file is missing throws idem::Error(k_usage) naming the path, and creates
+  // nothing.
+  static std::unique_ptr<Ledger> open_existing(const std::string& dsn);
+  // The file of a SQLite DSN ("" gives the default one); nullopt for PostgreSQL.
+  static std::optional<std::string> sqlite_path_of(const std::string& dsn);
+  // Start opening a PostgreSQL ledger's connection (connect, then ask its schema) without waiting
+  // for the server: it answers while the caller does other work, and the next open(dsn) in this
+  // process finishes and uses that connection. advance_preopened() moves the attempt on, again
+  // without waiting (each step that needs an answer costs a round trip the caller no longer
+  // waits for). Nothing for a SQLite ledger (quick to open, and a file that should not appear
+  // before it is written to). No thread is started. Reports nothing: open() reports any error.
+  static void preopen(const std::string& dsn);
+  static void advance_preopened();
+  // The DSN with any password masked, for messages.
+  static std::string redact_dsn(const std::string& dsn);
+  // The default SQLite path ($XDG_STATE_HOME/gdal-idem/ledger.sqlite or ~/.local/state/...).
+  static std::string default_sqlite_path();
+  // "sqlite" or "postgresql": which backend `open(dsn)` would use (no connection made).
+  static std::string backend_of(const std::string& dsn);
+
+  std::vector<LedgerRow> rows_on_output(const std::string& output_uri, RowState state) override;
 };
 
 }  // namespace idem

@@ -14,6 +14,17 @@
 
 namespace idem::ledger_detail {
 
+// A backend that can complete inside a transaction the caller has open on its own connection
+// (PostgreSQL); complete_in_transaction() in caller_transaction.hpp reaches it.
+class CallerTransactionCompletion {
+ public:
+  virtual ~CallerTransactionCompletion() = default;
+  virtual bool complete_in_transaction(PGconn* connection, const std::string& work_key,
+                                       const std::string& claim_token,
+                                       const OutputFingerprint& fingerprint,
+                                       std::optional<int64_t> feature_count) = 0;
+};
+
 std::unique_ptr<Ledger> open_sqlite_ledger(const std::string& path);
 std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn);
 void preopen_postgres_ledger(const std::string& dsn);
@@ -166,6 +177,42 @@ inline std::optional<ClaimOutcome> classify_lost_claim(const LedgerRow& row) {
     return ClaimOutcome::k_busy;
   }
   return std::nullopt;
+}
+
+// A claim's answer made of the row as it stands: its attempt, and the token when claimed.
+inline ClaimResult claim_result(ClaimOutcome outcome, LedgerRow row) {
+  ClaimResult result;
+  result.outcome = outcome;
+  result.attempt = row.attempt;
+  if (outcome == ClaimOutcome::k_claimed) {
+    result.claim_token = row.claim_token;
+  }
+  result.row = std::move(row);
+  return result;
+}
+
+// The claim rounds of both backends. `attempt(round)` runs the claim statement once: the answer
+// when the statement returned a row (claimed, or completed for a statement that also reports
+// completed work), nullopt when its conditions kept it from writing. `lookup()` then reads the
+// row as it stands (nullopt when absent): a row that vanished in between (forgotten) is inserted
+// again, one that still holds the work gives its outcome, one that changed state meanwhile
+// (released, superseded) is claimed again. After k_claim_rounds: busy, with the row as it stands.
+// A template, so each backend's statements are called directly (claim_bench measures this path).
+template <class Attempt, class Lookup>
+ClaimResult run_claim_rounds(Attempt&& attempt, Lookup&& lookup) {
+  for (int round = 0; round < k_claim_rounds; ++round) {
+    if (std::optional<ClaimResult> answered = attempt(round)) {
+      return std::move(*answered);
+    }
+    std::optional<LedgerRow> row = lookup();
+    if (!row) {
+      continue;  // forgotten in between: insert again
+    }
+    if (auto outcome = classify_lost_claim(*row)) {
+      return claim_result(*outcome, std::move(*row));
+    }
+  }
+  return claim_result(ClaimOutcome::k_busy, lookup().value_or(LedgerRow{}));
 }
 
 }  // namespace idem::ledger_detail

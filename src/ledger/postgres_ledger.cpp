@@ -23,6 +23,7 @@
 
 #include "base/error.hpp"
 #include "base/pg_handles.hpp"
+#include "ledger/caller_transaction.hpp"
 #include "ledger/ledger.hpp"
 #include "ledger/ledger_internal.hpp"
 
@@ -311,7 +312,7 @@ class PostgresDigestCache : public DigestCache {
   PostgresLedger& m_ledger;
 };
 
-class PostgresLedger : public Ledger {
+class PostgresLedger : public Ledger, public ledger_detail::CallerTransactionCompletion {
  public:
   explicit PostgresLedger(const std::string& dsn)
       : m_dsn(dsn),
@@ -422,43 +423,26 @@ class PostgresLedger : public Ledger {
       params.push_back(footprint_ewkt(request.footprint_wkt));
     }
     const bool deferred = request.confirm_before_publishing && claims_may_wait_for_confirmation();
-    for (int round = 0; round < ledger_detail::k_claim_rounds; ++round) {
+    const auto attempt = [&](int round) -> std::optional<ClaimResult> {
       const bool guarded = unless_completed && round == 0;
       PgResult claimed =
           guarded ? exec_statement(claim_unless_completed_name(deferred),
                                    claim_unless_completed_sql(deferred), params, "claim", meanwhile)
                   : exec_statement("idem_claim", m_claim_sql, params, "claim");
-      if (PQntuples(claimed.get()) == 1) {
-        ClaimResult result;
-        result.row = ledger_detail::make_row(ResultRow(claimed.get(), 0));
-        result.attempt = result.row.attempt;
-        // The guarded statement's last column tells a claim from the completed row it found.
-        if (guarded && std::strcmp(PQgetvalue(claimed.get(), 0, k_claimed_flag_column), "t") != 0) {
-          result.outcome = ClaimOutcome::k_completed;
-          return result;
-        }
-        result.outcome = ClaimOutcome::k_claimed;
-        result.claim_token = result.row.claim_token;
-        prepare_ahead(guarded && deferred ? result.claim_token : std::string());
-        return result;
+      if (PQntuples(claimed.get()) != 1) {
+        return std::nullopt;
       }
-      std::optional<LedgerRow> row = lookup_locked(request.work_key);
-      if (!row) {
-        continue;  // forgotten in between: insert again
+      LedgerRow row = ledger_detail::make_row(ResultRow(claimed.get(), 0));
+      // The guarded statement's last column tells a claim from the completed row it found.
+      if (guarded && std::strcmp(PQgetvalue(claimed.get(), 0, k_claimed_flag_column), "t") != 0) {
+        return ledger_detail::claim_result(ClaimOutcome::k_completed, std::move(row));
       }
-      if (auto outcome = ledger_detail::classify_lost_claim(*row)) {
-        ClaimResult result;
-        result.outcome = *outcome;
-        result.attempt = row->attempt;
-        result.row = std::move(*row);
-        return result;
-      }
-    }
-    ClaimResult result;
-    result.outcome = ClaimOutcome::k_busy;
-    result.row = lookup_locked(request.work_key).value_or(LedgerRow{});
-    result.attempt = result.row.attempt;
-    return result;
+      ClaimResult result = ledger_detail::claim_result(ClaimOutcome::k_claimed, std::move(row));
+      prepare_ahead(guarded && deferred ? result.claim_token : std::string());
+      return result;
+    };
+    return ledger_detail::run_claim_rounds(attempt,
+                                           [&] { return lookup_locked(request.work_key); });
   }
 
   bool heartbeat(const std::string& work_key, const std::string& claim_token,
@@ -695,7 +679,7 @@ class PostgresLedger : public Ledger {
   std::optional<std::string> database_identity() override {
     std::lock_guard<std::mutex> lock(m_mutex);
     ensure_connected();
-    return Ledger::database_identity_of(m_connection.get());
+    return database_identity_of(m_connection.get());
   }
 
   // The fenced completion statement of complete(), on the caller's connection and inside its
@@ -709,7 +693,7 @@ class PostgresLedger : public Ledger {
                   "done, no error) on the caller's connection");
     }
     const std::optional<std::string> ours = database_identity();
-    if (Ledger::database_identity_of(connection) != *ours) {
+    if (database_identity_of(connection) != *ours) {
       throw Error(ErrorKind::k_ledger, "the connection is not to the ledger's database " +
                                            m_redacted + ": complete in the ledger instead");
     }

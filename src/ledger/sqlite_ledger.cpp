@@ -2,24 +2,21 @@
 // timeout on every connection, claims as one UPSERT ... RETURNING statement, multi-statement
 // changes under BEGIN IMMEDIATE, so contention waits instead of failing. Times come from
 // SQLite's clock inside the statements ("the database clock" of a one-machine ledger).
-#include <sqlite3.h>
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
+#include <chrono>
 #include <memory>
 #include <mutex>
-#include <thread>
-#include <unordered_map>
 
 #include "base/error.hpp"
 #include "ledger/ledger.hpp"
 #include "ledger/ledger_internal.hpp"
+#include "ledger/sqlite_utils.hpp"
 
 namespace idem {
 
 namespace {
+
+using sqlite::Query;
 
 // Unix seconds (UTC, millisecond resolution); 'now' is fixed within one sqlite3_step().
 #define IDEM_SQLITE_NOW "((julianday('now') - 2440587.5) * 86400.0)"
@@ -114,95 +111,6 @@ constexpr const char* k_digest_put_sql =
     "size = excluded.size, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, "
     "digest = excluded.digest, recorded_at = excluded.recorded_at";
 
-struct SqliteCloser {
-  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
-};
-struct StatementFinalizer {
-  void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
-};
-using SqliteHandle = std::unique_ptr<sqlite3, SqliteCloser>;
-using StatementHandle = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
-
-// One use of a cached prepared statement: binds, steps, reads; resets and clears on scope exit.
-class Query {
- public:
-  Query(sqlite3* db, sqlite3_stmt* statement, const std::string& context)
-      : m_db(db), m_statement(statement), m_context(context) {}
-  ~Query() {
-    sqlite3_reset(m_statement);
-    sqlite3_clear_bindings(m_statement);
-  }
-  Query(const Query&) = delete;
-  Query& operator=(const Query&) = delete;
-
-  Query& bind(int index, const std::string& value) {
-    return check(sqlite3_bind_text(m_statement, index, value.data(), static_cast<int>(value.size()),
-                                   SQLITE_TRANSIENT));
-  }
-  Query& bind(int index, int64_t value) {
-    return check(sqlite3_bind_int64(m_statement, index, value));
-  }
-  Query& bind(int index, double value) {
-    return check(sqlite3_bind_double(m_statement, index, value));
-  }
-  template <class T>
-  Query& bind(int index, const std::optional<T>& value) {
-    if (value) {
-      return bind(index, *value);
-    }
-    return check(sqlite3_bind_null(m_statement, index));
-  }
-
-  // True while there is a row.
-  bool step() {
-    const int rc = sqlite3_step(m_statement);
-    if (rc == SQLITE_ROW) {
-      return true;
-    }
-    if (rc == SQLITE_DONE) {
-      return false;
-    }
-    throw Error(ErrorKind::k_ledger, m_context + ": " + sqlite3_errmsg(m_db));
-  }
-  void run() {
-    while (step()) {
-    }
-  }
-
-  bool is_null(int i) const { return sqlite3_column_type(m_statement, i) == SQLITE_NULL; }
-  std::string text(int i) const {
-    const auto* data = sqlite3_column_text(m_statement, i);
-    return data == nullptr ? std::string()
-                           : std::string(reinterpret_cast<const char*>(data),
-                                         static_cast<size_t>(sqlite3_column_bytes(m_statement, i)));
-  }
-  int64_t integer(int i) const { return sqlite3_column_int64(m_statement, i); }
-  double real(int i) const { return sqlite3_column_double(m_statement, i); }
-
- private:
-  Query& check(int rc) {
-    if (rc != SQLITE_OK) {
-      throw Error(ErrorKind::k_ledger, m_context + ": " + sqlite3_errmsg(m_db));
-    }
-    return *this;
-  }
-
-  sqlite3* m_db;
-  sqlite3_stmt* m_statement;
-  const std::string& m_context;
-};
-
-void make_directories(const std::string& path) {
-  for (size_t slash = path.find('/', 1); slash != std::string::npos;
-       slash = path.find('/', slash + 1)) {
-    const std::string directory = path.substr(0, slash);
-    if (mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) {
-      throw Error(ErrorKind::k_ledger, "cannot create directory " + directory +
-                                           " for the SQLite ledger: " + std::strerror(errno));
-    }
-  }
-}
-
 class SqliteLedger;
 
 class SqliteDigestCache : public DigestCache {
@@ -218,34 +126,20 @@ class SqliteDigestCache : public DigestCache {
 
 class SqliteLedger final : public Ledger {
  public:
-  explicit SqliteLedger(const std::string& path) : m_path(path), m_digest_cache(*this) {
-    m_context = "SQLite ledger " + path;
-    if (path != ":memory:" && path.find('/') != std::string::npos) {
-      make_directories(path);
-    }
-    sqlite3* raw = nullptr;
-    const int rc =
-        sqlite3_open_v2(path.c_str(), &raw,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-    m_db.reset(raw);
-    if (rc != SQLITE_OK) {
-      throw Error(ErrorKind::k_ledger,
-                  "cannot open the " + m_context + ": " +
-                      (raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
-    }
-    sqlite3_extended_result_codes(m_db.get(), 1);
-    // Contention waits (up to a minute) instead of failing with SQLITE_BUSY.
-    sqlite3_busy_handler(m_db.get(), &SqliteLedger::on_busy, this);
-    exec("PRAGMA journal_mode = WAL");
+  explicit SqliteLedger(const std::string& path)
+      : m_path(path),
+        m_db(path, "SQLite ledger " + path, std::chrono::milliseconds(k_busy_timeout_ms)),
+        m_digest_cache(*this) {
+    m_db.exec("PRAGMA journal_mode = WAL");
     // WAL + NORMAL: durable across process crashes; a power loss may roll back the last commits
     // (the work is then redone), never corrupts.
-    exec("PRAGMA synchronous = NORMAL");
+    m_db.exec("PRAGMA synchronous = NORMAL");
     // Every worker process is usually the ledger's only connection when it opens it, so SQLite
     // rebuilds its WAL index by reading the whole write-ahead log; processes exit without a
     // final checkpoint. Checkpointing at 64 pages (instead of 1000) keeps that read short (an
     // order of magnitude, bench/RESULTS.md); a checkpoint (a few pages and two cheap fsyncs) then
     // runs once every dozen or so workers.
-    exec("PRAGMA wal_autocheckpoint = 64");
+    m_db.exec("PRAGMA wal_autocheckpoint = 64");
     if (pending_migrations()) {
       SqliteLedger::migrate();  // this class is final: no other override to miss
     }
@@ -256,7 +150,7 @@ class SqliteLedger final : public Ledger {
   MigrationReport migrate() override {
     std::lock_guard<std::mutex> lock(m_mutex);
     MigrationReport report;
-    Transaction transaction(*this);
+    sqlite::Transaction transaction(m_db);
     const std::vector<int> applied = applied_versions();
     for (const Migration& migration : migrations("sqlite")) {
       if (std::find(applied.begin(), applied.end(), migration.version) != applied.end()) {
@@ -266,11 +160,10 @@ class SqliteLedger final : public Ledger {
         report.skipped.push_back(migration.name);
         continue;
       }
-      exec(migration.sql, "migration " + migration.name);
-      Query insert(m_db.get(),
-                   statement("INSERT INTO schema_version (version, name) "
-                             "VALUES (?1, ?2)"),
-                   m_context);
+      m_db.exec(migration.sql, "migration " + migration.name);
+      Query insert(m_db,
+                   "INSERT INTO schema_version (version, name) "
+                   "VALUES (?1, ?2)");
       insert.bind(1, static_cast<int64_t>(migration.version)).bind(2, migration.name).run();
       report.applied.push_back(migration.name);
     }
@@ -288,68 +181,50 @@ class SqliteLedger final : public Ledger {
 
   ClaimResult claim(const ClaimRequest& request) override {
     std::lock_guard<std::mutex> lock(m_mutex);
-    for (int round = 0; round < ledger_detail::k_claim_rounds; ++round) {
-      {
-        Query query(m_db.get(), statement(k_claim_sql), m_context);
-        query.bind(1, request.work_key).bind(2, request.namespace_name).bind(3, request.layer);
-        if (request.tile) {
-          query.bind(4, static_cast<int64_t>(request.tile->z))
-              .bind(5, static_cast<int64_t>(request.tile->x))
-              .bind(6, static_cast<int64_t>(request.tile->y));
-        }
-        query.bind(7, static_cast<double>(request.lease.count()))
-            .bind(8, request.claim_token)
-            .bind(9, request.worker_host)
-            .bind(10, request.worker_pid)
-            .bind(11, request.output_uri)
-            .bind(12, request.work_json);
-        if (query.step()) {
-          ClaimResult result;
-          result.outcome = ClaimOutcome::k_claimed;
-          result.row = ledger_detail::make_row(query);
-          result.attempt = result.row.attempt;
-          result.claim_token = result.row.claim_token;
-          query.run();
-          return result;
-        }
+    const auto attempt = [&](int /*round*/) -> std::optional<ClaimResult> {
+      Query query(m_db, k_claim_sql);
+      query.bind(1, request.work_key).bind(2, request.namespace_name).bind(3, request.layer);
+      if (request.tile) {
+        query.bind(4, static_cast<int64_t>(request.tile->z))
+            .bind(5, static_cast<int64_t>(request.tile->x))
+            .bind(6, static_cast<int64_t>(request.tile->y));
       }
-      std::optional<LedgerRow> row = lookup_locked(request.work_key);
-      if (!row) {
-        continue;  // forgotten in between: insert again
+      query.bind(7, static_cast<double>(request.lease.count()))
+          .bind(8, request.claim_token)
+          .bind(9, request.worker_host)
+          .bind(10, request.worker_pid)
+          .bind(11, request.output_uri)
+          .bind(12, request.work_json);
+      if (!query.step()) {
+        return std::nullopt;
       }
-      if (auto outcome = ledger_detail::classify_lost_claim(*row)) {
-        ClaimResult result;
-        result.outcome = *outcome;
-        result.attempt = row->attempt;
-        result.row = std::move(*row);
-        return result;
-      }
-    }
-    ClaimResult result;
-    result.outcome = ClaimOutcome::k_busy;
-    result.row = lookup_locked(request.work_key).value_or(LedgerRow{});
-    result.attempt = result.row.attempt;
-    return result;
+      ClaimResult result =
+          ledger_detail::claim_result(ClaimOutcome::k_claimed, ledger_detail::make_row(query));
+      query.run();
+      return result;
+    };
+    return ledger_detail::run_claim_rounds(attempt,
+                                           [&] { return lookup_locked(request.work_key); });
   }
 
   bool heartbeat(const std::string& work_key, const std::string& claim_token,
                  std::chrono::seconds lease) override {
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement(k_heartbeat_sql), m_context);
+    Query query(m_db, k_heartbeat_sql);
     query.bind(1, work_key).bind(2, claim_token).bind(3, static_cast<double>(lease.count()));
     query.run();
-    return sqlite3_changes(m_db.get()) == 1;
+    return m_db.changes() == 1;
   }
 
   bool complete(const std::string& work_key, const std::string& claim_token,
                 const OutputFingerprint& fingerprint,
                 std::optional<int64_t> feature_count) override {
     std::lock_guard<std::mutex> lock(m_mutex);
-    Transaction transaction(*this);
+    sqlite::Transaction transaction(m_db);
     std::string output_uri;
     double completed_at = 0;
     {
-      Query query(m_db.get(), statement(k_complete_sql), m_context);
+      Query query(m_db, k_complete_sql);
       query.bind(1, work_key)
           .bind(2, claim_token)
           .bind(3, fingerprint.size)
@@ -360,7 +235,7 @@ class SqliteLedger final : public Ledger {
           .bind(8, fingerprint.members);
       if (!query.step()) {
         // Nothing in flight under this token: a retry of a completion that did commit is true.
-        Query done(m_db.get(), statement(k_completed_by_sql), m_context);
+        Query done(m_db, k_completed_by_sql);
         done.bind(1, work_key).bind(2, claim_token);
         return done.step();
       }
@@ -368,7 +243,7 @@ class SqliteLedger final : public Ledger {
       completed_at = query.real(1);
       query.run();
     }
-    Query supersede(m_db.get(), statement(k_supersede_sql), m_context);
+    Query supersede(m_db, k_supersede_sql);
     supersede.bind(1, output_uri).bind(2, work_key).bind(3, completed_at).run();
     transaction.commit();
     return true;
@@ -385,9 +260,9 @@ class SqliteLedger final : public Ledger {
   bool replace_etag(const std::string& work_key, const std::string& observed_token,
                     const std::string& predicted, const std::string& store_etag) override {
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement(k_replace_etag_sql), m_context);
+    Query query(m_db, k_replace_etag_sql);
     query.bind(1, work_key).bind(2, observed_token).bind(3, predicted).bind(4, store_etag).run();
-    return sqlite3_changes(m_db.get()) == 1;
+    return m_db.changes() == 1;
   }
 
   LedgerRow lookup(const std::string& work_key) override {
@@ -403,9 +278,9 @@ class SqliteLedger final : public Ledger {
 
   int64_t forget_key(const std::string& work_key) override {
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement("DELETE FROM ledger WHERE work_key = ?1"), m_context);
+    Query query(m_db, "DELETE FROM ledger WHERE work_key = ?1");
     query.bind(1, work_key).run();
-    return sqlite3_changes(m_db.get());
+    return m_db.changes();
   }
 
   DigestCache& digest_cache() override { return m_digest_cache; }
@@ -418,7 +293,7 @@ class SqliteLedger final : public Ledger {
     const std::string sql = std::string("SELECT ") + k_row_columns + " FROM ledger WHERE " +
                             filter_conditions(filter) + " ORDER BY work_key LIMIT ?7";
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement(sql), m_context);
+    Query query(m_db, sql);
     bind_filter(query, filter);
     query.bind(7, filter.limit.value_or(-1));
     while (query.step()) {
@@ -444,7 +319,7 @@ class SqliteLedger final : public Ledger {
         "coalesce(sum(completed_at >= " IDEM_SQLITE_NOW " - 3600.0), 0) FROM ledger WHERE " +
         filter_conditions(scope);
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement(sql), m_context);
+    Query query(m_db, sql);
     bind_filter(query, scope);
     LedgerCounts counts;
     if (query.step()) {
@@ -470,7 +345,7 @@ class SqliteLedger final : public Ledger {
     const std::string sql = std::string("SELECT ") + k_row_columns + " FROM ledger_history WHERE " +
                             filter_conditions(*scope) + " ORDER BY work_key, completed_at LIMIT ?7";
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement(sql), m_context);
+    Query query(m_db, sql);
     bind_filter(query, *scope);
     query.bind(7, filter.limit.value_or(-1));
     while (query.step()) {
@@ -484,10 +359,10 @@ class SqliteLedger final : public Ledger {
     const std::string sql = std::string("DELETE FROM ledger WHERE ") + filter_conditions(scope) +
                             " RETURNING " + k_row_columns;
     std::lock_guard<std::mutex> lock(m_mutex);
-    Transaction transaction(*this);
+    sqlite::Transaction transaction(m_db);
     std::vector<LedgerRow> result;
     {
-      Query query(m_db.get(), statement(sql), m_context);
+      Query query(m_db, sql);
       bind_filter(query, scope);
       while (query.step()) {
         result.push_back(ledger_detail::make_row(query));
@@ -505,10 +380,10 @@ class SqliteLedger final : public Ledger {
 
   int64_t archive(const ArchiveRequest& request) override {
     std::lock_guard<std::mutex> lock(m_mutex);
-    Transaction transaction(*this);
+    sqlite::Transaction transaction(m_db);
     double cutoff = 0;
     {
-      Query query(m_db.get(), statement("SELECT " IDEM_SQLITE_NOW " - ?1"), m_context);
+      Query query(m_db, "SELECT " IDEM_SQLITE_NOW " - ?1");
       query.bind(1,
                  static_cast<double>(request.older_than.value_or(std::chrono::seconds(0)).count()));
       query.step();
@@ -532,18 +407,16 @@ class SqliteLedger final : public Ledger {
       }
     };
     {
-      Query insert(m_db.get(),
-                   statement(std::string("INSERT INTO ledger_history (") + k_history_columns +
+      Query insert(m_db, std::string("INSERT INTO ledger_history (") + k_history_columns +
                              ", archived_at) SELECT " + k_history_columns +
-                             ", " IDEM_SQLITE_NOW " FROM ledger WHERE " + where),
-                   m_context);
+                             ", " IDEM_SQLITE_NOW " FROM ledger WHERE " + where);
       bind(insert);
       insert.run();
     }
-    Query remove(m_db.get(), statement("DELETE FROM ledger WHERE " + where), m_context);
+    Query remove(m_db, "DELETE FROM ledger WHERE " + where);
     bind(remove);
     remove.run();
-    const int64_t moved = sqlite3_changes(m_db.get());
+    const int64_t moved = m_db.changes();
     transaction.commit();
     return moved;
   }
@@ -555,18 +428,18 @@ class SqliteLedger final : public Ledger {
       sql += " AND namespace = ?2";
     }
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement(sql), m_context);
+    Query query(m_db, sql);
     query.bind(1, static_cast<double>(older_than.count()));
     if (namespace_name) {
       query.bind(2, *namespace_name);
     }
     query.run();
-    return sqlite3_changes(m_db.get());
+    return m_db.changes();
   }
 
   double now() override {
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement("SELECT " IDEM_SQLITE_NOW), m_context);
+    Query query(m_db, "SELECT " IDEM_SQLITE_NOW);
     query.step();
     const double value = query.real(0);
     query.run();
@@ -575,7 +448,7 @@ class SqliteLedger final : public Ledger {
 
   std::optional<std::string> digest_get(const std::string& path, const FileIdentity& identity) {
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement(k_digest_get_sql), m_context);
+    Query query(m_db, k_digest_get_sql);
     bind_identity(query.bind(1, path), identity);
     if (!query.step()) {
       return std::nullopt;
@@ -588,51 +461,12 @@ class SqliteLedger final : public Ledger {
   void digest_put(const std::string& path, const FileIdentity& identity,
                   const std::string& digest) {
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement(k_digest_put_sql), m_context);
+    Query query(m_db, k_digest_put_sql);
     bind_identity(query.bind(1, path), identity);
     query.bind(7, digest).run();
   }
 
  private:
-  // BEGIN IMMEDIATE takes the write lock up front (waiting on the busy timeout), so a
-  // transaction never fails half way on a lock upgrade. Rolls back unless committed.
-  class Transaction {
-   public:
-    explicit Transaction(SqliteLedger& ledger) : m_ledger(ledger) {
-      m_ledger.exec("BEGIN IMMEDIATE");
-    }
-    ~Transaction() {
-      if (!m_committed) {
-        sqlite3_exec(m_ledger.m_db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-      }
-    }
-    Transaction(const Transaction&) = delete;
-    Transaction& operator=(const Transaction&) = delete;
-    void commit() {
-      m_ledger.exec("COMMIT");
-      m_committed = true;
-    }
-
-   private:
-    SqliteLedger& m_ledger;
-    bool m_committed = false;
-  };
-
-  // The busy timeout, with a finer backoff than sqlite3_busy_timeout's (whose first sleeps are
-  // whole milliseconds, longer than most ledger transactions hold the lock): 20 us doubling to
-  // 1 ms, for up to k_busy_timeout_ms.
-  static int on_busy(void* self, int count) {
-    auto& ledger = *static_cast<SqliteLedger*>(self);
-    const auto now = std::chrono::steady_clock::now();
-    if (count == 0) {
-      ledger.m_busy_since = now;
-    } else if (now - ledger.m_busy_since > std::chrono::milliseconds(k_busy_timeout_ms)) {
-      return 0;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20 << std::min(count, 6)));
-    return 1;
-  }
-
   static void bind_identity(Query& query, const FileIdentity& identity) {
     query.bind(2, static_cast<int64_t>(identity.device))
         .bind(3, static_cast<int64_t>(identity.inode))
@@ -641,36 +475,10 @@ class SqliteLedger final : public Ledger {
         .bind(6, identity.ctime_ns);
   }
 
-  void exec(const std::string& sql, const std::string& what = "") {
-    char* message = nullptr;
-    if (sqlite3_exec(m_db.get(), sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
-      const std::string text = message != nullptr ? message : sqlite3_errmsg(m_db.get());
-      sqlite3_free(message);
-      throw Error(ErrorKind::k_ledger,
-                  m_context + ": " + (what.empty() ? sql : what) + ": " + text);
-    }
-  }
-
-  sqlite3_stmt* statement(const std::string& sql) {
-    auto found = m_statements.find(sql);
-    if (found != m_statements.end()) {
-      return found->second.get();
-    }
-    sqlite3_stmt* raw = nullptr;
-    if (sqlite3_prepare_v3(m_db.get(), sql.c_str(), static_cast<int>(sql.size()),
-                           SQLITE_PREPARE_PERSISTENT, &raw, nullptr) != SQLITE_OK) {
-      throw Error(ErrorKind::k_ledger,
-                  m_context + ": cannot prepare a statement: " + sqlite3_errmsg(m_db.get()));
-    }
-    m_statements.emplace(sql, StatementHandle(raw));
-    return raw;
-  }
-
   bool has_schema_version_table() {
-    Query query(m_db.get(),
-                statement("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                          "AND name = 'schema_version'"),
-                m_context);
+    Query query(m_db,
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                "AND name = 'schema_version'");
     return query.step();
   }
 
@@ -679,8 +487,7 @@ class SqliteLedger final : public Ledger {
     if (!has_schema_version_table()) {
       return versions;
     }
-    Query query(m_db.get(), statement("SELECT version FROM schema_version ORDER BY version"),
-                m_context);
+    Query query(m_db, "SELECT version FROM schema_version ORDER BY version");
     while (query.step()) {
       versions.push_back(static_cast<int>(query.integer(0)));
     }
@@ -773,7 +580,7 @@ class SqliteLedger final : public Ledger {
   std::optional<LedgerRow> lookup_locked(const std::string& work_key) {
     static const std::string sql =
         std::string("SELECT ") + k_row_columns + " FROM ledger WHERE work_key = ?1";
-    Query query(m_db.get(), statement(sql), m_context);
+    Query query(m_db, sql);
     query.bind(1, work_key);
     if (!query.step()) {
       return std::nullopt;
@@ -785,17 +592,14 @@ class SqliteLedger final : public Ledger {
 
   bool fenced_update(const char* sql, const std::string& work_key, const std::string& token) {
     std::lock_guard<std::mutex> lock(m_mutex);
-    Query query(m_db.get(), statement(sql), m_context);
+    Query query(m_db, sql);
     query.bind(1, work_key).bind(2, token).run();
-    return sqlite3_changes(m_db.get()) == 1;
+    return m_db.changes() == 1;
   }
 
   std::string m_path;
-  std::string m_context;
   std::mutex m_mutex;
-  SqliteHandle m_db;
-  std::unordered_map<std::string, StatementHandle> m_statements;
-  std::chrono::steady_clock::time_point m_busy_since;
+  sqlite::Database m_db;
   SqliteDigestCache m_digest_cache;
 };
 

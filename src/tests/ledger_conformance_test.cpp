@@ -18,6 +18,7 @@
 #include "base/error.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
+#include "ledger/caller_transaction.hpp"
 #include "ledger/ledger.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "ledger_test_support.hpp"
@@ -405,8 +406,8 @@ TEST_P(LedgerConformance, CompletionAloneSkipsTheWalFlushUnlessAskedToWait) {
   ledger_test::PgHandle caller = ledger_test::pg_connect(m_dsn);
   ASSERT_TRUE(caller);
   pg_exec(caller.get(), "BEGIN");
-  EXPECT_TRUE(m_ledger->complete_in_transaction(caller.get(), "k4", in_caller.claim_token,
-                                                make_fingerprint(7), 7));
+  EXPECT_TRUE(complete_in_transaction(*m_ledger, caller.get(), "k4", in_caller.claim_token,
+                                      make_fingerprint(7), 7));
   pg_exec(caller.get(), "COMMIT");
   EXPECT_EQ(seen(), "INSERT k4 on, UPDATE k4 on");
 }
@@ -1111,20 +1112,20 @@ TEST_P(LedgerConformance, DatabaseIdentityNamesThePostgresDatabaseOnly) {
   ASSERT_TRUE(identity);
   ledger_test::PgHandle same = ledger_test::pg_connect(m_dsn);
   ASSERT_TRUE(same);
-  EXPECT_EQ(Ledger::database_identity_of(same.get()), *identity);
+  EXPECT_EQ(database_identity_of(same.get()), *identity);
   const std::string other_database =
       with_postgis() ? ledger_test::k_nogis_database : ledger_test::k_gis_database;
   ledger_test::PgHandle other = ledger_test::pg_connect(ledger_test::pg_dsn_for(other_database));
   ASSERT_TRUE(other);
-  EXPECT_NE(Ledger::database_identity_of(other.get()), *identity);
+  EXPECT_NE(database_identity_of(other.get()), *identity);
 }
 
 TEST_P(LedgerConformance, CompleteInTransactionCommitsAndRollsBackWithTheCaller) {
   const ClaimRequest request = make_request("k1", 60s);
   ASSERT_EQ(m_ledger->claim(request).outcome, ClaimOutcome::k_claimed);
   if (is_sqlite()) {
-    EXPECT_THROW(m_ledger->complete_in_transaction(nullptr, "k1", request.claim_token,
-                                                   make_fingerprint(3), 3),
+    EXPECT_THROW(complete_in_transaction(*m_ledger, nullptr, "k1", request.claim_token,
+                                         make_fingerprint(3), 3),
                  Error);
     EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);
     return;
@@ -1132,20 +1133,20 @@ TEST_P(LedgerConformance, CompleteInTransactionCommitsAndRollsBackWithTheCaller)
   ledger_test::PgHandle caller = ledger_test::pg_connect(m_dsn);
   ASSERT_TRUE(caller);
   // Outside a transaction the completion would commit alone: refused.
-  EXPECT_THROW(m_ledger->complete_in_transaction(caller.get(), "k1", request.claim_token,
-                                                 make_fingerprint(3), 3),
+  EXPECT_THROW(complete_in_transaction(*m_ledger, caller.get(), "k1", request.claim_token,
+                                       make_fingerprint(3), 3),
                Error);
   pg_exec(caller.get(), "BEGIN");
-  EXPECT_FALSE(m_ledger->complete_in_transaction(caller.get(), "k1", random_token(),
-                                                 make_fingerprint(3), 3));
-  EXPECT_TRUE(m_ledger->complete_in_transaction(caller.get(), "k1", request.claim_token,
-                                                make_fingerprint(3), 3));
+  EXPECT_FALSE(complete_in_transaction(*m_ledger, caller.get(), "k1", random_token(),
+                                       make_fingerprint(3), 3));
+  EXPECT_TRUE(complete_in_transaction(*m_ledger, caller.get(), "k1", request.claim_token,
+                                      make_fingerprint(3), 3));
   EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);  // not committed yet
   pg_exec(caller.get(), "ROLLBACK");
   EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);
   pg_exec(caller.get(), "BEGIN");
-  EXPECT_TRUE(m_ledger->complete_in_transaction(caller.get(), "k1", request.claim_token,
-                                                make_fingerprint(4), 4));
+  EXPECT_TRUE(complete_in_transaction(*m_ledger, caller.get(), "k1", request.claim_token,
+                                      make_fingerprint(4), 4));
   pg_exec(caller.get(), "COMMIT");
   const LedgerRow row = m_ledger->lookup("k1");
   EXPECT_EQ(row.state, RowState::k_completed);
@@ -1153,10 +1154,10 @@ TEST_P(LedgerConformance, CompleteInTransactionCommitsAndRollsBackWithTheCaller)
   EXPECT_EQ(row.fingerprint->size, 4);
   // A retry of a completion that committed: true, nothing changes; a foreign token: false.
   pg_exec(caller.get(), "BEGIN");
-  EXPECT_TRUE(m_ledger->complete_in_transaction(caller.get(), "k1", request.claim_token,
-                                                make_fingerprint(5), 5));
-  EXPECT_FALSE(m_ledger->complete_in_transaction(caller.get(), "k1", random_token(),
-                                                 make_fingerprint(5), 5));
+  EXPECT_TRUE(complete_in_transaction(*m_ledger, caller.get(), "k1", request.claim_token,
+                                      make_fingerprint(5), 5));
+  EXPECT_FALSE(complete_in_transaction(*m_ledger, caller.get(), "k1", random_token(),
+                                       make_fingerprint(5), 5));
   pg_exec(caller.get(), "COMMIT");
   EXPECT_EQ(m_ledger->lookup("k1").feature_count, 4);
 }
@@ -1172,8 +1173,8 @@ TEST_P(LedgerConformance, CompleteInTransactionRefusesAnotherDatabase) {
   ledger_test::PgHandle other = ledger_test::pg_connect(ledger_test::pg_dsn_for(other_database));
   ASSERT_TRUE(other);
   pg_exec(other.get(), "BEGIN");
-  EXPECT_THROW(m_ledger->complete_in_transaction(other.get(), "k1", request.claim_token,
-                                                 make_fingerprint(3), 3),
+  EXPECT_THROW(complete_in_transaction(*m_ledger, other.get(), "k1", request.claim_token,
+                                       make_fingerprint(3), 3),
                Error);
   pg_exec(other.get(), "ROLLBACK");
   EXPECT_EQ(m_ledger->lookup("k1").state, RowState::k_in_flight);

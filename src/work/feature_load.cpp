@@ -26,6 +26,7 @@
 #include "cpl_string.h"
 #include "gdal_priv.h"
 #include "gdal_utils.h"
+#include "ledger/caller_transaction.hpp"
 #include "ledger/ledger.hpp"
 #include "work/lease.hpp"
 
@@ -177,7 +178,7 @@ bool has_layer_schema_option(const std::vector<std::string>& options) {
 
 class LoadAttempt {
  public:
-  LoadAttempt(const FeatureLoadRequest& request, const FeatureWork& work, Ledger& ledger,
+  LoadAttempt(const FeatureLoadRequest& request, const FeatureWork& work, WorkerLedger& ledger,
               const ClaimResult& claim)
       : m_request(request),
         m_work(work),
@@ -229,8 +230,7 @@ class LoadAttempt {
     m_target_sql = qualified(m_work.target.table);
     m_staging_sql = qualified(m_staging);
     const std::optional<std::string> ledger_identity = m_ledger.database_identity();
-    m_same_database =
-        ledger_identity && *ledger_identity == Ledger::database_identity_of(m_session.get());
+    m_same_database = ledger_identity && *ledger_identity == database_identity_of(m_session.get());
     CPLDebug("IDEM", "load %s: staging %s.%s, ledger %s the target database", m_work.key.c_str(),
              m_schema.c_str(), m_staging.c_str(), m_same_database ? "in" : "outside");
     // Staging tables of earlier attempts of this key (killed workers): we hold the claim now.
@@ -459,8 +459,8 @@ class LoadAttempt {
       // Fenced, in this transaction: the data change and the completion commit together.
       OutputFingerprint fingerprint;
       fingerprint.size = count;
-      if (!m_ledger.complete_in_transaction(m_session.get(), m_work.key, m_token, fingerprint,
-                                            count)) {
+      if (!complete_in_transaction(m_ledger, m_session.get(), m_work.key, m_token, fingerprint,
+                                   count)) {
         throw Error(ErrorKind::k_ledger,
                     "the claim on this load was taken over by another "
                     "worker during the swap; the swap was rolled back");
@@ -506,7 +506,7 @@ class LoadAttempt {
 
   const FeatureLoadRequest& m_request;
   const FeatureWork& m_work;
-  Ledger& m_ledger;
+  WorkerLedger& m_ledger;
   std::string m_token;
   TargetSession m_session;
   std::string m_schema;

@@ -63,7 +63,7 @@ void test_pause(const char* point) {
   }
 }
 
-LeaseKeeper::LeaseKeeper(Ledger& ledger, std::string work_key, std::string token,
+LeaseKeeper::LeaseKeeper(WorkerLedger& ledger, std::string work_key, std::string token,
                          std::chrono::seconds lease, std::optional<Clock::time_point> held_since,
                          Start start_mode)
     : m_ledger(ledger),

@@ -52,8 +52,9 @@ class LeaseKeeper {
   enum class Start { k_now, k_when_work_is_long };
   static constexpr std::chrono::milliseconds k_lazy_start{1000};
 
-  LeaseKeeper(Ledger& ledger, std::string work_key, std::string token, std::chrono::seconds lease,
-              std::optional<Clock::time_point> held_since, Start start = Start::k_now);
+  LeaseKeeper(WorkerLedger& ledger, std::string work_key, std::string token,
+              std::chrono::seconds lease, std::optional<Clock::time_point> held_since,
+              Start start = Start::k_now);
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
@@ -80,7 +81,7 @@ class LeaseKeeper {
  private:
   void run();
 
-  Ledger& m_ledger;
+  WorkerLedger& m_ledger;
   std::string m_work_key;
   std::string m_token;
   std::chrono::seconds m_lease;

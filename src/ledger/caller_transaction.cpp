@@ -1,11 +1,13 @@
 // Completing inside a caller's transaction: the identity that tells whether a libpq connection
-// reaches the ledger's own database, and the default for backends that cannot do it (SQLite).
-// The PostgreSQL backend overrides complete_in_transaction() with its fenced completion.
+// reaches the ledger's own database, and the completion itself, which only a backend that offers
+// ledger_detail::CallerTransactionCompletion (PostgreSQL) can do.
+#include "ledger/caller_transaction.hpp"
+
 #include <libpq-fe.h>
 
 #include "base/error.hpp"
 #include "base/pg_handles.hpp"
-#include "ledger/ledger.hpp"
+#include "ledger/ledger_internal.hpp"
 
 namespace idem {
 
@@ -19,7 +21,7 @@ constexpr const char* k_identity_sql =
 
 }  // namespace
 
-std::string Ledger::database_identity_of(PGconn* connection) {
+std::string database_identity_of(PGconn* connection) {
   if (connection == nullptr || PQstatus(connection) != CONNECTION_OK) {
     throw Error(ErrorKind::k_ledger, "no open PostgreSQL connection to identify");
   }
@@ -35,13 +37,17 @@ std::string Ledger::database_identity_of(PGconn* connection) {
   return PQgetvalue(result.get(), 0, 0);
 }
 
-bool Ledger::complete_in_transaction(PGconn* /*connection*/, const std::string& /*work_key*/,
-                                     const std::string& /*claim_token*/,
-                                     const OutputFingerprint& /*fingerprint*/,
-                                     std::optional<int64_t> /*feature_count*/) {
-  throw Error(ErrorKind::k_ledger, "the " + backend_name() +
-                                       " ledger cannot complete inside another database's "
-                                       "transaction; use complete()");
+bool complete_in_transaction(WorkerLedger& ledger, PGconn* connection, const std::string& work_key,
+                             const std::string& claim_token, const OutputFingerprint& fingerprint,
+                             std::optional<int64_t> feature_count) {
+  auto* backend = dynamic_cast<ledger_detail::CallerTransactionCompletion*>(&ledger);
+  if (backend == nullptr) {
+    throw Error(ErrorKind::k_ledger, "the " + ledger.backend_name() +
+                                         " ledger cannot complete inside another database's "
+                                         "transaction; use complete()");
+  }
+  return backend->complete_in_transaction(connection, work_key, claim_token, fingerprint,
+                                          feature_count);
 }
 
 }  // namespace idem
