@@ -34,12 +34,14 @@ Database::Database(const std::string& path, std::string context,
     make_directories(path);
   }
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(
-      path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   m_db.reset(raw);
   if (rc != SQLITE_OK) {
-    throw Error(ErrorKind::k_ledger, "cannot open the " + m_context + ": " +
-                                         (raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+    throw Error(ErrorKind::k_ledger,
+                "cannot open the " + m_context + ": " +
+                    (raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
   }
   sqlite3_extended_result_codes(m_db.get(), 1);
   sqlite3_busy_handler(m_db.get(), &Database::on_busy, this);
@@ -83,7 +85,9 @@ sqlite3_stmt* Database::statement(const std::string& sql) {
   return raw;
 }
 
-int64_t Database::changes() const { return sqlite3_changes(m_db.get()); }
+int64_t Database::changes() const {
+  return sqlite3_changes(m_db.get());
+}
 
 Query::Query(Database& db, const std::string& sql) : m_db(db), m_statement(db.statement(sql)) {}
 
@@ -105,7 +109,9 @@ Query& Query::bind(int index, double value) {
   return check(sqlite3_bind_double(m_statement, index, value));
 }
 
-Query& Query::bind_null(int index) { return check(sqlite3_bind_null(m_statement, index)); }
+Query& Query::bind_null(int index) {
+  return check(sqlite3_bind_null(m_statement, index));
+}
 
 bool Query::step() {
   const int rc = sqlite3_step(m_statement);
@@ -123,7 +129,9 @@ void Query::run() {
   }
 }
 
-bool Query::is_null(int i) const { return sqlite3_column_type(m_statement, i) == SQLITE_NULL; }
+bool Query::is_null(int i) const {
+  return sqlite3_column_type(m_statement, i) == SQLITE_NULL;
+}
 
 std::string Query::text(int i) const {
   const auto* data = sqlite3_column_text(m_statement, i);
@@ -132,9 +140,13 @@ std::string Query::text(int i) const {
                                        static_cast<size_t>(sqlite3_column_bytes(m_statement, i)));
 }
 
-int64_t Query::integer(int i) const { return sqlite3_column_int64(m_statement, i); }
+int64_t Query::integer(int i) const {
+  return sqlite3_column_int64(m_statement, i);
+}
 
-double Query::real(int i) const { return sqlite3_column_double(m_statement, i); }
+double Query::real(int i) const {
+  return sqlite3_column_double(m_statement, i);
+}
 
 Query& Query::check(int rc) {
   if (rc != SQLITE_OK) {
@@ -143,7 +155,9 @@ Query& Query::check(int rc) {
   return *this;
 }
 
-Transaction::Transaction(Database& db) : m_db(db) { m_db.exec("BEGIN IMMEDIATE"); }
+Transaction::Transaction(Database& db) : m_db(db) {
+  m_db.exec("BEGIN IMMEDIATE");
+}
 
 Transaction::~Transaction() {
   if (!m_committed) {
