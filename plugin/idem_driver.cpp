@@ -26,8 +26,11 @@
 #include "base/held_messages.hpp"
 #include "base/object_store.hpp"
 #include "base/paths.hpp"
+#include "base/progress.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
+#include "creation_options.hpp"
+#include "driver_ledgers.hpp"
 #include "gdal_priv.h"
 #include "gdal_proxy.h"
 #include "key/source_digest.hpp"
@@ -35,6 +38,7 @@
 #include "key/work_key.hpp"
 #include "ledger/ledger.hpp"
 #include "ogr_spatialref.h"
+#include "output_datasets.hpp"
 #include "vrtdataset.h"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
@@ -46,657 +50,11 @@ namespace idem {
 
 namespace {
 
-constexpr const char* k_driver_name = "IDEM";
 // The metadata domain of a dry run's dataset: KEY, WORK (canonical JSON), DESTINATION.
 constexpr const char* k_metadata_domain = "IDEM";
-constexpr int k_default_stale_seconds = 300;
 // How many times an object output is looked at again and uploaded when the store refuses its
 // conditional upload while this attempt still holds its claim (see IdemCreator::create).
 constexpr int k_upload_rounds = 3;
-
-// ---------------------------------------------------------------------------------------------
-// Options
-
-struct IdemOptions {
-  std::string format = "GTiff";
-  std::string namespace_name = "default";
-  std::optional<std::string> layer;
-  std::optional<TileIndex> tile;
-  std::vector<std::pair<std::string, std::string>> passthrough;  // as given
-  std::string ledger_dsn;
-  std::chrono::seconds lease{k_default_stale_seconds};
-  bool fail_when_busy = false;
-  bool durable = true;
-  bool dry_run = false;
-  SourceDigestPolicy digest_policy = SourceDigestPolicy::k_auto;
-  bool include_gdal_version = false;
-};
-
-std::string upper(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  return text;
-}
-
-std::chrono::seconds parse_stale_seconds(const char* value) {
-  char* end = nullptr;
-  const long seconds = std::strtol(value, &end, 10);
-  if (end == value || *end != '\0' || seconds < 2) {
-    throw Error(ErrorKind::k_usage, std::string("IDEM_STALE_SECONDS=") + value +
-                                        " is not a lease length: give whole seconds, at least 2 "
-                                        "(e.g. the orchestrator's task timeout plus a margin)");
-  }
-  return std::chrono::seconds(seconds);
-}
-
-// A creation option of the FORMAT driver written DRIVER.OPTION=VALUE.
-struct QualifiedOption {
-  std::string driver;
-  std::string name;
-  std::string value;
-};
-
-IdemOptions parse_options(CSLConstList creation_options) {
-  IdemOptions options;
-  std::vector<QualifiedOption> qualified;
-  std::set<std::string> own_given;  // IDEM's own options seen (FORMAT, NAMESPACE...)
-  if (const char* ns = CPLGetConfigOption("IDEM_NAMESPACE", nullptr)) {
-    options.namespace_name = ns;
-  }
-  for (CSLConstList item = creation_options; item != nullptr && *item != nullptr; ++item) {
-    char* raw_key = nullptr;
-    const char* value = CPLParseNameValue(*item, &raw_key);
-    if (raw_key == nullptr || value == nullptr) {
-      CPLFree(raw_key);
-      throw Error(ErrorKind::k_usage,
-                  std::string("creation option '") + *item + "' is not NAME=VALUE");
-    }
-    const std::string key = raw_key;
-    CPLFree(raw_key);
-    const std::string name = upper(key);
-    // DRIVER.OPTION=VALUE: a creation option of the FORMAT driver, named unambiguously (its
-    // name may be one of IDEM's own: netCDF's and Zarr's FORMAT). Checked against FORMAT below.
-    const size_t dot = key.find('.');
-    if (dot != std::string::npos && dot > 0 && dot + 1 < key.size() &&
-        GetGDALDriverManager()->GetDriverByName(key.substr(0, dot).c_str()) != nullptr) {
-      qualified.push_back({key.substr(0, dot), key.substr(dot + 1), value});
-      continue;
-    }
-    if (name == "FORMAT" || name == "NAMESPACE" || name == "LAYER" || name == "TILE") {
-      if (!own_given.insert(name).second) {
-        throw Error(ErrorKind::k_usage,
-                    name + " is given twice: IDEM's " + name +
-                        " takes one value. A creation option of the FORMAT driver with the "
-                        "same name is written with the driver's name in front, e.g. -co "
-                        "FORMAT=netCDF -co netCDF." +
-                        name + "=...");
-      }
-    }
-    if (name == "FORMAT") {
-      options.format = value;
-    } else if (name == "NAMESPACE") {
-      options.namespace_name = value;
-    } else if (name == "LAYER") {
-      options.layer = std::string(value);
-    } else if (name == "TILE") {
-      options.tile = parse_tile_index(value);
-    } else {
-      options.passthrough.emplace_back(key, value);
-    }
-  }
-  for (const QualifiedOption& option : qualified) {
-    if (!EQUAL(option.driver.c_str(), options.format.c_str())) {
-      throw Error(ErrorKind::k_usage,
-                  option.driver + "." + option.name + " is a creation option of the " +
-                      option.driver + " driver, but the output driver is FORMAT=" + options.format +
-                      ": name the options of FORMAT's driver");
-    }
-    options.passthrough.emplace_back(option.name, option.value);
-  }
-  // One value per option of the FORMAT driver: a second, different one would be dropped.
-  std::map<std::string, std::string> seen;
-  for (const auto& [key, value] : options.passthrough) {
-    const auto [at, inserted] = seen.emplace(upper(key), value);
-    if (!inserted && at->second != value) {
-      throw Error(ErrorKind::k_usage, "the creation option " + key + " is given twice (" +
-                                          at->second + " and " + value + "): give it once");
-    }
-  }
-  if (options.namespace_name.empty()) {
-    throw Error(ErrorKind::k_usage, "the namespace is empty: set NAMESPACE or IDEM_NAMESPACE");
-  }
-  options.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
-  if (const char* stale = CPLGetConfigOption("IDEM_STALE_SECONDS", nullptr)) {
-    options.lease = parse_stale_seconds(stale);
-  }
-  const std::string on_busy = upper(CPLGetConfigOption("IDEM_ON_BUSY", "WAIT"));
-  if (on_busy != "WAIT" && on_busy != "FAIL") {
-    throw Error(ErrorKind::k_usage,
-                "IDEM_ON_BUSY=" + on_busy + " is not valid: use WAIT (the default) or FAIL");
-  }
-  options.fail_when_busy = on_busy == "FAIL";
-  options.durable = CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES"));
-  conditional_writes_enabled();  // a bad IDEM_CONDITIONAL_WRITE is refused before any work
-  options.dry_run = CPLTestBool(CPLGetConfigOption("IDEM_DRY_RUN", "NO"));
-  options.digest_policy =
-      parse_source_digest_policy(CPLGetConfigOption("IDEM_SOURCE_DIGEST", "AUTO"));
-  options.include_gdal_version = CPLTestBool(CPLGetConfigOption("IDEM_KEY_GDAL_VERSION", "NO"));
-  return options;
-}
-
-GDALDriver* find_format_driver(const std::string& format) {
-  if (upper(format) == k_driver_name) {
-    throw Error(ErrorKind::k_usage,
-                "FORMAT=IDEM would wrap IDEM in itself: name the real output "
-                "driver, e.g. FORMAT=GTiff or FORMAT=COG");
-  }
-  auto* driver = GetGDALDriverManager()->GetDriverByName(format.c_str());
-  if (driver == nullptr || driver->GetMetadataItem(GDAL_DCAP_RASTER) == nullptr) {
-    throw Error(ErrorKind::k_usage,
-                "FORMAT=" + format +
-                    " is not a GDAL raster driver here; `gdalinfo --formats` lists them (e.g. "
-                    "GTiff, COG, PNG). IDEM's FORMAT names the output driver: a FORMAT option "
-                    "of that driver is written with its name in front (-co FORMAT=netCDF -co "
-                    "netCDF.FORMAT=NC4)");
-  }
-  if (EQUAL(driver->GetDescription(), "MEM")) {
-    throw Error(ErrorKind::k_usage,
-                "FORMAT=MEM writes no file, and IDEM publishes and records "
-                "files: name a driver that writes one (GTiff, COG, PNG...)");
-  }
-  if (driver->GetMetadataItem(GDAL_DCAP_CREATE) == nullptr &&
-      driver->GetMetadataItem(GDAL_DCAP_CREATECOPY) == nullptr) {
-    throw Error(ErrorKind::k_usage, "FORMAT=" + format + " cannot write files (read-only driver)");
-  }
-  return driver;
-}
-
-// ---------------------------------------------------------------------------------------------
-// One ledger connection per DSN per process: opening (and checking the schema) on every
-// CreateCopy would dominate the cost of a skip. Ledger instances serialise their own calls.
-// After a fork the parent's connections are abandoned, never closed: closing a PostgreSQL
-// connection from the child would end the parent's session.
-
-struct SharedLedgers {
-  std::mutex mutex;
-  std::map<std::string, Ledger*>* ledgers = new std::map<std::string, Ledger*>();
-  pid_t owner = getpid();
-};
-
-SharedLedgers& shared_ledgers() {
-  static auto* instance = new SharedLedgers();  // leaked: ledgers live for the process
-  return *instance;
-}
-
-Ledger& shared_ledger(const std::string& dsn) {
-  SharedLedgers& shared = shared_ledgers();
-  std::lock_guard<std::mutex> lock(shared.mutex);
-  if (shared.owner != getpid()) {
-    shared.ledgers = new std::map<std::string, Ledger*>();  // the parent's are left alone
-    shared.owner = getpid();
-  }
-  auto found = shared.ledgers->find(dsn);
-  if (found == shared.ledgers->end()) {
-    found = shared.ledgers->emplace(dsn, Ledger::open(dsn).release()).first;
-  }
-  return *found->second;
-}
-
-// The first use of /vsiidem/ in a process comes before a write through it (gdalwarp looks at its
-// output before it opens the sources and works out the grid): a PostgreSQL ledger named by
-// IDEM_LEDGER starts connecting then, and each later use moves the connection on, so that the
-// driver finds it made (Ledger::preopen). IDEM_LEDGER_PREOPEN=NO turns this off.
-void start_opening_ledger_ahead() {
-  const char* dsn = CPLGetConfigOption("IDEM_LEDGER", nullptr);
-  if (dsn == nullptr || dsn[0] == '\0' ||
-      !CPLTestBool(CPLGetConfigOption("IDEM_LEDGER_PREOPEN", "YES")) ||
-      CPLTestBool(CPLGetConfigOption("IDEM_DRY_RUN", "NO"))) {
-    return;  // a dry run touches no ledger
-  }
-  {
-    SharedLedgers& shared = shared_ledgers();
-    std::lock_guard<std::mutex> lock(shared.mutex);
-    if (shared.owner == getpid() && shared.ledgers->count(dsn) != 0) {
-      return;  // open already
-    }
-  }
-  try {
-    Ledger::preopen(dsn);
-  } catch (const std::exception& error) {
-    CPLDebug("IDEM", "could not start opening the ledger ahead: %s", error.what());
-  }
-}
-
-void note_vsiidem_use() {
-  // The process (pid) in which the first use began, and in which it has ended: another thread's
-  // use waits for it, so that its own write finds the connection started.
-  static std::atomic<pid_t> began{0};
-  static std::atomic<pid_t> ended{0};
-  const pid_t pid = getpid();
-  if (ended.load() != pid) {
-    pid_t before = began.load();
-    if (before != pid && began.compare_exchange_strong(before, pid)) {
-      try {
-        start_opening_ledger_ahead();
-      } catch (...) {
-        // Never leave the other threads waiting: without it the driver connects itself.
-      }
-      ended = pid;
-      return;
-    }
-    while (ended.load() != pid) {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-  Ledger::advance_preopened();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Outputs on disk
-
-// Refuse before claiming when the output cannot be written, so no claim is left behind.
-void check_destination_directory(const std::string& destination) {
-  if (is_object_store_path(destination)) {
-    return;  // no directories: an unwritable bucket fails the upload, which releases the claim
-  }
-  const std::string directory = dirname_of(destination);
-  struct stat info;
-  if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    throw Error(ErrorKind::k_usage, "the destination directory " + directory +
-                                        " does not exist; create it first (mkdir -p)");
-  }
-  if (access(directory.c_str(), W_OK) != 0) {
-    throw Error(ErrorKind::k_usage, "the destination directory " + directory +
-                                        " is not writable (" + std::strerror(errno) +
-                                        "); fix its permissions or write elsewhere");
-  }
-}
-
-// An output path that names a directory ("/vsiidem/" alone, "out/") is refused before any claim.
-void check_destination_is_a_file(const char* filename, const std::string& destination) {
-  const std::string given = filename;
-  VSIStatBufL info;
-  const bool is_directory = given.empty() || given.back() == '/' || destination == "/" ||
-                            (!is_object_store_path(destination) &&
-                             VSIStatL(destination.c_str(), &info) == 0 && VSI_ISDIR(info.st_mode));
-  if (is_directory) {
-    throw Error(ErrorKind::k_usage, "the output '" + given + "' names a directory (" + destination +
-                                        "), not a file: give the output file's name, e.g. "
-                                        "/vsiidem/tiles/out.tif");
-  }
-}
-
-// An output written over one of its own sources would replace its input, and every rerun would
-// work on its own output: refused before any claim, comparing real paths and device + inode.
-void check_destination_is_not_a_source(const std::string& destination,
-                                       const std::vector<std::string>& source_files) {
-  struct stat output {};
-  const bool local = !is_vsi_path(destination);
-  const bool output_exists = local && ::stat(destination.c_str(), &output) == 0;
-  char* resolved = local ? ::realpath(destination.c_str(), nullptr) : nullptr;
-  const std::string real_destination = resolved != nullptr ? resolved : destination;
-  std::free(resolved);
-  for (const std::string& file : source_files) {
-    struct stat input {};
-    bool same = absolute_path(file) == destination || file == real_destination;
-    if (!same && output_exists && !is_vsi_path(file) && ::stat(file.c_str(), &input) == 0) {
-      same = input.st_dev == output.st_dev && input.st_ino == output.st_ino;
-    }
-    if (same) {
-      throw Error(ErrorKind::k_usage, "the output " + destination + " is one of the sources (" +
-                                          file +
-                                          "): the work would replace its own input; "
-                                          "write the output to another path");
-    }
-  }
-}
-
-// The datasets the CreateCopy source reads its pixels through, as the caller holds them: the
-// source itself (unless it is a VRT made in memory), a warped VRT's source, and the sources of a
-// VRT made in memory (gdal_translate's, gdal.Translate's, gdal.BuildVRT('', ...)), through any
-// depth of VRTs made in memory.
-void add_read_through(GDALDataset* dataset, std::vector<GDALDataset*>& held, int depth) {
-  if (dataset == nullptr) {
-    return;
-  }
-  if (depth > 32) {
-    throw Error(ErrorKind::k_source, "VRTs made in memory nested too deeply");
-  }
-  std::vector<GDALDataset*> found;
-  if (GDALDataset* warped_from = warped_vrt_source(dataset)) {
-    found.push_back(warped_from);
-  }
-  if (is_vrt_in_memory(dataset) && dynamic_cast<VRTWarpedDataset*>(dataset) == nullptr) {
-    for (int i = 1; i <= dataset->GetRasterCount(); ++i) {
-      auto* band = dynamic_cast<VRTSourcedRasterBand*>(dataset->GetRasterBand(i));
-      if (band == nullptr) {
-        continue;
-      }
-      for (VRTSource* vrt_source : compat::vrt_band_sources(band)) {
-        if (!vrt_source->IsSimpleSource()) {
-          continue;
-        }
-        auto* simple = static_cast<VRTSimpleSource*>(vrt_source);
-        GDALRasterBand* from = simple->GetRasterBand();
-        if (from != nullptr && from->GetDataset() != nullptr) {
-          found.push_back(from->GetDataset());
-        }
-      }
-    }
-  }
-  for (GDALDataset* next : found) {
-    if (std::find(held.begin(), held.end(), next) != held.end()) {
-      continue;
-    }
-    held.push_back(next);
-    if (is_vrt_in_memory(next)) {
-      add_read_through(next, held, depth + 1);
-    }
-  }
-}
-
-std::vector<GDALDataset*> datasets_read_through(GDALDataset* source) {
-  std::vector<GDALDataset*> held;
-  if (source == nullptr) {
-    return held;
-  }
-  if (!is_vrt_in_memory(source)) {
-    held.push_back(source);
-  }
-  add_read_through(source, held, 0);
-  return held;
-}
-
-// One open for update may hold changes not yet written to its files (pixels in GDAL's block
-// cache, a georeferencing set but not saved): they are written now, so that the key, which
-// identifies the files' bytes, and the warp, which reads the files, see what GDAL would read
-// through the handle (docs/keys.md, "Sources open for update"). A VRT made in memory has no file
-// to write (gdalwarp's is open for update on GDAL 3.10), so it is not among them.
-void write_pending_changes_of_sources(const std::vector<GDALDataset*>& read_through) {
-  std::set<GDALDataset*> written;
-  for (GDALDataset* dataset : read_through) {
-    if (dataset != nullptr && dataset->GetAccess() == GA_Update && written.insert(dataset).second) {
-      CPLDebug("IDEM", "writing the pending changes of %s, open for update, before keying it",
-               dataset->GetDescription());
-      dataset->FlushCache(false);
-    }
-  }
-}
-
-// A source without files (a MEM dataset), or a VRT made in memory (gdal.BuildVRT('', ...)), that
-// the CreateCopy source reads from cannot be opened again by the name it is recorded under
-// (often ""): the key and the warp take the caller's handle under that name instead (docs/keys.md,
-// "Sources in memory"). Two such sources under one name cannot be told apart by it: refused.
-void keep_sources_without_files(GDALDataset* source, const std::vector<GDALDataset*>& read_through,
-                                KeptSources& kept) {
-  for (GDALDataset* dataset : read_through) {
-    if (dataset == source) {
-      continue;  // handed over itself: its identity is taken from the handle directly
-    }
-    const std::string name = dataset->GetDescription();
-    if (!held_not_reopened(dataset)) {
-      continue;  // opened again by its name, as its files are now
-    }
-    if (GDALDataset* already = kept.find(name)) {
-      if (already != dataset) {
-        throw Error(ErrorKind::k_usage,
-                    "two sources held in memory are both named '" + name +
-                        "', so they cannot be told apart: give each its own name (a MEM "
-                        "dataset: Create('name', ...); a VRT: build it as /vsimem/name.vrt)");
-      }
-      continue;
-    }
-    dataset->Reference();
-    kept.keep(name, dataset);
-  }
-}
-
-// GDAL's pre-delete recorded every file of the dataset (sidecars too): keep them all.
-void keep_dataset_files(GDALDataset* dataset) {
-  char** files = dataset->GetFileList();
-  for (char** file = files; file != nullptr && *file != nullptr; ++file) {
-    vsiidem_cancel_unlink(*file);
-  }
-  CSLDestroy(files);
-}
-
-// GDAL's pre-delete of this call's destination, deferred by /vsiidem/ and resolved by this call
-// (vsiidem.hpp): a skip, a failure or a dry run leaves every file as it was; a publish removes
-// the files of the replaced output that the new one does not have, before the completion.
-class PreDelete {
- public:
-  explicit PreDelete(const char* filename)
-      : m_adoption(filename != nullptr && is_vsiidem_path(filename)
-                       ? vsiidem_adopt_pre_delete(vsiidem_absolute_path(filename))
-                       : 0) {}
-  ~PreDelete() {
-    if (!m_resolved) {
-      vsiidem_resolve_pre_delete(m_adoption, false);
-    }
-  }
-  PreDelete(const PreDelete&) = delete;
-  PreDelete& operator=(const PreDelete&) = delete;
-
-  // After the new output's `files` are in place.
-  void published(const std::vector<std::string>& files) {
-    m_resolved = true;
-    const std::vector<std::string> failed = vsiidem_resolve_pre_delete(m_adoption, true, files);
-    if (!failed.empty()) {
-      throw Error(ErrorKind::k_io,
-                  "the new output was published, but " + failed.front() +
-                      ", a file of the output it replaced, could not be removed, so the work is "
-                      "not recorded as completed; remove that file and run again");
-    }
-  }
-
- private:
-  uint64_t m_adoption;
-  bool m_resolved = false;
-};
-
-// After a refused completion on object storage (no conditional write is used yet, see
-// docs/object-storage.md): the object this attempt uploaded is deleted if the store still has it
-// and no completed row records those bytes (a successor on the same work may have uploaded the
-// very same bytes), so its pixels do not stay where another worker's completion is recorded.
-void remove_own_object(Ledger& ledger, const std::string& path, const OutputFingerprint& ours) {
-  const auto headers = object_headers(path, true);
-  if (!headers || !headers_match(path, *headers, ours)) {
-    return;  // not ours any more
-  }
-  Ledger::RowFilter filter;
-  filter.output_uri = path;
-  filter.state = RowState::k_completed;
-  for (const LedgerRow& row : ledger.rows(filter)) {
-    if (row.fingerprint && headers_match(path, *headers, *row.fingerprint)) {
-      return;  // recorded by a completion: those bytes stay
-    }
-  }
-  if (VSIUnlink(path.c_str()) == 0) {
-    CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost", path.c_str());
-  }
-}
-
-// `published`: every file this attempt published. GDAL then takes the output's sidecars from that
-// list instead of listing the directory (on object storage a LIST request per tile), and never
-// attaches a stale sidecar that the end of the process deletes.
-GDALDataset* open_output(const std::string& path,
-                         const std::vector<std::string>* published = nullptr) {
-  CPLStringList siblings;
-  if (published != nullptr) {
-    const std::string directory = CPLGetPath(path.c_str());
-    for (const std::string& file : *published) {
-      if (CPLGetPath(file.c_str()) == directory) {
-        siblings.AddString(CPLGetFilename(file.c_str()));
-      }
-    }
-  }
-  // With a sibling list GDAL 3.6 still lists an object store "directory" while opening, unless
-  // told the directory holds nothing else (the list given is then all it looks at).
-  std::unique_ptr<CPLConfigOptionSetter> no_listing;
-  if (published != nullptr) {
-    no_listing =
-        std::make_unique<CPLConfigOptionSetter>("GDAL_DISABLE_READDIR_ON_OPEN", "EMPTY_DIR", false);
-  }
-  auto* dataset =
-      GDALDataset::Open(path.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY | GDAL_OF_VERBOSE_ERROR,
-                        nullptr, nullptr, published != nullptr ? siblings.List() : nullptr);
-  no_listing.reset();
-  if (dataset == nullptr) {
-    throw Error(ErrorKind::k_io, "the output " + path +
-                                     " cannot be opened after writing it: " + CPLGetLastErrorMsg());
-  }
-  return dataset;
-}
-
-// What a written output looks like: enough to hand out an object output without asking the
-// store (DeferredOutput).
-struct OutputShape {
-  struct Band {
-    GDALDataType type = GDT_Unknown;
-    int block_x = 0;
-    int block_y = 0;
-  };
-  int width = 0;
-  int height = 0;
-  OGRSpatialReference srs;
-  bool has_srs = false;
-  bool has_geotransform = false;
-  double geotransform[6] = {0, 1, 0, 0, 0, 1};
-  std::vector<Band> bands;
-};
-
-OutputShape shape_of(GDALDataset& dataset) {
-  OutputShape shape;
-  shape.width = dataset.GetRasterXSize();
-  shape.height = dataset.GetRasterYSize();
-  if (const OGRSpatialReference* srs = dataset.GetSpatialRef()) {
-    shape.srs = *srs;
-    shape.has_srs = true;
-  }
-  shape.has_geotransform = compat::get_geotransform(&dataset, shape.geotransform) == CE_None;
-  for (int i = 1; i <= dataset.GetRasterCount(); ++i) {
-    GDALRasterBand* band = dataset.GetRasterBand(i);
-    OutputShape::Band described;
-    described.type = band->GetRasterDataType();
-    band->GetBlockSize(&described.block_x, &described.block_y);
-    shape.bands.push_back(described);
-  }
-  return shape;
-}
-
-// The object output just uploaded, as the dataset CreateCopy returns: its size, bands and
-// georeferencing come from what was written, and the object itself is opened (a request to the
-// store) only when something else is asked of it, with the uploaded files as its siblings.
-// gdalwarp and gdal_translate close it unread, so the upload is the run's last request.
-class DeferredOutput final : public GDALProxyDataset {
- public:
-  DeferredOutput(const std::string& path, std::vector<std::string> published, OutputShape shape);
-  ~DeferredOutput() override;
-  GDALDataset* underlying() const { return RefUnderlyingDataset(); }
-  bool is_open() const { return m_opened != nullptr; }
-
-  // Read-only: nothing to write, nothing to open.
-  compat::DatasetFlushResult FlushCache(bool at_closing) override {
-    if (!is_open()) {
-      return compat::flush_done();
-    }
-    return GDALProxyDataset::FlushCache(at_closing);
-  }
-
-#if IDEM_GDAL_PROXY_CLOSE_TAKES_PROGRESS
-  // The proxy would open the object to close it (GDAL 3.13): closing what was never opened
-  // only marks this dataset closed.
-  CPLErr Close(GDALProgressFunc progress, void* progress_data) override {
-    return is_open() ? GDALProxyDataset::Close(progress, progress_data)
-                     : GDALDataset::Close(progress, progress_data);
-  }
-#endif
-
-  CPLErr GetGeoTransform(IDEM_GEOTRANSFORM_OVERRIDE_PARAMETERS(geotransform))
-      IDEM_GEOTRANSFORM_OVERRIDE_CONST override {
-    if (!m_shape.has_geotransform) {
-      return GDALProxyDataset::GetGeoTransform(geotransform);
-    }
-    std::copy(m_shape.geotransform, m_shape.geotransform + 6,
-              IDEM_GEOTRANSFORM_OUT_DATA(geotransform));
-    return CE_None;
-  }
-  const OGRSpatialReference* GetSpatialRef() const override {
-    return m_shape.has_srs ? &m_shape.srs : GDALProxyDataset::GetSpatialRef();
-  }
-
- protected:
-  GDALDataset* RefUnderlyingDataset() const override;
-  void UnrefUnderlyingDataset(GDALDataset* /*dataset*/) const override {}
-
- private:
-  std::string m_path;
-  std::vector<std::string> m_published;
-  OutputShape m_shape;
-  mutable GDALDataset* m_opened = nullptr;
-  mutable bool m_open_failed = false;
-};
-
-class DeferredOutputBand final : public GDALProxyRasterBand {
- public:
-  DeferredOutputBand(DeferredOutput* owner, int number, const OutputShape::Band& shape) {
-    poDS = owner;
-    nBand = number;
-    eDataType = shape.type;
-    nBlockXSize = shape.block_x;
-    nBlockYSize = shape.block_y;
-    nRasterXSize = owner->GetRasterXSize();
-    nRasterYSize = owner->GetRasterYSize();
-  }
-
-  CPLErr FlushCache(bool at_closing) override {
-    return static_cast<DeferredOutput*>(poDS)->is_open()
-               ? GDALProxyRasterBand::FlushCache(at_closing)
-               : CE_None;
-  }
-
- protected:
-  GDALRasterBand* RefUnderlyingRasterBand(IDEM_REF_UNDERLYING_BAND_PARAMETERS) const override {
-    GDALDataset* underlying = static_cast<DeferredOutput*>(poDS)->underlying();
-    return underlying != nullptr && nBand <= underlying->GetRasterCount()
-               ? underlying->GetRasterBand(nBand)
-               : nullptr;
-  }
-  void UnrefUnderlyingRasterBand(GDALRasterBand* /*band*/) const override {}
-};
-
-DeferredOutput::DeferredOutput(const std::string& path, std::vector<std::string> published,
-                               OutputShape shape)
-    : m_path(path), m_published(std::move(published)), m_shape(std::move(shape)) {
-  SetDescription(path.c_str());
-  nRasterXSize = m_shape.width;
-  nRasterYSize = m_shape.height;
-  eAccess = GA_ReadOnly;
-  for (size_t i = 0; i < m_shape.bands.size(); ++i) {
-    SetBand(static_cast<int>(i) + 1,
-            new DeferredOutputBand(this, static_cast<int>(i) + 1, m_shape.bands[i]));
-  }
-}
-
-DeferredOutput::~DeferredOutput() {
-  if (m_opened != nullptr) {
-    GDALClose(m_opened);
-  }
-  m_opened = nullptr;  // the bands, deleted after this, must not reach for it
-  m_open_failed = true;
-}
-
-GDALDataset* DeferredOutput::RefUnderlyingDataset() const {
-  if (m_opened == nullptr && !m_open_failed) {
-    try {
-      m_opened = open_output(m_path, &m_published);
-    } catch (const Error& error) {
-      m_open_failed = true;
-      CPLError(CE_Failure, CPLE_OpenFailed, "IDEM: %s", error.what());
-    }
-  }
-  return m_opened;
-}
 
 // Outputs from this many bytes of pixels up get an EarlySync, and a lease-renewal thread from the
 // start.
@@ -737,29 +95,6 @@ PreparedWarpPtr prepare_warp_ahead(GDALDataset* source, const std::string* vrt_x
     CPLDebug("IDEM", "warp options read while the ledger answered the claim");
   }
   return warp;
-}
-
-struct ProgressRelay {
-  GDALProgressFunc user_progress;
-  void* user_data;
-  LeaseKeeper* keeper;
-  bool paused_mid_write = false;
-};
-
-int CPL_STDCALL relay_progress(double complete, const char* message, void* data) {
-  auto* relay = static_cast<ProgressRelay*>(data);
-  if (complete >= 0.5 && !relay->paused_mid_write) {
-    relay->paused_mid_write = true;
-    test_pause("during_write");
-  }
-  relay->keeper->poll();
-  if (relay->keeper->lost()) {
-    CPLError(CE_Failure, CPLE_UserInterrupt,
-             "IDEM: the claim on this work was lost (lease expired and another worker took it "
-             "over); aborting without publishing");
-    return FALSE;
-  }
-  return relay->user_progress(complete, message, relay->user_data);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -804,7 +139,7 @@ class IdemCreator {
   IdemOptions m_options;
   std::string m_destination;  // absolute real path
   bool m_via_vsiidem = false;
-  Ledger* m_ledger = nullptr;  // shared_ledger(): lives for the process
+  WorkerLedger* m_ledger = nullptr;  // shared_ledger(): lives for the process
   WorkDescription m_work;
   KeptSources m_kept_sources;  // opened for the key, reused by the warp
   std::chrono::steady_clock::time_point m_lap = std::chrono::steady_clock::now();
@@ -1052,15 +387,12 @@ void IdemCreator::wait_for_earlier_work(const LedgerRow& ours, LeaseKeeper& keep
 // A live claim of other work on the same output that came before `ours` (by claim time, then
 // key: every worker orders two claims the same way, so exactly one of them goes on).
 std::optional<LedgerRow> IdemCreator::earlier_claim_on_destination(const LedgerRow& ours) {
-  Ledger::RowFilter filter;
-  filter.output_uri = m_destination;
-  filter.state = RowState::k_in_flight;
   const auto before = [&](const LedgerRow& row) {
     const double theirs = row.claimed_at.value_or(0);
     const double mine = ours.claimed_at.value_or(0);
     return theirs < mine || (theirs == mine && row.work_key < m_work.key);
   };
-  for (LedgerRow& row : m_ledger->rows(filter)) {
+  for (LedgerRow& row : m_ledger->rows_on_output(m_destination, RowState::k_in_flight)) {
     if (row.work_key != m_work.key && !row.released_at && row.lease_left_seconds &&
         *row.lease_left_seconds > 0 && before(row)) {
       return std::move(row);
@@ -1162,7 +494,11 @@ std::optional<OutputFingerprint> IdemCreator::published_fingerprint(
 // the claim as GDAL reports progress; the shape of an object output, for the dataset returned.
 std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, AtomicOutput& output,
                                                      LeaseKeeper& keeper, bool large) {
-  ProgressRelay relay{what.progress, what.progress_data, &keeper, false};
+  ProgressRelay relay(what.progress, what.progress_data,
+                      keeper.progress_check("during_write",
+                                            "IDEM: the claim on this work was lost (lease expired "
+                                            "and another worker took it over); aborting without "
+                                            "publishing"));
   std::optional<OutputShape> shape;
   MaterialiseRequest request;
   request.source = what.source;
@@ -1175,8 +511,8 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
   request.kept_sources = &m_kept_sources;
   request.vrt_xml = &m_work.vrt_xml;
   request.prepared_warp = what.prepared_warp;
-  request.progress = relay_progress;
-  request.progress_data = &relay;
+  request.progress = relay.function();
+  request.progress_data = relay.data();
   // A large local output is synced while GDAL writes it, so the fsync of the commit does
   // not wait for all of it (see EarlySync). Tiles need no thread.
   std::unique_ptr<EarlySync> early_sync;
@@ -1346,7 +682,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
   }
   CPLDebug("IDEM", "timing: complete %.2f ms", lap_ms(m_lap));
   test_pause("after_complete");
-  GDALDataset* opened = shape ? new DeferredOutput(m_destination, published, std::move(*shape))
+  GDALDataset* opened = shape ? new_deferred_output(m_destination, published, std::move(*shape))
                               : open_output(m_destination, &published);
   CPLDebug("IDEM", "timing: open output %.2f ms", lap_ms(m_lap));
   return opened;
@@ -1368,82 +704,7 @@ GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*s
   return nullptr;
 }
 
-// A deferred unlink carried out at the end of a process (a user's own delete through /vsiidem/)
-// first invalidates the completed rows whose fingerprint is the file about to go (vsiidem checked
-// it is still the file the unlink saw); rows of other files and rows in flight stay.
-bool forget_before_unlink(const std::string& real_path) {
-  const char* dsn = CPLGetConfigOption("IDEM_LEDGER", "");
-  try {
-    const std::optional<std::string> sqlite_path = Ledger::sqlite_path_of(dsn);
-    VSIStatBufL info;
-    if (sqlite_path && VSIStatL(sqlite_path->c_str(), &info) != 0) {
-      return true;  // no ledger was ever made there, so no row records this output
-    }
-    const std::unique_ptr<Ledger> ledger = Ledger::open(dsn);
-    Ledger::RowFilter filter;
-    filter.output_uri = real_path;
-    filter.state = RowState::k_completed;
-    for (const LedgerRow& row : ledger->rows(filter)) {
-      if (row.fingerprint && output_matches(real_path, *row.fingerprint, nullptr)) {
-        ledger->invalidate(row.work_key, row.claim_token);
-      }
-    }
-    return true;
-  } catch (const Error& error) {
-    CPLError(CE_Warning, CPLE_AppDefined,
-             "IDEM: %s was not deleted because its ledger rows could not be removed first: %s",
-             real_path.c_str(), error.what());
-    return false;
-  }
-}
-
-const char* creation_option_list() {
-  return "<CreationOptionList>"
-         "  <Option name='FORMAT' type='string' default='GTiff' description='The real output "
-         "driver (GTiff, COG, PNG, ...); its creation options pass through'/>"
-         "  <Option name='NAMESPACE' type='string' default='default' description='Keeps "
-         "different flows on the same inputs apart (overrides IDEM_NAMESPACE)'/>"
-         "  <Option name='LAYER' type='string' description='Layer name recorded in the ledger'/>"
-         "  <Option name='TILE' type='string' description='Tile index z/x/y recorded in the "
-         "ledger (found automatically for WebMercatorQuad tiles)'/>"
-         "  <Option name='*' type='string' description='Any other option is a creation option "
-         "of the FORMAT driver'/>"
-         "  <Option name='DRIVER.*' type='string' description='A creation option of the FORMAT "
-         "driver with the driver name in front (e.g. netCDF.FORMAT=NC4): the way to pass one "
-         "whose name is also one of IDEM&apos;s (FORMAT, NAMESPACE, LAYER, TILE)'/>"
-         "</CreationOptionList>";
-}
-
 }  // namespace
-
-// IDEM's configuration options (docs/configuration.md), declared to GDALs that warn about
-// unknown ones (3.13 with CPL_DEBUG on).
-void declare_config_options() {
-#if IDEM_GDAL_HAS_DECLARE_KNOWN_CONFIG_OPTION
-  for (const char* name : {"IDEM_LEDGER",
-                           "IDEM_NAMESPACE",
-                           "IDEM_ON_BUSY",
-                           "IDEM_DRY_RUN",
-                           "IDEM_DRY_RUN_DIGEST_CACHE",
-                           "IDEM_FSYNC",
-                           "IDEM_CONDITIONAL_WRITE",
-                           "IDEM_DURABLE_CLAIM",
-                           "IDEM_DURABLE_COMPLETION",
-                           "IDEM_KEY_GDAL_VERSION",
-                           "IDEM_LEDGER_PAGE_ROWS",
-                           "IDEM_LEDGER_PREOPEN",
-                           "IDEM_SOURCE_DIGEST",
-                           "IDEM_STALE_SECONDS",
-                           "IDEM_WARP_MULTI",
-                           "IDEM_WARP_REUSE_TRANSFORMER",
-                           "IDEM_TEST_PAUSE_AT",
-                           "IDEM_TEST_PAUSE_SECONDS",
-                           "IDEM_TEST_REACHED_FILE",
-                           "IDEM_TEST_RESUME_FILE"}) {
-    CPLDeclareKnownConfigOption(name, nullptr);
-  }
-#endif
-}
 
 void register_idem_driver() {
   declare_config_options();

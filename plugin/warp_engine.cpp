@@ -16,6 +16,7 @@
 
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
+#include "base/progress.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_minixml.h"
@@ -38,54 +39,6 @@ constexpr double k_warp_share_before_copy = 2.0 / 3.0;
 // so that regions the warp leaves untouched cost nothing.
 constexpr const char* const k_scratch_gtiff_options[] = {"TILED=YES", "SPARSE_OK=YES",
                                                          "BIGTIFF=IF_SAFER", nullptr};
-
-// Forwards progress to the caller's callback and remembers whether it asked to stop, so that a
-// cancellation can be told apart from a failure of the inner driver.
-class ProgressRelay {
- public:
-  ProgressRelay(GDALProgressFunc progress, void* progress_data)
-      : m_progress(progress != nullptr ? progress : GDALDummyProgress),
-        m_progress_data(progress_data) {}
-
-  static int CPL_STDCALL forward(double complete, const char* message, void* self) {
-    auto* relay = static_cast<ProgressRelay*>(self);
-    if (relay->m_cancelled) {
-      return FALSE;
-    }
-    // The warper's chunk accounting can overshoot 1.0 slightly; callers see [0, 1], never going
-    // backwards.
-    relay->m_reported = std::max(relay->m_reported, std::min(std::max(complete, 0.0), 1.0));
-    if (!relay->m_progress(relay->m_reported, message, relay->m_progress_data)) {
-      relay->m_cancelled = true;
-      return FALSE;
-    }
-    return TRUE;
-  }
-
-  bool cancelled() const { return m_cancelled; }
-
- private:
-  GDALProgressFunc m_progress;
-  void* m_progress_data;
-  double m_reported = 0.0;
-  bool m_cancelled = false;
-};
-
-// One stage of the progress, [start, end] of the caller's scale.
-class ScaledProgress {
- public:
-  ScaledProgress(double start, double end, ProgressRelay& relay)
-      : m_data(GDALCreateScaledProgress(start, end, ProgressRelay::forward, &relay)) {}
-  ~ScaledProgress() { GDALDestroyScaledProgress(m_data); }
-  ScaledProgress(const ScaledProgress&) = delete;
-  ScaledProgress& operator=(const ScaledProgress&) = delete;
-
-  GDALProgressFunc function() const { return GDALScaledProgress; }
-  void* data() const { return m_data; }
-
- private:
-  void* m_data;
-};
 
 // Owns what GDALDeserializeWarpOptions() hands back: the options, the transformer and the
 // reference to the source dataset. GDALDestroyWarpOptions() frees neither of the last two, so

@@ -97,8 +97,7 @@ class PostgresLedger : public Ledger, public CallerTransactionCompletion {
   std::map<std::string, std::string> digest_get_many(
       const std::vector<DigestCache::Entry>& entries);
   void digest_read_ahead(const std::vector<std::string>& paths);
-  void digest_put(const std::string& path, const FileIdentity& identity,
-                  const std::string& digest);
+  void digest_put(const std::string& path, const FileIdentity& identity, const std::string& digest);
 
  private:
   // BEGIN ... COMMIT on this connection; rolls back unless committed.

@@ -118,7 +118,8 @@ std::vector<LedgerRow> PostgresLedger::forget_rows(const RowFilter& filter) {
   return result;
 }
 
-bool PostgresLedger::forget_completed(const std::string& work_key, const std::string& observed_token) {
+bool PostgresLedger::forget_completed(const std::string& work_key,
+                                      const std::string& observed_token) {
   std::lock_guard<std::mutex> lock(m_mutex);
   ensure_connected();
   return affected(exec_params("DELETE FROM idem.ledger WHERE work_key = $1 AND claim_token = $2 "
@@ -149,8 +150,7 @@ int64_t PostgresLedger::archive_locked(const ArchiveRequest& request) {
   }
   Transaction transaction(*this, "archive");
   // now() is fixed for the transaction: the partitions and the move use the same cutoff.
-  exec_params("SELECT idem.ensure_history_partitions(now() + interval '1 second')", {},
-              "archive");
+  exec_params("SELECT idem.ensure_history_partitions(now() + interval '1 second')", {}, "archive");
   PgResult moved =
       exec_params("WITH moved AS (DELETE FROM idem.ledger WHERE " + where + " RETURNING " +
                       columns + ") INSERT INTO idem.ledger_history (" + columns +
@@ -161,7 +161,7 @@ int64_t PostgresLedger::archive_locked(const ArchiveRequest& request) {
 }
 
 int64_t PostgresLedger::drop_history(std::chrono::seconds older_than,
-                     const std::optional<std::string>& namespace_name) {
+                                     const std::optional<std::string>& namespace_name) {
   Params params = {std::to_string(older_than.count())};
   std::string sql =
       "DELETE FROM idem.ledger_history WHERE completed_at < now() - make_interval(secs => $1)";

@@ -139,7 +139,7 @@ void PostgresLedger::forget_lost_footprint(SchemaState& state) {
 
 // Pending migrations that can apply now (conditional ones only when their extension exists).
 std::vector<Migration> PostgresLedger::applicable_migrations(const SchemaState& state,
-                                                    MigrationReport* report) {
+                                                             MigrationReport* report) {
   std::vector<Migration> pending;
   for (Migration& migration : migrations("postgresql")) {
     if (std::find(state.versions.begin(), state.versions.end(), migration.version) !=
@@ -291,9 +291,8 @@ void PostgresLedger::use_schema(const SchemaState& state) {
     return std::string("WITH current AS (SELECT ") + k_row_columns +
            ", false FROM idem.ledger WHERE work_key = $1 AND completed_at IS NOT NULL "
            "AND superseded_at IS NULL), claimed AS (INSERT INTO idem.ledger AS l (" +
-           columns + ") SELECT " + values + " WHERE NOT EXISTS (SELECT FROM current)" +
-           condition + on_conflict +
-           ", true) SELECT * FROM claimed UNION ALL SELECT * FROM current";
+           columns + ") SELECT " + values + " WHERE NOT EXISTS (SELECT FROM current)" + condition +
+           on_conflict + ", true) SELECT * FROM claimed UNION ALL SELECT * FROM current";
   };
   forget_prepared_if_changed("idem_claim", m_claim_sql, claim_sql);
   forget_prepared_if_changed("idem_claim_unless_completed", m_claim_unless_completed_sql,
@@ -314,7 +313,7 @@ const std::string& PostgresLedger::claim_unless_completed_sql(bool deferred) con
 // A statement's text changed with the schema's shape: the new text has a name of its own
 // (statement_name), and the old one, if prepared on this connection, is deallocated.
 void PostgresLedger::forget_prepared_if_changed(const char* base_name, std::string& current,
-                                const std::string& sql) {
+                                                const std::string& sql) {
   if (sql == current) {
     return;
   }

@@ -79,8 +79,7 @@ void PostgresLedger::connect() {
   const bool skip_gss = skip_gss_encryption(m_dsn);
   auto connect_now = [this](bool without_gss) {
     const auto parameters = connect_parameters(m_dsn, without_gss);
-    return PgConnection(
-        PQconnectdbParams(parameters.keywords.data(), parameters.values.data(), 1));
+    return PgConnection(PQconnectdbParams(parameters.keywords.data(), parameters.values.data(), 1));
   };
   // The connection that Ledger::preopen started for this DSN, if any (with the answer to the
   // schema query, which open_schema() takes); else one made now, the same way.
@@ -145,8 +144,8 @@ void PostgresLedger::start_postgis_load() {
     return;
   }
   const char* values[] = {"SRID=4326;MULTIPOLYGON EMPTY"};
-  if (PQsendQueryParams(m_connection.get(), "UPDATE idem.ledger SET footprint = $1 WHERE false",
-                        1, nullptr, values, nullptr, nullptr, 0) == 1) {
+  if (PQsendQueryParams(m_connection.get(), "UPDATE idem.ledger SET footprint = $1 WHERE false", 1,
+                        nullptr, values, nullptr, nullptr, 0) == 1) {
     m_postgis_load = PostgisLoad::k_pending;
   }
 }
@@ -183,9 +182,9 @@ void PostgresLedger::prepare_ahead(const std::string& confirm_token) {
   if (m_session_keeps_statements) {
     // The driver's first claim (its claims are confirmed before publishing).
     const bool deferred = claims_may_wait_for_confirmation();
-    wanted.emplace_back(statement_name(claim_unless_completed_name(deferred),
-                                       claim_unless_completed_sql(deferred)),
-                        &claim_unless_completed_sql(deferred));
+    wanted.emplace_back(
+        statement_name(claim_unless_completed_name(deferred), claim_unless_completed_sql(deferred)),
+        &claim_unless_completed_sql(deferred));
   }
   std::string query;
   PrepareAhead ahead;
@@ -230,8 +229,8 @@ void PostgresLedger::finish_prepare_ahead() {
     const bool ok = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
     if (index < first_prepare) {
       // A COMMIT of a failed transaction answers ROLLBACK.
-      confirmed = index == first_prepare - 1 && ok &&
-                  std::strcmp(PQcmdStatus(result.get()), "COMMIT") == 0;
+      confirmed =
+          index == first_prepare - 1 && ok && std::strcmp(PQcmdStatus(result.get()), "COMMIT") == 0;
     } else if (ok) {
       if (prepared < m_prepare_ahead.names.size()) {
         m_statement_uses[m_prepare_ahead.names[prepared]] = 2;
@@ -285,12 +284,12 @@ void PostgresLedger::fail(const PGresult* result, const std::string& what) {
     message.pop_back();
   }
   if (PQstatus(m_connection.get()) != CONNECTION_OK) {
-    throw Error(ErrorKind::k_ledger,
-                scrub("the connection to the PostgreSQL ledger " + m_redacted +
-                      " was lost during " + what +
-                      " (its outcome is unknown; retrying with the same claim token is safe; "
-                      "the next call reconnects): " +
-                      message));
+    throw Error(
+        ErrorKind::k_ledger,
+        scrub("the connection to the PostgreSQL ledger " + m_redacted + " was lost during " + what +
+              " (its outcome is unknown; retrying with the same claim token is safe; "
+              "the next call reconnects): " +
+              message));
   }
   const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
   throw Error(
@@ -317,14 +316,16 @@ PgResult PostgresLedger::checked(PGresult* raw, const std::string& what) {
   return result;
 }
 
-PgResult PostgresLedger::exec_prepared(const char* name, const Params& params, const std::string& what) {
+PgResult PostgresLedger::exec_prepared(const char* name, const Params& params,
+                                       const std::string& what) {
   const std::vector<const char*> raw = raw_params(params);
-  return checked(PQexecPrepared(m_connection.get(), name, static_cast<int>(raw.size()),
-                                raw.data(), nullptr, nullptr, 0),
+  return checked(PQexecPrepared(m_connection.get(), name, static_cast<int>(raw.size()), raw.data(),
+                                nullptr, nullptr, 0),
                  what);
 }
 
-PgResult PostgresLedger::exec_params(const std::string& sql, const Params& params, const std::string& what) {
+PgResult PostgresLedger::exec_params(const std::string& sql, const Params& params,
+                                     const std::string& what) {
   const std::vector<const char*> raw = raw_params(params);
   return checked(PQexecParams(m_connection.get(), sql.c_str(), static_cast<int>(raw.size()),
                               nullptr, raw.data(), nullptr, nullptr, 0),
@@ -339,8 +340,9 @@ int64_t PostgresLedger::affected(const PgResult& result) {
 // Sends a statement (`name` prepared, else `sql` with its parameters), runs `meanwhile` (taken:
 // it runs once) while the server works on it, then reads the answer. An exception from
 // `meanwhile` is rethrown once the answer has been read.
-PgResult PostgresLedger::exec_overlapped(const char* name, const std::string& sql, const Params& params,
-                         const std::string& what, std::function<void()>& meanwhile) {
+PgResult PostgresLedger::exec_overlapped(const char* name, const std::string& sql,
+                                         const Params& params, const std::string& what,
+                                         std::function<void()>& meanwhile) {
   const std::vector<const char*> raw = raw_params(params);
   const int count = static_cast<int>(raw.size());
   const int sent = name != nullptr ? PQsendQueryPrepared(m_connection.get(), name, count,
@@ -384,8 +386,9 @@ std::string PostgresLedger::statement_name(const char* base_name, const std::str
 // statement prepared only when an earlier use prepared it, else unprepared. A statement found
 // prepared in the server session (read_schema_state) or prepared ahead (prepare_ahead) runs
 // prepared from its first use.
-PgResult PostgresLedger::exec_statement(const char* base_name, const std::string& sql, const Params& params,
-                        const std::string& what, std::function<void()>* meanwhile) {
+PgResult PostgresLedger::exec_statement(const char* base_name, const std::string& sql,
+                                        const Params& params, const std::string& what,
+                                        std::function<void()>* meanwhile) {
   const bool overlapped = meanwhile != nullptr && *meanwhile;
   const std::string prepared_name = statement_name(base_name, sql);
   const char* name = prepared_name.c_str();

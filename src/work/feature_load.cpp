@@ -21,6 +21,7 @@
 #include "base/dsn_secrets.hpp"
 #include "base/error.hpp"
 #include "base/pg_handles.hpp"
+#include "base/progress.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -39,27 +40,6 @@ using Params = std::vector<std::optional<std::string>>;
 constexpr const char* k_source_column = "idem_source";
 constexpr const char* k_key_column = "idem_work_key";
 constexpr size_t k_max_identifier = 63;  // PostgreSQL's NAMEDATALEN - 1
-
-struct ProgressRelay {
-  LeaseKeeper* keeper = nullptr;
-  bool show = false;
-  bool paused = false;
-};
-
-int CPL_STDCALL relay_progress(double complete, const char* message, void* data) {
-  auto* relay = static_cast<ProgressRelay*>(data);
-  if (complete >= 0.5 && !relay->paused) {
-    relay->paused = true;
-    test_pause("during_load");
-  }
-  if (relay->keeper->lost()) {
-    CPLError(CE_Failure, CPLE_UserInterrupt,
-             "IDEM: the claim on this load was lost (lease expired and another worker took it "
-             "over); aborting");
-    return FALSE;
-  }
-  return relay->show ? GDALTermProgress(complete, message, nullptr) : TRUE;
-}
 
 // ---------------------------------------------------------------------------------------------
 // The target database session: one libpq connection, messages without the password.
@@ -289,8 +269,12 @@ class LoadAttempt {
       throw Error(ErrorKind::k_usage,
                   std::string("the ogr2ogr options are invalid: ") + CPLGetLastErrorMsg());
     }
-    ProgressRelay relay{&keeper, m_request.show_progress, false};
-    GDALVectorTranslateOptionsSetProgress(options, relay_progress, &relay);
+    ProgressRelay relay(m_request.show_progress ? GDALTermProgress : GDALDummyProgress, nullptr,
+                        keeper.progress_check("during_load",
+                                              "IDEM: the claim on this load was lost (lease "
+                                              "expired and another worker took it over); "
+                                              "aborting"));
+    GDALVectorTranslateOptionsSetProgress(options, relay.function(), relay.data());
     GDALDatasetH source_handle = source.get();
     int usage_error = FALSE;
     CPLErrorReset();

@@ -184,4 +184,20 @@ void LeaseKeeper::run() {
   }
 }
 
+std::function<bool(double)> LeaseKeeper::progress_check(const char* pause_point,
+                                                        const char* lost_message) {
+  return [this, pause_point, lost_message, paused = false](double complete) mutable {
+    if (complete >= 0.5 && !paused) {
+      paused = true;
+      test_pause(pause_point);
+    }
+    poll();
+    if (lost()) {
+      CPLError(CE_Failure, CPLE_UserInterrupt, "%s", lost_message);
+      return false;
+    }
+    return true;
+  };
+}
+
 }  // namespace idem

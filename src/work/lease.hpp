@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -77,6 +78,10 @@ class LeaseKeeper {
   // (the process was stopped, a renewal came too late): another worker may then have published
   // at the same output meanwhile, which the caller checks before it records its completion.
   bool lapsed() const;
+  // A ProgressRelay check (base/progress.hpp) for the work done under this claim: the test pause
+  // `pause_point` once half way, a poll(), and a stop once the claim is lost (reported with
+  // `lost_message`).
+  std::function<bool(double)> progress_check(const char* pause_point, const char* lost_message);
 
  private:
   void run();

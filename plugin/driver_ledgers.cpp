@@ -1,0 +1,132 @@
+// The IDEM driver's ledgers (driver_ledgers.hpp).
+#include "driver_ledgers.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "base/error.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+#include "work/output_check.hpp"
+
+namespace idem {
+
+namespace {
+
+// One ledger connection per DSN per process: opening (and checking the schema) on every
+// CreateCopy would dominate the cost of a skip. Ledger instances serialise their own calls.
+// After a fork the parent's connections are abandoned, never closed: closing a PostgreSQL
+// connection from the child would end the parent's session.
+
+struct SharedLedgers {
+  std::mutex mutex;
+  std::map<std::string, Ledger*>* ledgers = new std::map<std::string, Ledger*>();
+  pid_t owner = getpid();
+};
+
+SharedLedgers& shared_ledgers() {
+  static auto* instance = new SharedLedgers();  // leaked: ledgers live for the process
+  return *instance;
+}
+
+// The first use of /vsiidem/ in a process comes before a write through it (gdalwarp looks at its
+// output before it opens the sources and works out the grid): a PostgreSQL ledger named by
+// IDEM_LEDGER starts connecting then, and each later use moves the connection on, so that the
+// driver finds it made (Ledger::preopen). IDEM_LEDGER_PREOPEN=NO turns this off.
+void start_opening_ledger_ahead() {
+  const char* dsn = CPLGetConfigOption("IDEM_LEDGER", nullptr);
+  if (dsn == nullptr || dsn[0] == '\0' ||
+      !CPLTestBool(CPLGetConfigOption("IDEM_LEDGER_PREOPEN", "YES")) ||
+      CPLTestBool(CPLGetConfigOption("IDEM_DRY_RUN", "NO"))) {
+    return;  // a dry run touches no ledger
+  }
+  {
+    SharedLedgers& shared = shared_ledgers();
+    std::lock_guard<std::mutex> lock(shared.mutex);
+    if (shared.owner == getpid() && shared.ledgers->count(dsn) != 0) {
+      return;  // open already
+    }
+  }
+  try {
+    Ledger::preopen(dsn);
+  } catch (const std::exception& error) {
+    CPLDebug("IDEM", "could not start opening the ledger ahead: %s", error.what());
+  }
+}
+
+
+}  // namespace
+
+WorkerLedger& shared_ledger(const std::string& dsn) {
+  SharedLedgers& shared = shared_ledgers();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  if (shared.owner != getpid()) {
+    shared.ledgers = new std::map<std::string, Ledger*>();  // the parent's are left alone
+    shared.owner = getpid();
+  }
+  auto found = shared.ledgers->find(dsn);
+  if (found == shared.ledgers->end()) {
+    found = shared.ledgers->emplace(dsn, Ledger::open(dsn).release()).first;
+  }
+  return *found->second;
+}
+
+void note_vsiidem_use() {
+  // The process (pid) in which the first use began, and in which it has ended: another thread's
+  // use waits for it, so that its own write finds the connection started.
+  static std::atomic<pid_t> began{0};
+  static std::atomic<pid_t> ended{0};
+  const pid_t pid = getpid();
+  if (ended.load() != pid) {
+    pid_t before = began.load();
+    if (before != pid && began.compare_exchange_strong(before, pid)) {
+      try {
+        start_opening_ledger_ahead();
+      } catch (...) {
+        // Never leave the other threads waiting: without it the driver connects itself.
+      }
+      ended = pid;
+      return;
+    }
+    while (ended.load() != pid) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  Ledger::advance_preopened();
+}
+
+// A deferred unlink carried out at the end of a process (a user's own delete through /vsiidem/)
+// first invalidates the completed rows whose fingerprint is the file about to go (vsiidem checked
+// it is still the file the unlink saw); rows of other files and rows in flight stay.
+bool forget_before_unlink(const std::string& real_path) {
+  const char* dsn = CPLGetConfigOption("IDEM_LEDGER", "");
+  try {
+    const std::optional<std::string> sqlite_path = Ledger::sqlite_path_of(dsn);
+    VSIStatBufL info;
+    if (sqlite_path && VSIStatL(sqlite_path->c_str(), &info) != 0) {
+      return true;  // no ledger was ever made there, so no row records this output
+    }
+    const std::unique_ptr<WorkerLedger> ledger = Ledger::open(dsn);
+    for (const LedgerRow& row : ledger->rows_on_output(real_path, RowState::k_completed)) {
+      if (row.fingerprint && output_matches(real_path, *row.fingerprint, nullptr)) {
+        ledger->invalidate(row.work_key, row.claim_token);
+      }
+    }
+    return true;
+  } catch (const Error& error) {
+    CPLError(CE_Warning, CPLE_AppDefined,
+             "IDEM: %s was not deleted because its ledger rows could not be removed first: %s",
+             real_path.c_str(), error.what());
+    return false;
+  }
+}
+
+}  // namespace idem

@@ -1,0 +1,389 @@
+// What the IDEM driver checks and holds around its output (output_datasets.hpp).
+#include "output_datasets.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+
+#include "base/error.hpp"
+#include "base/gdal_compat.hpp"
+#include "base/object_store.hpp"
+#include "base/paths.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "gdal_proxy.h"
+#include "vsiidem.hpp"
+#include "warp_engine.hpp"
+#include "work/output_check.hpp"
+
+namespace idem {
+
+namespace {
+
+// The object output just uploaded, as the dataset CreateCopy returns: its size, bands and
+// georeferencing come from what was written, and the object itself is opened (a request to the
+// store) only when something else is asked of it, with the uploaded files as its siblings.
+// gdalwarp and gdal_translate close it unread, so the upload is the run's last request.
+class DeferredOutput final : public GDALProxyDataset {
+ public:
+  DeferredOutput(const std::string& path, std::vector<std::string> published, OutputShape shape);
+  ~DeferredOutput() override;
+  GDALDataset* underlying() const { return RefUnderlyingDataset(); }
+  bool is_open() const { return m_opened != nullptr; }
+
+  // Read-only: nothing to write, nothing to open.
+  compat::DatasetFlushResult FlushCache(bool at_closing) override {
+    if (!is_open()) {
+      return compat::flush_done();
+    }
+    return GDALProxyDataset::FlushCache(at_closing);
+  }
+
+#if IDEM_GDAL_PROXY_CLOSE_TAKES_PROGRESS
+  // The proxy would open the object to close it (GDAL 3.13): closing what was never opened
+  // only marks this dataset closed.
+  CPLErr Close(GDALProgressFunc progress, void* progress_data) override {
+    return is_open() ? GDALProxyDataset::Close(progress, progress_data)
+                     : GDALDataset::Close(progress, progress_data);
+  }
+#endif
+
+  CPLErr GetGeoTransform(IDEM_GEOTRANSFORM_OVERRIDE_PARAMETERS(geotransform))
+      IDEM_GEOTRANSFORM_OVERRIDE_CONST override {
+    if (!m_shape.has_geotransform) {
+      return GDALProxyDataset::GetGeoTransform(geotransform);
+    }
+    std::copy(m_shape.geotransform, m_shape.geotransform + 6,
+              IDEM_GEOTRANSFORM_OUT_DATA(geotransform));
+    return CE_None;
+  }
+  const OGRSpatialReference* GetSpatialRef() const override {
+    return m_shape.has_srs ? &m_shape.srs : GDALProxyDataset::GetSpatialRef();
+  }
+
+ protected:
+  GDALDataset* RefUnderlyingDataset() const override;
+  void UnrefUnderlyingDataset(GDALDataset* /*dataset*/) const override {}
+
+ private:
+  std::string m_path;
+  std::vector<std::string> m_published;
+  OutputShape m_shape;
+  mutable GDALDataset* m_opened = nullptr;
+  mutable bool m_open_failed = false;
+};
+
+class DeferredOutputBand final : public GDALProxyRasterBand {
+ public:
+  DeferredOutputBand(DeferredOutput* owner, int number, const OutputShape::Band& shape) {
+    poDS = owner;
+    nBand = number;
+    eDataType = shape.type;
+    nBlockXSize = shape.block_x;
+    nBlockYSize = shape.block_y;
+    nRasterXSize = owner->GetRasterXSize();
+    nRasterYSize = owner->GetRasterYSize();
+  }
+
+  CPLErr FlushCache(bool at_closing) override {
+    return static_cast<DeferredOutput*>(poDS)->is_open()
+               ? GDALProxyRasterBand::FlushCache(at_closing)
+               : CE_None;
+  }
+
+ protected:
+  GDALRasterBand* RefUnderlyingRasterBand(IDEM_REF_UNDERLYING_BAND_PARAMETERS) const override {
+    GDALDataset* underlying = static_cast<DeferredOutput*>(poDS)->underlying();
+    return underlying != nullptr && nBand <= underlying->GetRasterCount()
+               ? underlying->GetRasterBand(nBand)
+               : nullptr;
+  }
+  void UnrefUnderlyingRasterBand(GDALRasterBand* /*band*/) const override {}
+};
+
+void add_read_through(GDALDataset* dataset, std::vector<GDALDataset*>& held, int depth) {
+  if (dataset == nullptr) {
+    return;
+  }
+  if (depth > 32) {
+    throw Error(ErrorKind::k_source, "VRTs made in memory nested too deeply");
+  }
+  std::vector<GDALDataset*> found;
+  if (GDALDataset* warped_from = warped_vrt_source(dataset)) {
+    found.push_back(warped_from);
+  }
+  if (is_vrt_in_memory(dataset) && dynamic_cast<VRTWarpedDataset*>(dataset) == nullptr) {
+    for (int i = 1; i <= dataset->GetRasterCount(); ++i) {
+      auto* band = dynamic_cast<VRTSourcedRasterBand*>(dataset->GetRasterBand(i));
+      if (band == nullptr) {
+        continue;
+      }
+      for (VRTSource* vrt_source : compat::vrt_band_sources(band)) {
+        if (!vrt_source->IsSimpleSource()) {
+          continue;
+        }
+        auto* simple = static_cast<VRTSimpleSource*>(vrt_source);
+        GDALRasterBand* from = simple->GetRasterBand();
+        if (from != nullptr && from->GetDataset() != nullptr) {
+          found.push_back(from->GetDataset());
+        }
+      }
+    }
+  }
+  for (GDALDataset* next : found) {
+    if (std::find(held.begin(), held.end(), next) != held.end()) {
+      continue;
+    }
+    held.push_back(next);
+    if (is_vrt_in_memory(next)) {
+      add_read_through(next, held, depth + 1);
+    }
+  }
+}
+
+}  // namespace
+
+// Refuse before claiming when the output cannot be written, so no claim is left behind.
+void check_destination_directory(const std::string& destination) {
+  if (is_object_store_path(destination)) {
+    return;  // no directories: an unwritable bucket fails the upload, which releases the claim
+  }
+  const std::string directory = dirname_of(destination);
+  struct stat info;
+  if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    throw Error(ErrorKind::k_usage, "the destination directory " + directory +
+                                        " does not exist; create it first (mkdir -p)");
+  }
+  if (access(directory.c_str(), W_OK) != 0) {
+    throw Error(ErrorKind::k_usage, "the destination directory " + directory +
+                                        " is not writable (" + std::strerror(errno) +
+                                        "); fix its permissions or write elsewhere");
+  }
+}
+
+// An output path that names a directory ("/vsiidem/" alone, "out/") is refused before any claim.
+void check_destination_is_a_file(const char* filename, const std::string& destination) {
+  const std::string given = filename;
+  VSIStatBufL info;
+  const bool is_directory = given.empty() || given.back() == '/' || destination == "/" ||
+                            (!is_object_store_path(destination) &&
+                             VSIStatL(destination.c_str(), &info) == 0 && VSI_ISDIR(info.st_mode));
+  if (is_directory) {
+    throw Error(ErrorKind::k_usage, "the output '" + given + "' names a directory (" + destination +
+                                        "), not a file: give the output file's name, e.g. "
+                                        "/vsiidem/tiles/out.tif");
+  }
+}
+
+// An output written over one of its own sources would replace its input, and every rerun would
+// work on its own output: refused before any claim, comparing real paths and device + inode.
+void check_destination_is_not_a_source(const std::string& destination,
+                                       const std::vector<std::string>& source_files) {
+  struct stat output {};
+  const bool local = !is_vsi_path(destination);
+  const bool output_exists = local && ::stat(destination.c_str(), &output) == 0;
+  char* resolved = local ? ::realpath(destination.c_str(), nullptr) : nullptr;
+  const std::string real_destination = resolved != nullptr ? resolved : destination;
+  std::free(resolved);
+  for (const std::string& file : source_files) {
+    struct stat input {};
+    bool same = absolute_path(file) == destination || file == real_destination;
+    if (!same && output_exists && !is_vsi_path(file) && ::stat(file.c_str(), &input) == 0) {
+      same = input.st_dev == output.st_dev && input.st_ino == output.st_ino;
+    }
+    if (same) {
+      throw Error(ErrorKind::k_usage, "the output " + destination + " is one of the sources (" +
+                                          file +
+                                          "): the work would replace its own input; "
+                                          "write the output to another path");
+    }
+  }
+}
+
+// The datasets the CreateCopy source reads its pixels through, as the caller holds them: the
+// source itself (unless it is a VRT made in memory), a warped VRT's source, and the sources of a
+// VRT made in memory (gdal_translate's, gdal.Translate's, gdal.BuildVRT('', ...)), through any
+// depth of VRTs made in memory.
+
+std::vector<GDALDataset*> datasets_read_through(GDALDataset* source) {
+  std::vector<GDALDataset*> held;
+  if (source == nullptr) {
+    return held;
+  }
+  if (!is_vrt_in_memory(source)) {
+    held.push_back(source);
+  }
+  add_read_through(source, held, 0);
+  return held;
+}
+
+// One open for update may hold changes not yet written to its files (pixels in GDAL's block
+// cache, a georeferencing set but not saved): they are written now, so that the key, which
+// identifies the files' bytes, and the warp, which reads the files, see what GDAL would read
+// through the handle (docs/keys.md, "Sources open for update"). A VRT made in memory has no file
+// to write (gdalwarp's is open for update on GDAL 3.10), so it is not among them.
+void write_pending_changes_of_sources(const std::vector<GDALDataset*>& read_through) {
+  std::set<GDALDataset*> written;
+  for (GDALDataset* dataset : read_through) {
+    if (dataset != nullptr && dataset->GetAccess() == GA_Update && written.insert(dataset).second) {
+      CPLDebug("IDEM", "writing the pending changes of %s, open for update, before keying it",
+               dataset->GetDescription());
+      dataset->FlushCache(false);
+    }
+  }
+}
+
+// A source without files (a MEM dataset), or a VRT made in memory (gdal.BuildVRT('', ...)), that
+// the CreateCopy source reads from cannot be opened again by the name it is recorded under
+// (often ""): the key and the warp take the caller's handle under that name instead (docs/keys.md,
+// "Sources in memory"). Two such sources under one name cannot be told apart by it: refused.
+void keep_sources_without_files(GDALDataset* source, const std::vector<GDALDataset*>& read_through,
+                                KeptSources& kept) {
+  for (GDALDataset* dataset : read_through) {
+    if (dataset == source) {
+      continue;  // handed over itself: its identity is taken from the handle directly
+    }
+    const std::string name = dataset->GetDescription();
+    if (!held_not_reopened(dataset)) {
+      continue;  // opened again by its name, as its files are now
+    }
+    if (GDALDataset* already = kept.find(name)) {
+      if (already != dataset) {
+        throw Error(ErrorKind::k_usage,
+                    "two sources held in memory are both named '" + name +
+                        "', so they cannot be told apart: give each its own name (a MEM "
+                        "dataset: Create('name', ...); a VRT: build it as /vsimem/name.vrt)");
+      }
+      continue;
+    }
+    dataset->Reference();
+    kept.keep(name, dataset);
+  }
+}
+
+// GDAL's pre-delete recorded every file of the dataset (sidecars too): keep them all.
+void keep_dataset_files(GDALDataset* dataset) {
+  char** files = dataset->GetFileList();
+  for (char** file = files; file != nullptr && *file != nullptr; ++file) {
+    vsiidem_cancel_unlink(*file);
+  }
+  CSLDestroy(files);
+}
+
+
+// After a refused completion on object storage (no conditional write is used yet, see
+// docs/object-storage.md): the object this attempt uploaded is deleted if the store still has it
+// and no completed row records those bytes (a successor on the same work may have uploaded the
+// very same bytes), so its pixels do not stay where another worker's completion is recorded.
+void remove_own_object(WorkerLedger& ledger, const std::string& path,
+                       const OutputFingerprint& ours) {
+  const auto headers = object_headers(path, true);
+  if (!headers || !headers_match(path, *headers, ours)) {
+    return;  // not ours any more
+  }
+  for (const LedgerRow& row : ledger.rows_on_output(path, RowState::k_completed)) {
+    if (row.fingerprint && headers_match(path, *headers, *row.fingerprint)) {
+      return;  // recorded by a completion: those bytes stay
+    }
+  }
+  if (VSIUnlink(path.c_str()) == 0) {
+    CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost", path.c_str());
+  }
+}
+
+// `published`: every file this attempt published. GDAL then takes the output's sidecars from that
+// list instead of listing the directory (on object storage a LIST request per tile), and never
+// attaches a stale sidecar that the end of the process deletes.
+GDALDataset* open_output(const std::string& path, const std::vector<std::string>* published) {
+  CPLStringList siblings;
+  if (published != nullptr) {
+    const std::string directory = CPLGetPath(path.c_str());
+    for (const std::string& file : *published) {
+      if (CPLGetPath(file.c_str()) == directory) {
+        siblings.AddString(CPLGetFilename(file.c_str()));
+      }
+    }
+  }
+  // With a sibling list GDAL 3.6 still lists an object store "directory" while opening, unless
+  // told the directory holds nothing else (the list given is then all it looks at).
+  std::unique_ptr<CPLConfigOptionSetter> no_listing;
+  if (published != nullptr) {
+    no_listing =
+        std::make_unique<CPLConfigOptionSetter>("GDAL_DISABLE_READDIR_ON_OPEN", "EMPTY_DIR", false);
+  }
+  auto* dataset =
+      GDALDataset::Open(path.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY | GDAL_OF_VERBOSE_ERROR,
+                        nullptr, nullptr, published != nullptr ? siblings.List() : nullptr);
+  no_listing.reset();
+  if (dataset == nullptr) {
+    throw Error(ErrorKind::k_io, "the output " + path +
+                                     " cannot be opened after writing it: " + CPLGetLastErrorMsg());
+  }
+  return dataset;
+}
+
+
+OutputShape shape_of(GDALDataset& dataset) {
+  OutputShape shape;
+  shape.width = dataset.GetRasterXSize();
+  shape.height = dataset.GetRasterYSize();
+  if (const OGRSpatialReference* srs = dataset.GetSpatialRef()) {
+    shape.srs = *srs;
+    shape.has_srs = true;
+  }
+  shape.has_geotransform = compat::get_geotransform(&dataset, shape.geotransform) == CE_None;
+  for (int i = 1; i <= dataset.GetRasterCount(); ++i) {
+    GDALRasterBand* band = dataset.GetRasterBand(i);
+    OutputShape::Band described;
+    described.type = band->GetRasterDataType();
+    band->GetBlockSize(&described.block_x, &described.block_y);
+    shape.bands.push_back(described);
+  }
+  return shape;
+}
+
+DeferredOutput::DeferredOutput(const std::string& path, std::vector<std::string> published,
+                               OutputShape shape)
+    : m_path(path), m_published(std::move(published)), m_shape(std::move(shape)) {
+  SetDescription(path.c_str());
+  nRasterXSize = m_shape.width;
+  nRasterYSize = m_shape.height;
+  eAccess = GA_ReadOnly;
+  for (size_t i = 0; i < m_shape.bands.size(); ++i) {
+    SetBand(static_cast<int>(i) + 1,
+            new DeferredOutputBand(this, static_cast<int>(i) + 1, m_shape.bands[i]));
+  }
+}
+
+DeferredOutput::~DeferredOutput() {
+  if (m_opened != nullptr) {
+    GDALClose(m_opened);
+  }
+  m_opened = nullptr;  // the bands, deleted after this, must not reach for it
+  m_open_failed = true;
+}
+
+GDALDataset* DeferredOutput::RefUnderlyingDataset() const {
+  if (m_opened == nullptr && !m_open_failed) {
+    try {
+      m_opened = open_output(m_path, &m_published);
+    } catch (const Error& error) {
+      m_open_failed = true;
+      CPLError(CE_Failure, CPLE_OpenFailed, "IDEM: %s", error.what());
+    }
+  }
+  return m_opened;
+}
+
+GDALDataset* new_deferred_output(const std::string& path, std::vector<std::string> published,
+                                 OutputShape shape) {
+  return new DeferredOutput(path, std::move(published), std::move(shape));
+}
+
+}  // namespace idem

@@ -1,0 +1,262 @@
+// The /vsiidem/ handler's shared state and helpers (vsiidem_state.hpp).
+#include "vsiidem_state.hpp"
+
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/gdal_compat.hpp"
+#include "base/object_store.hpp"
+#include "base/paths.hpp"
+#include "cpl_conv.h"
+#include "cpl_error.h"
+#include "cpl_string.h"
+#include "cpl_vsi.h"
+#include "cpl_vsi_error.h"
+#include "cpl_vsi_virtual.h"
+#include "gdal_version.h"
+#include "work/atomic_output.hpp"
+#include "work/lease.hpp"
+
+namespace idem::vsiidem_detail {
+
+bool is_write_access(const char* access) {
+  return std::strchr(access, 'w') != nullptr || std::strchr(access, 'a') != nullptr ||
+         std::strchr(access, '+') != nullptr;
+}
+
+bool truncates(const char* access) {
+  return std::strchr(access, 'w') != nullptr;
+}
+
+std::string random_token() {
+  std::random_device device;
+  std::uniform_int_distribution<std::uint32_t> distribution;
+  char text[32];
+  std::snprintf(text, sizeof(text), "%08" PRIx32 "%08" PRIx32, distribution(device),
+                distribution(device));
+  return text;
+}
+
+std::string strip_prefix(const char* vsi_path) {
+  const std::string path = vsi_path == nullptr ? std::string() : std::string(vsi_path);
+  return is_vsiidem_path(path) ? vsiidem_real_path(path) : path;
+}
+
+// vsiidem_set_use_hook's hook, called before each Stat and Open.
+std::atomic<void (*)()> g_use_hook{nullptr};
+
+void note_use() {
+  if (auto* hook = g_use_hook.load()) {
+    hook();
+  }
+}
+
+std::string real_absolute(const char* vsi_path) {
+  return absolute_path(strip_prefix(vsi_path));
+}
+
+VSIFilesystemHandler* handler_for(const std::string& real_path) {
+  return VSIFileManager::GetHandler(real_path.c_str());
+}
+
+bool cached_as_existing(const std::string& real) {
+  VSIStatBufL info;
+  const int cached_only = VSI_STAT_EXISTS_FLAG | VSI_STAT_CACHE_ONLY;
+  return handler_for(real)->Stat(real.c_str(), &info, cached_only) == 0;
+}
+
+bool local_path(const std::string& path) {
+  return !is_vsi_path(path);
+}
+
+bool publishable(const std::string& path) {
+  return local_path(path) || is_object_store_path(path);
+}
+
+bool durable_writes() {
+  return CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES"));
+}
+
+void copy_file_contents(const std::string& from, const std::string& to) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    throw Error(ErrorKind::k_io, "cannot open " + from + " to update it: " + std::strerror(errno));
+  }
+  struct stat info {};
+  ::fstat(in, &info);
+  const int out =
+      ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, info.st_mode & 07777);
+  if (out < 0) {
+    const int error_number = errno;
+    ::close(in);
+    throw Error(ErrorKind::k_io, "cannot create " + to + ": " + std::strerror(error_number));
+  }
+  bool copied = false;
+#ifdef FICLONE
+  copied = ::ioctl(out, FICLONE, in) == 0;
+#endif
+  // Not zero-filled (as copy_vsi_file): only the pages a read touches are faulted in.
+  constexpr size_t k_chunk = 1 << 20;
+  const std::unique_ptr<char[]> buffer(copied ? nullptr : new char[k_chunk]);
+  while (!copied) {
+    const ssize_t got = ::read(in, buffer.get(), k_chunk);
+    if (got == 0) {
+      copied = true;
+      break;
+    }
+    if (got < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      break;
+    }
+    ssize_t done = 0;
+    while (done < got) {
+      const ssize_t put = ::write(out, buffer.get() + done, static_cast<size_t>(got - done));
+      if (put < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        break;
+      }
+      done += put;
+    }
+    if (done < got) {
+      break;
+    }
+  }
+  const int error_number = errno;
+  ::fchmod(out, info.st_mode & 07777);
+  ::close(in);
+  if (::close(out) != 0 || !copied) {
+    throw Error(ErrorKind::k_io, "cannot copy " + from + " to " + to + ": " +
+                                     std::strerror(error_number ? error_number : EIO));
+  }
+}
+
+void copy_published(const std::string& from, const std::string& to) {
+  if (!local_path(from)) {
+    copy_vsi_file(from, to);  // an object: download it
+    return;
+  }
+  copy_file_contents(from, to);
+}
+
+ObservedFile local_identity(const VSIStatBufL& info) {
+  ObservedFile identity;
+  identity.size = static_cast<int64_t>(info.st_size);
+  identity.mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+  identity.device = static_cast<uint64_t>(info.st_dev);
+  identity.inode = static_cast<uint64_t>(info.st_ino);
+  return identity;
+}
+
+std::optional<ObservedFile> current_identity(const std::string& real) {
+  if (local_path(real)) {
+    VSIStatBufL info;
+    if (::stat64(real.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+      return std::nullopt;
+    }
+    return local_identity(info);
+  }
+  const std::optional<ObjectHeaders> headers = object_headers(real, true);
+  if (!headers || headers->etag.empty()) {
+    return std::nullopt;
+  }
+  ObservedFile identity;
+  identity.size = headers->size;
+  identity.etag = headers->etag;
+  return identity;
+}
+
+bool still_observed(const std::string& path, const PendingUnlink& pending) {
+  if (!pending.observed) {
+    return false;
+  }
+  const std::optional<ObservedFile> now = current_identity(path);
+  return now && *now == *pending.observed;
+}
+
+bool in_dataset_group(const std::string& destination, const std::string& path) {
+  if (path == destination) {
+    return true;
+  }
+  if (dirname_of(path) != dirname_of(destination)) {
+    return false;
+  }
+  const std::string name = basename_of(path);
+  std::string stem = basename_of(destination);
+  const size_t dot = stem.rfind('.');
+  if (dot != std::string::npos && dot > 0) {
+    stem.resize(dot);
+  }
+  return name.size() > stem.size() + 1 && name.compare(0, stem.size() + 1, stem + ".") == 0;
+}
+
+bool call_hook(const UnlinkHook& hook, const std::string& real_path) {
+  try {
+    return hook(real_path);
+  } catch (const std::exception& error) {
+    CPLError(CE_Warning, CPLE_AppDefined, "gdal-idem: %s was kept: %s", real_path.c_str(),
+             error.what());
+  } catch (...) {
+    CPLError(CE_Warning, CPLE_AppDefined, "gdal-idem: %s was kept: unexpected error",
+             real_path.c_str());
+  }
+  return false;
+}
+
+VsiIdemState& state() {
+  static auto* instance = new VsiIdemState();
+  return *instance;
+}
+
+// The last chance of a process that never unloads GDAL's drivers (Python: osgeo.gdal, rasterio)
+// to carry out its deferred unlinks. By the time exit handlers run, the C++ runtime has
+// destroyed the main thread's thread_local objects, among them the connections GDAL's network
+// file systems (/vsis3/, ...) keep per thread: a request from this thread crashes or loops
+// (GDAL 3.6). A new thread has its own, so the flush runs on one.
+void flush_at_exit() {
+  auto& shared = state();
+  {
+    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    shared.own_pending_unlinks();
+    if (shared.m_pending_unlinks.empty()) {
+      return;  // all cancelled or carried out: no thread for nothing
+    }
+  }
+  try {
+    std::thread worker([&shared] { shared.flush(VsiIdemState::FlushPoint::k_exit); });
+    worker.join();
+  } catch (const std::system_error&) {
+    // No thread: local files can still go; objects are reported, not risked.
+    shared.flush(VsiIdemState::FlushPoint::k_exit_local_only);
+  }
+}
+
+}  // namespace idem::vsiidem_detail

@@ -1,0 +1,383 @@
+// The /vsiidem/ handler's process-wide state and the helpers its parts share: the files in flight,
+// the deferred unlinks and their identities, looks at the file system. Internal to plugin/ (the
+// handler in vsiidem.cpp, the write handle in vsiidem_write.cpp, the state in vsiidem_state.cpp).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpl_vsi.h"
+#include "cpl_vsi_virtual.h"
+#include "vsiidem.hpp"
+#include "work/atomic_output.hpp"
+
+namespace idem::vsiidem_detail {
+
+inline constexpr const char* k_debug_category = "VSIIDEM";
+
+bool is_write_access(const char* access);
+
+bool truncates(const char* access);
+
+std::string random_token();
+
+// The path a /vsiidem/ name stands for: "/vsiidem/a" -> "a", "/vsiidem//x" -> "/x",
+// "/vsiidem" or "/vsiidem/" -> "." (the working directory, as GDAL's CPLGetDirname yields it).
+std::string strip_prefix(const char* vsi_path);
+
+// vsiidem_set_use_hook's hook, called before each Stat and Open.
+extern std::atomic<void (*)()> g_use_hook;
+
+void note_use();
+
+// The absolute, lexically normalised real path recorded for a /vsiidem/ name (the same form the
+// driver stores in the ledger: idem::absolute_path).
+std::string real_absolute(const char* vsi_path);
+
+// How long a Stat that found an object missing answers a read-open of it (see
+// VsiIdemFilesystemHandler::Open).
+inline constexpr std::chrono::seconds k_missing_look_lifetime{2};
+
+VSIFilesystemHandler* handler_for(const std::string& real_path);
+
+// Whether GDAL's cache of an object's properties knows it to exist (no request is sent): true
+// after this process wrote it, through any path.
+bool cached_as_existing(const std::string& real);
+
+bool local_path(const std::string& path);
+
+// Local files are published by rename, objects by upload from a local temporary file.
+bool publishable(const std::string& path);
+
+bool durable_writes();
+
+// Copy `from` into the new file `to` (reflink where the filesystem can, else bytes), keeping its
+// permission bits: r+ and a opens of a published file modify a copy, never the file in place.
+void copy_file_contents(const std::string& from, const std::string& to);
+
+// Copy the published file `from` (a local file or an object) into the temporary file `to`.
+void copy_published(const std::string& from, const std::string& to);
+
+// A file being written through /vsiidem/: its temporary home and how many handles write it.
+struct InFlight {
+  std::unique_ptr<AtomicOutput> output;
+  int writers = 0;
+  bool discard = false;  // unlinked while open: never published
+};
+
+void flush_at_exit();
+
+// What an unlink saw at a path, so that a deferred unlink removes that file and no other.
+// Local files: device, inode, size and mtime. Objects: size and the store's ETag.
+struct ObservedFile {
+  int64_t size = -1;
+  int64_t mtime_ns = 0;
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  std::string etag;
+  bool operator==(const ObservedFile& other) const {
+    return size == other.size && mtime_ns == other.mtime_ns && device == other.device &&
+           inode == other.inode && etag == other.etag;
+  }
+};
+
+ObservedFile local_identity(const VSIStatBufL& info);
+
+// What is at `real` now, asked of its file system (an object store: of the store, not of
+// GDAL's cache: a request). nullopt when nothing is there, or no ETag to tell objects apart.
+std::optional<ObservedFile> current_identity(const std::string& real);
+
+// A deferred unlink: its number (m_unlink_count), the thread that asked for it, what it saw, and
+// the IDEM call (adoption number) that resolves it, 0 when none does.
+struct PendingUnlink {
+  uint64_t number = 0;
+  std::thread::id thread;
+  std::optional<ObservedFile> observed;
+  uint64_t adoption = 0;
+};
+
+// Whether the file at `path` is the one the deferred unlink saw (nothing unknown is deleted).
+bool still_observed(const std::string& path, const PendingUnlink& pending);
+
+// Whether `path` is one of the files of the dataset at `destination` as GDAL names them: the
+// destination itself, or a file beside it whose name is the destination's stem and a dot
+// (a.tif -> a.tif.aux.xml, a.tif.ovr, a.tfw, a.aux.xml).
+bool in_dataset_group(const std::string& destination, const std::string& path);
+
+// The unlink hook's verdict on `real_path`: false (the file is kept) when it says so or throws.
+bool call_hook(const UnlinkHook& hook, const std::string& real_path);
+
+// Process-wide state of the handler this copy installed. Leaked on purpose: it must outlive
+// static destruction, since the flush can run from atexit or from GDAL's cleanup.
+class VsiIdemState {
+ public:
+  std::mutex m_mutex;
+  std::map<std::string, std::shared_ptr<InFlight>> m_in_flight;  // by absolute final path
+  // Deferred unlinks by absolute real path (see PendingUnlink).
+  std::map<std::string, PendingUnlink> m_pending_unlinks;
+  uint64_t m_unlink_count = 0;
+  uint64_t m_adoption_count = 0;
+  // The process the pending unlinks belong to: a child forked from it inherits them, but they
+  // are its parent's to carry out (or cancel), never the child's (see own_pending_unlinks).
+  pid_t m_pending_pid = 0;
+  // Counts what this process did to which files exist (publishes, renames, deferred unlinks
+  // carried out). A look at a path taken outside m_mutex (see look_at) still holds while the
+  // count has not moved.
+  uint64_t m_changes = 0;
+  // Paths whose last writer closed and whose file is being renamed or uploaded into place, with
+  // how many closes publish there at once. Publishing runs outside m_mutex: an upload can take
+  // seconds, and other threads' /vsiidem/ calls must not wait for it.
+  std::map<std::string, int> m_publishing;
+  // Objects a Stat just found missing, each with when and m_changes then. A read-open of one
+  // takes its entry out (see VsiIdemFilesystemHandler::Open).
+  struct MissingLook {
+    std::chrono::steady_clock::time_point when;
+    uint64_t changes = 0;
+  };
+  std::map<std::string, MissingLook> m_missing_looks;
+  size_t m_missing_looks_prune_at = 64;  // its size at which expired entries are dropped
+  UnlinkHook m_hook;                     // vsiidem_set_unlink_hook
+  bool m_exit_flush_registered = false;
+
+  // The exit handler is registered with the first deferred unlink, after GDAL's file system
+  // for it answered a request: static objects GDAL created for that request are destroyed
+  // after the handler runs, not before. Caller holds m_mutex.
+  void register_exit_flush() {
+    if (!m_exit_flush_registered) {
+      m_exit_flush_registered = std::atexit(flush_at_exit) == 0;
+    }
+  }
+
+  // Record a deferred unlink of `real`, numbered after every earlier one, with what it saw there.
+  // Caller holds m_mutex.
+  void defer_unlink(const std::string& real, const std::optional<ObservedFile>& observed) {
+    register_exit_flush();
+    own_pending_unlinks();
+    PendingUnlink& pending = m_pending_unlinks[real];
+    pending = PendingUnlink{};
+    pending.number = ++m_unlink_count;
+    pending.thread = std::this_thread::get_id();
+    pending.observed = observed;
+    CPLDebug(k_debug_category, "unlink of %s deferred", real.c_str());
+  }
+
+  // The deferred unlinks that GDAL's pre-delete of `destination` made on this thread: the
+  // destination's own and those of its dataset's other files (same directory, names starting
+  // with its stem and a dot), made since the destination's; marked as the IDEM call's, which
+  // resolves them (resolve_adopted). Returns the adoption's number, 0 when nothing was pending.
+  // Caller holds m_mutex.
+  uint64_t adopt(const std::string& destination) {
+    own_pending_unlinks();
+    const auto primary = m_pending_unlinks.find(destination);
+    const auto self = std::this_thread::get_id();
+    if (primary == m_pending_unlinks.end() || primary->second.adoption != 0 ||
+        primary->second.thread != self) {
+      return 0;
+    }
+    const uint64_t since = primary->second.number;
+    const uint64_t adoption = ++m_adoption_count;
+    for (auto& [path, pending] : m_pending_unlinks) {
+      if (pending.adoption == 0 && pending.thread == self && pending.number >= since &&
+          in_dataset_group(destination, path)) {
+        pending.adoption = adoption;
+        CPLDebug(k_debug_category, "unlink of %s left to the IDEM call writing %s", path.c_str(),
+                 destination.c_str());
+      }
+    }
+    return adoption;
+  }
+
+  // Take the adoption's deferred unlinks out (caller holds m_mutex): the files stay as they are.
+  std::vector<std::pair<std::string, PendingUnlink>> take_adopted(uint64_t adoption) {
+    std::vector<std::pair<std::string, PendingUnlink>> taken;
+    for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+      if (adoption != 0 && it->second.adoption == adoption) {
+        taken.emplace_back(it->first, it->second);
+        it = m_pending_unlinks.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return taken;
+  }
+
+  // In a forked child, forget the pending unlinks inherited from the parent. Caller holds
+  // m_mutex.
+  void own_pending_unlinks() {
+    const pid_t self = getpid();
+    if (m_pending_pid != self) {
+      if (m_pending_pid != 0 && !m_pending_unlinks.empty()) {
+        CPLDebug(k_debug_category, "%d deferred unlinks of the parent process left to it",
+                 static_cast<int>(m_pending_unlinks.size()));
+      }
+      m_pending_unlinks.clear();
+      m_pending_pid = self;
+    }
+  }
+
+  // Record what a Stat of the object `real` answered. Caller holds m_mutex.
+  void note_object_look(const std::string& real, bool missing) {
+    if (!missing) {
+      m_missing_looks.erase(real);
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (m_missing_looks.size() >= m_missing_looks_prune_at) {
+      // A process that looks at many objects: expired entries go, and the next pass waits for
+      // the map to double, so a burst of looks costs amortised constant time each.
+      for (auto it = m_missing_looks.begin(); it != m_missing_looks.end();) {
+        it = now - it->second.when > k_missing_look_lifetime ? m_missing_looks.erase(it)
+                                                             : std::next(it);
+      }
+      m_missing_looks_prune_at = std::max<size_t>(64, 2 * m_missing_looks.size());
+    }
+    m_missing_looks[real] = MissingLook{now, m_changes};
+  }
+
+  // Takes out the entry of `real` and tells whether it still stands: recent, and nothing this
+  // process did has changed files since. Caller holds m_mutex.
+  bool take_missing_look(const std::string& real) {
+    const auto it = m_missing_looks.find(real);
+    if (it == m_missing_looks.end()) {
+      return false;
+    }
+    const MissingLook look = it->second;
+    m_missing_looks.erase(it);
+    return look.changes == m_changes &&
+           std::chrono::steady_clock::now() - look.when <= k_missing_look_lifetime;
+  }
+
+  // The live (not discarded) in-flight entry for `real`, or nullptr. Caller holds m_mutex.
+  std::shared_ptr<InFlight> live_entry(const std::string& real) {
+    auto it = m_in_flight.find(real);
+    if (it == m_in_flight.end() || it->second->discard) {
+      return nullptr;
+    }
+    return it->second;
+  }
+
+  // Where a flush runs: GDAL's file manager may be gone at its cleanup, and a thread without
+  // network state of its own is needed at exit (see flush_at_exit); without one, only local
+  // files can be deleted there.
+  enum class FlushPoint { k_running, k_exit, k_exit_local_only, k_gdal_cleanup };
+
+  // Carry out every pending unlink that no IDEM call holds: only when the file is still the one
+  // the unlink saw, hook first (ledger rows), then the file. Each path is taken out of the set
+  // before it is handled, so every unlink runs at most once.
+  void flush(FlushPoint point) {
+    std::map<std::string, PendingUnlink> paths;
+    UnlinkHook hook;
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      own_pending_unlinks();
+      for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+        if (it->second.adoption != 0) {
+          ++it;  // an IDEM call in progress resolves it
+        } else {
+          paths.insert(*it);
+          it = m_pending_unlinks.erase(it);
+        }
+      }
+      hook = m_hook;
+    }
+    for (const auto& [path, pending] : paths) {
+      if (!local_path(path) && point == FlushPoint::k_gdal_cleanup) {
+        // GDAL's file manager is being torn down: no VSI call is safe any more.
+        CPLError(CE_Warning, CPLE_FileIO,
+                 "gdal-idem: deferred delete of %s skipped at GDAL cleanup", path.c_str());
+        continue;
+      }
+      if (!local_path(path) && point == FlushPoint::k_exit_local_only) {
+        CPLError(CE_Warning, CPLE_FileIO,
+                 "gdal-idem: deferred delete of %s skipped at exit: no thread could be "
+                 "started to reach it",
+                 path.c_str());
+        continue;
+      }
+      if (!pending.observed) {
+        continue;  // nothing was seen there: nothing to delete
+      }
+      const std::optional<ObservedFile> now = current_identity(path);
+      if (!now && !local_path(path)) {
+        // The store did not answer (or the object is gone): nothing is deleted unchecked.
+        CPLError(CE_Warning, CPLE_FileIO,
+                 "gdal-idem: deferred delete of %s failed: the object could not be checked "
+                 "to be the one the delete saw (the store did not answer, or it is gone), "
+                 "so nothing was deleted",
+                 path.c_str());
+        continue;
+      }
+      if (!now || !(*now == *pending.observed)) {
+        CPLDebug(k_debug_category,
+                 "deferred unlink of %s not carried out: the file there is not the one the "
+                 "unlink saw",
+                 path.c_str());
+        continue;
+      }
+      if (hook && !call_hook(hook, path)) {
+        continue;  // the hook keeps the file (its ledger rows could not be removed)
+      }
+      const int result = local_path(path) ? ::unlink(path.c_str()) : VSIUnlink(path.c_str());
+      {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        ++m_changes;
+      }
+      if (result == 0) {
+        CPLDebug(k_debug_category, "carried out the deferred unlink of %s%s", path.c_str(),
+                 point == FlushPoint::k_gdal_cleanup ? " (GDAL cleanup)"
+                 : point == FlushPoint::k_running    ? ""
+                                                     : " (end of the process)");
+      } else if (errno != ENOENT) {
+        CPLError(CE_Warning, CPLE_FileIO, "gdal-idem: deferred delete of %s failed: %s",
+                 path.c_str(), std::strerror(errno));
+      }
+    }
+  }
+};
+
+VsiIdemState& state();
+
+// What is at a path, asked of its file system.
+struct FileLook {
+  bool exists = false;
+  VSIStatBufL info{};
+  uint64_t changes = 0;  // m_changes when it was asked
+};
+
+// Looks at `real` for a caller holding `lock` on m_mutex, for as long as `needed()` says so
+// (checked with the lock held). The look is taken with the lock released: on object storage it
+// is a request, which must not hold up this process's other /vsiidem/ calls. It is used only if
+// nothing this process did changed files meanwhile, else taken again; after three such tries it
+// is taken with the lock held, so that a busy process still gets an answer.
+template <class Needed>
+std::optional<FileLook> look_at(const std::string& real, std::unique_lock<std::mutex>& lock,
+                                Needed needed) {
+  auto& shared = state();
+  std::optional<FileLook> look;
+  for (int tries = 0; needed() && !(look && look->changes == shared.m_changes); ++tries) {
+    look.emplace();
+    look->changes = shared.m_changes;
+    if (tries < 3) {
+      lock.unlock();
+    }
+    look->exists = handler_for(real)->Stat(real.c_str(), &look->info, VSI_STAT_EXISTS_FLAG) == 0;
+    if (!lock.owns_lock()) {
+      lock.lock();
+    }
+  }
+  return look;
+}
+
+}  // namespace idem::vsiidem_detail
