@@ -2,6 +2,7 @@
 command, synthetic sources, running the real programs, and reading ledger rows from SQLite or
 PostgreSQL. Fixtures defined here are imported by the test modules that use them."""
 
+import json
 import os
 import shutil
 import sqlite3
@@ -72,6 +73,38 @@ def run(args, env=None, cwd=None, timeout=300, check=False):
         raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
                              f"stderr:\n{proc.stderr}")
     return proc
+
+
+# A gdalwarp command run as gdal.Warp in a Python process (GDALWarp(), the code gdalwarp runs),
+# which then reads the IDEM driver's _DEBUG_ metadata: what the call did (docs/configuration.md,
+# "Debug metadata"). The command's last two words are its source and destination.
+GDAL_WARP_REPORTING = r"""
+import json, sys
+from osgeo import gdal
+gdal.UseExceptions()
+*args, src, dst = sys.argv[1:]
+# What the program itself handles: -overwrite, and -oo (it opens the source with them).
+options, open_options = [], []
+while args:
+    word = args.pop(0)
+    if word == "-oo":
+        open_options.append(args.pop(0))
+    elif word != "-overwrite":
+        options.append(word)
+try:
+    gdal.Warp(dst, gdal.OpenEx(src, gdal.OF_RASTER, open_options=open_options), options=options)
+finally:
+    print(json.dumps(gdal.GetDriverByName("IDEM").GetMetadata("_DEBUG_") or {}))
+"""
+
+
+def warp_reporting(cmd, env=None, check=True):
+    """Runs `cmd`, a gdalwarp command (["gdalwarp", ...]), as gdal.Warp; returns the process and
+    the IDEM driver's _DEBUG_ report of the call as a dict."""
+    assert cmd[0] == "gdalwarp", cmd
+    proc = run(["/usr/bin/python3", "-c", GDAL_WARP_REPORTING, *cmd[1:]], env=env, check=check)
+    lines = proc.stdout.strip().splitlines()
+    return proc, json.loads(lines[-1]) if lines else {}
 
 
 def read_pixels(path):

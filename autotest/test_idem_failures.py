@@ -10,7 +10,7 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import (PLUGIN_DIR, env_with, file_state, ledger, make_source,  # noqa: F401
-                          read_pixels, run, sqlite_ledger, temp_dirs_beside)
+                          read_pixels, run, sqlite_ledger, temp_dirs_beside, warp_reporting)
 
 
 @pytest.fixture
@@ -141,19 +141,19 @@ def test_idem_tile_runs_without_a_renewal_thread_and_long_work_renews(ledger, so
     """A quick piece of work never starts the lease keeper's thread (a second thread costs a tile
     about 1 ms) and is not renewed; work that runs past a second starts it at its next progress
     report, and it renews at once when a renewal is due (a 3 s lease: one a second)."""
-    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_STALE_SECONDS=3, CPL_DEBUG="IDEM")
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_STALE_SECONDS=3)
     quick = tmp_path / "quick.tif"
-    proc = run(warp_cmd(source, quick, "-ts", "256", "256"), env=env, check=True)
-    assert "renewal thread started" not in proc.stderr
+    _, report = warp_reporting(warp_cmd(source, quick, "-ts", "256", "256"), env=env)
+    assert report["LEASE_RENEWAL_THREAD"] == "NOT_STARTED"
     row = ledger.rows("output_uri = %s", (str(quick),))[0]
     assert row["completed_at"] is not None
     assert lease_length(row) == pytest.approx(3, abs=0.01)
 
     slow = tmp_path / "slow.tif"
-    proc = run(warp_cmd(source, slow, "-ts", "256", "256"),
-               env=dict(env, IDEM_TEST_PAUSE_AT="during_write", IDEM_TEST_PAUSE_SECONDS="1.5"),
-               check=True)
-    assert "renewal thread started" in proc.stderr
+    _, report = warp_reporting(warp_cmd(source, slow, "-ts", "256", "256"),
+                               env=dict(env, IDEM_TEST_PAUSE_AT="during_write",
+                                        IDEM_TEST_PAUSE_SECONDS="1.5"))
+    assert report["LEASE_RENEWAL_THREAD"] == "STARTED"
     row = ledger.rows("output_uri = %s", (str(slow),))[0]
     assert row["completed_at"] is not None and row["attempt"] == 1
     assert lease_length(row) > 4  # renewed about 1.5 s after the claim, to now + 3 s

@@ -16,12 +16,6 @@ namespace idem {
 
 namespace {
 
-std::string upper(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  return text;
-}
-
 std::chrono::seconds parse_stale_seconds(const char* value) {
   char* end = nullptr;
   const long seconds = std::strtol(value, &end, 10);
@@ -59,7 +53,7 @@ IdemOptions parse_options(CSLConstList creation_options) {
     }
     const std::string key = raw_key;
     CPLFree(raw_key);
-    const std::string name = upper(key);
+    const std::string name = CPLString(key).toupper();
     // DRIVER.OPTION=VALUE: a creation option of the FORMAT driver, named unambiguously (its
     // name may be one of IDEM's own: netCDF's and Zarr's FORMAT). Checked against FORMAT below.
     const size_t dot = key.find('.');
@@ -102,7 +96,7 @@ IdemOptions parse_options(CSLConstList creation_options) {
   // One value per option of the FORMAT driver: a second, different one would be dropped.
   std::map<std::string, std::string> seen;
   for (const auto& [key, value] : options.passthrough) {
-    const auto [at, inserted] = seen.emplace(upper(key), value);
+    const auto [at, inserted] = seen.emplace(CPLString(key).toupper(), value);
     if (!inserted && at->second != value) {
       throw Error(ErrorKind::k_usage, "the creation option " + key + " is given twice (" +
                                           at->second + " and " + value + "): give it once");
@@ -115,7 +109,7 @@ IdemOptions parse_options(CSLConstList creation_options) {
   if (const char* stale = CPLGetConfigOption("IDEM_STALE_SECONDS", nullptr)) {
     options.lease = parse_stale_seconds(stale);
   }
-  const std::string on_busy = upper(CPLGetConfigOption("IDEM_ON_BUSY", "WAIT"));
+  const std::string on_busy = CPLString(CPLGetConfigOption("IDEM_ON_BUSY", "WAIT")).toupper();
   if (on_busy != "WAIT" && on_busy != "FAIL") {
     throw Error(ErrorKind::k_usage,
                 "IDEM_ON_BUSY=" + on_busy + " is not valid: use WAIT (the default) or FAIL");
@@ -131,7 +125,7 @@ IdemOptions parse_options(CSLConstList creation_options) {
 }
 
 GDALDriver* find_format_driver(const std::string& format) {
-  if (upper(format) == k_driver_name) {
+  if (EQUAL(format.c_str(), k_driver_name)) {
     throw Error(ErrorKind::k_usage,
                 "FORMAT=IDEM would wrap IDEM in itself: name the real output "
                 "driver, e.g. FORMAT=GTiff or FORMAT=COG");

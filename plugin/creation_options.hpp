@@ -33,7 +33,6 @@ struct IdemOptions {
   bool include_gdal_version = false;
 };
 
-
 // The creation options of one call, with the configuration options they override. Throws
 // k_usage naming the option that is wrong.
 IdemOptions parse_options(CSLConstList creation_options);

@@ -62,7 +62,6 @@ void start_opening_ledger_ahead() {
   }
 }
 
-
 }  // namespace
 
 WorkerLedger& shared_ledger(const std::string& dsn) {

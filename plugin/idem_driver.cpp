@@ -30,6 +30,7 @@
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "creation_options.hpp"
+#include "debug_report.hpp"
 #include "driver_ledgers.hpp"
 #include "gdal_priv.h"
 #include "gdal_proxy.h"
@@ -103,6 +104,10 @@ PreparedWarpPtr prepare_warp_ahead(GDALDataset* source, const std::string* vrt_x
 class IdemCreator {
  public:
   explicit IdemCreator(PreDelete& pre_delete) : m_pre_delete(pre_delete) {}
+  // Reports the ledger's stats (_DEBUG_ metadata), whatever the outcome.
+  ~IdemCreator();
+  IdemCreator(const IdemCreator&) = delete;
+  IdemCreator& operator=(const IdemCreator&) = delete;
   GDALDataset* create(const char* filename, GDALDataset* source, CSLConstList creation_options,
                       GDALProgressFunc progress, void* progress_data);
 
@@ -144,6 +149,19 @@ class IdemCreator {
   KeptSources m_kept_sources;  // opened for the key, reused by the warp
   std::chrono::steady_clock::time_point m_lap = std::chrono::steady_clock::now();
 };
+
+IdemCreator::~IdemCreator() {
+  if (m_ledger != nullptr) {
+    const LedgerStats stats = m_ledger->stats();
+    debug_report_set("LEDGER_CONNECTIONS", std::to_string(stats.connections));
+    debug_report_set("LEDGER_CONNECTIONS_OPENED_AHEAD",
+                     std::to_string(stats.connections_opened_ahead));
+    debug_report_set("LEDGER_CLAIMS_CONFIRMED_BY_REWRITE",
+                     std::to_string(stats.claims_confirmed_by_rewrite));
+    debug_report_set("LEDGER_STATEMENTS_FOUND_PREPARED",
+                     std::to_string(stats.statements_found_prepared));
+  }
+}
 
 GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
                                  CSLConstList creation_options, GDALProgressFunc progress,
@@ -205,6 +223,9 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   PreparedWarpPtr prepared_warp;
   bool read_warp_ahead = m_work.is_warp && !EQUAL(format_driver->GetDescription(), "VRT") &&
                          !vsiidem_unlink_pending(m_destination);
+  if (m_work.is_warp) {
+    debug_report_set("WARP_OPTIONS_READ_AHEAD", "NO");
+  }
   const std::function<void()> read_warp = [&] {
     prepared_warp = prepare_warp_ahead(source, &m_work.vrt_xml, &m_kept_sources);
   };
@@ -216,6 +237,9 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     const auto claim_sent = LeaseKeeper::Clock::now();
     const ClaimResult claim = read_warp_ahead ? m_ledger->claim_unless_completed(request, read_warp)
                                               : m_ledger->claim_unless_completed(request);
+    if (read_warp_ahead) {
+      debug_report_set("WARP_OPTIONS_READ_AHEAD", prepared_warp ? "YES" : "NO");
+    }
     read_warp_ahead = false;
     CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
     if (claim.outcome == ClaimOutcome::k_claimed) {
@@ -417,6 +441,7 @@ GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
   }
   CPLError(CE_Warning, CPLE_AppDefined, "IDEM dry run: key=%s destination=%s", work.key.c_str(),
            m_destination.c_str());
+  debug_report_set("OUTCOME", "DRY_RUN");
   // Hand GDAL an empty in-memory dataset of the right size: nothing is written anywhere. Its
   // metadata domain "IDEM" holds the report (docs/configuration.md, "Dry runs").
   auto* mem = GetGDALDriverManager()->GetDriverByName("MEM");
@@ -435,6 +460,7 @@ GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why, GDALDatase
   // output was opened by its real path, since /vsiidem/ hides files whose unlink is pending.
   vsiidem_cancel_unlink(m_destination);
   keep_dataset_files(output);
+  debug_report_set("OUTCOME", "SKIPPED");
   CPLDebug("IDEM", "timing: skip (open output) %.2f ms", lap_ms(m_lap));
   // A warning, through the caller's error handler: it may silence it (gdal.quiet_errors(),
   // CPLQuietErrorHandler) or capture it (Python logging, rasterio).
@@ -520,7 +546,14 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
     early_sync = std::make_unique<EarlySync>(output.temp_path());
   }
   CPLDebug("IDEM", "timing: prepare %.2f ms", lap_ms(m_lap));
+  MaterialiseReport report;
+  request.report = &report;
   GDALDatasetUniquePtr written = materialise(request);
+  if (report.warped) {
+    debug_report_set("WARP_OPTIONS", report.options_adopted ? "ADOPTED" : "DESERIALISED");
+    debug_report_set("WARP_RUN_BY", report.ran_vrt_operation ? "VRT_OPERATION" : "OWN_OPERATION");
+    debug_report_set("WARP_SOURCE", report.kept_source ? "KEPT" : "OPENED");
+  }
   // GDAL 3.6 has no GDALDataset::Close(): flush, close, and look for errors raised doing so
   // (a full disk shows up here).
   CPLErrorReset();
@@ -672,6 +705,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     m_pre_delete.published(published);
     CPLDebug("IDEM", "timing: heartbeat+commit %.2f ms", lap_ms(m_lap));
     record_completion(token, output, keeper, published);
+    debug_report_set("LEASE_RENEWAL_THREAD", keeper.started() ? "STARTED" : "NOT_STARTED");
   } catch (...) {
     try {
       m_ledger->release(m_work.key, token);
@@ -681,6 +715,8 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     throw;
   }
   CPLDebug("IDEM", "timing: complete %.2f ms", lap_ms(m_lap));
+  debug_report_set("OUTCOME", "WRITTEN");
+  debug_report_set("ATTEMPT", std::to_string(claim.attempt));
   test_pause("after_complete");
   GDALDataset* opened = shape ? new_deferred_output(m_destination, published, std::move(*shape))
                               : open_output(m_destination, &published);
@@ -691,6 +727,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
 GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*strict*/,
                               compat::CreateCopyOptions options, GDALProgressFunc progress,
                               void* progress_data) {
+  debug_report_reset();
   try {
     PreDelete pre_delete(filename);  // first: whatever fails below leaves the files as they were
     IdemCreator creator(pre_delete);
@@ -698,7 +735,9 @@ GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*s
   } catch (const Error& error) {
     CPLError(CE_Failure, error.kind() == ErrorKind::k_usage ? CPLE_IllegalArg : CPLE_AppDefined,
              "IDEM: %s", error.what());
+    debug_report_set("OUTCOME", "FAILED");
   } catch (const std::exception& error) {
+    debug_report_set("OUTCOME", "FAILED");
     CPLError(CE_Failure, CPLE_AppDefined, "IDEM: unexpected error: %s", error.what());
   }
   return nullptr;
@@ -714,7 +753,7 @@ void register_idem_driver() {
   if (GDALGetDriverByName(k_driver_name) != nullptr) {
     return;
   }
-  auto* driver = new GDALDriver();
+  auto* driver = new IdemDriver();
   driver->SetDescription(k_driver_name);
   driver->SetMetadataItem(GDAL_DCAP_RASTER, "YES");
   driver->SetMetadataItem(GDAL_DCAP_CREATECOPY, "YES");

@@ -276,7 +276,6 @@ void keep_dataset_files(GDALDataset* dataset) {
   CSLDestroy(files);
 }
 
-
 // After a refused completion on object storage (no conditional write is used yet, see
 // docs/object-storage.md): the object this attempt uploaded is deleted if the store still has it
 // and no completed row records those bytes (a successor on the same work may have uploaded the
@@ -327,7 +326,6 @@ GDALDataset* open_output(const std::string& path, const std::vector<std::string>
   }
   return dataset;
 }
-
 
 OutputShape shape_of(GDALDataset& dataset) {
   OutputShape shape;

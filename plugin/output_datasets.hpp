@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "base/paths.hpp"
 #include "gdal_priv.h"
 #include "key/source_identity.hpp"
 #include "ledger/ledger.hpp"
-#include "base/paths.hpp"
 #include "ogr_spatialref.h"
 #include "vsiidem.hpp"
 
@@ -111,7 +111,6 @@ class PreDelete {
   uint64_t m_adoption;
   bool m_resolved = false;
 };
-
 
 // The object output just uploaded, as the dataset CreateCopy returns: its size, bands and
 // georeferencing from `shape`, and the object itself opened (a request to the store) only when

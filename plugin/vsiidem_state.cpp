@@ -1,7 +1,6 @@
 // The /vsiidem/ handler's shared state and helpers (vsiidem_state.hpp).
 #include "vsiidem_state.hpp"
 
-
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>

@@ -1,7 +1,6 @@
 // The /vsiidem/ write handle (vsiidem_write.hpp).
 #include "vsiidem_write.hpp"
 
-
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>

@@ -446,10 +446,18 @@ class PreparedWarp {
   // The warped VRT's own warp operation, initialised with the options these were cloned from
   // (borrowed: the VRT outlives the warp); null when the warp initialises one of its own.
   GDALWarpOperation* initialized_operation() const { return m_initialized; }
+  // Whether the source is the dataset the key opened.
+  bool kept_source() const { return m_kept_source; }
+  void set_kept_source() { m_kept_source = true; }
+  // Whether initialized_operation() ran the warp.
+  bool ran_by_vrt_operation() const { return m_ran_by_vrt_operation; }
+  void set_ran_by_vrt_operation() { m_ran_by_vrt_operation = true; }
 
  private:
   WarpOptionsOwner m_options;
   GDALWarpOperation* m_initialized;
+  bool m_kept_source = false;
+  bool m_ran_by_vrt_operation = false;
 };
 
 void PreparedWarpDeleter::operator()(PreparedWarp* warp) const {
@@ -527,6 +535,7 @@ PreparedWarpPtr adopt_vrt_warp(GDALDataset* vrt, GDALDataset* kept) {
   options->hDstDS = nullptr;
   kept->Reference();
   options->hSrcDS = GDALDataset::ToHandle(kept);
+  prepared->set_kept_source();
   CPLDebug(k_debug_category,
            "warp options and transformer taken from the warped VRT; source %s: the dataset "
            "opened for the key",
@@ -560,6 +569,7 @@ PreparedWarpPtr deserialize_warp(CPLXMLNode* warp_node, GDALDataset* kept) {
   if (kept != nullptr && options->hSrcDS == nullptr) {
     kept->Reference();
     options->hSrcDS = GDALDataset::ToHandle(kept);
+    prepared->set_kept_source();
     CPLDebug(k_debug_category, "warp source %s: the dataset opened for the key",
              kept->GetDescription());
   }
@@ -629,6 +639,7 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDrive
     // source and the output in place of its own, which it gets back afterwards.
     OperationDatasets swapped(initialized, *options.get());
     CPLDebug(k_debug_category, "warp run by the warped VRT's warp operation");
+    warp.set_ran_by_vrt_operation();
     status = run(*initialized);
   } else {
     GDALWarpOperation operation;
@@ -694,6 +705,18 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
     own_warp = prepare_warp(request.source, request.vrt_xml, request.kept_sources);
     warp = own_warp.get();
   }
+  if (warp != nullptr && request.report != nullptr) {
+    request.report->warped = true;
+    request.report->options_adopted = warp->initialized_operation() != nullptr;
+    request.report->kept_source = warp->kept_source();
+  }
+  // Notes who ran the warp, once it has run.
+  const auto reported = [&](GDALDatasetUniquePtr output) {
+    if (request.report != nullptr) {
+      request.report->ran_vrt_operation = warp->ran_by_vrt_operation();
+    }
+    return output;
+  };
   if (warp == nullptr) {
     // gdal_translate's path: CreateCopy (GDALDriver falls back to Create + copy of the whole
     // raster for Create-only drivers).
@@ -706,8 +729,9 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   // GeoTIFF it warped first, on every release, and so does IDEM (docs/internals.md §5).
   if (can_create && !EQUAL(driver->GetDescription(), "COG")) {
     ScaledProgress stage(0.0, 1.0, relay);
-    return warp_direct(request.source, *warp, driver, driver->GetDescription(), request.output_path,
-                       request.creation_options.List(), relay, stage.function(), stage.data());
+    return reported(warp_direct(request.source, *warp, driver, driver->GetDescription(),
+                                request.output_path, request.creation_options.List(), relay,
+                                stage.function(), stage.data()));
   }
   if (!can_create_copy) {
     throw Error(ErrorKind::k_usage, std::string("driver ") + driver->GetDescription() +
@@ -722,8 +746,8 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   {
     ScaledProgress stage(0.0, k_warp_share_before_copy, relay);
     scratch.dataset() =
-        warp_direct(request.source, *warp, gtiff, driver->GetDescription(), scratch.path(),
-                    k_scratch_gtiff_options, relay, stage.function(), stage.data());
+        reported(warp_direct(request.source, *warp, gtiff, driver->GetDescription(), scratch.path(),
+                             k_scratch_gtiff_options, relay, stage.function(), stage.data()));
   }
   ScaledProgress stage(k_warp_share_before_copy, 1.0, relay);
   return create_copy(driver, request.output_path, scratch.dataset().get(),

@@ -31,6 +31,14 @@ GDALDataset* warped_vrt_source(GDALDataset* vrt);
 PreparedWarpPtr prepare_warp(GDALDataset* source, const std::string* vrt_xml,
                              const KeptSources* kept_sources);
 
+// What a materialisation did: the driver's _DEBUG_ metadata (docs/configuration.md).
+struct MaterialiseReport {
+  bool warped = false;             // through a warp, else a CreateCopy
+  bool options_adopted = false;    // the warp options and transformer of the warped VRT itself
+  bool ran_vrt_operation = false;  // the warped VRT's own warp operation ran the warp
+  bool kept_source = false;        // the warp read the dataset the key opened
+};
+
 struct MaterialiseRequest {
   GDALDataset* source = nullptr;        // what CreateCopy was handed
   GDALDriver* format_driver = nullptr;  // the real output driver (FORMAT=)
@@ -49,6 +57,8 @@ struct MaterialiseRequest {
   PreparedWarp* prepared_warp = nullptr;
   GDALProgressFunc progress = GDALDummyProgress;
   void* progress_data = nullptr;
+  // Filled in when set.
+  MaterialiseReport* report = nullptr;
 };
 
 // Write the output; returns it opened (in update or read mode, as the driver gives it) or throws

@@ -1,6 +1,7 @@
 // Canonical JSON: the one serialisation the idempotency key hashes (docs/keys.md).
 #include "base/canonical_json.hpp"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -269,6 +270,255 @@ std::string canonical_scalar_text(const std::string& raw) {
     position = comma + 1;
   }
   return result;
+}
+
+// Reads JSON text (RFC 8259) into a JsonValue. Numbers keep their text as written, so a canonical
+// document reads back and dumps unchanged; a key given twice keeps its last value.
+class JsonParser {
+ public:
+  explicit JsonParser(const std::string& text) : m_text(text) {}
+
+  bool parse(JsonValue& out) {
+    if (!value(out, 0)) {
+      return false;
+    }
+    skip_space();
+    return m_at == m_text.size();
+  }
+
+ private:
+  static constexpr int k_max_depth = 512;
+
+  void skip_space() {
+    while (m_at < m_text.size() && std::isspace(static_cast<unsigned char>(m_text[m_at]))) {
+      ++m_at;
+    }
+  }
+
+  bool literal(const char* word) {
+    const std::string text(word);
+    if (m_text.compare(m_at, text.size(), text) != 0) {
+      return false;
+    }
+    m_at += text.size();
+    return true;
+  }
+
+  static void append_utf8(std::string& out, unsigned code) {
+    if (code < 0x80) {
+      out += static_cast<char>(code);
+    } else if (code < 0x800) {
+      out += static_cast<char>(0xC0 | (code >> 6));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else if (code < 0x10000) {
+      out += static_cast<char>(0xE0 | (code >> 12));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (code >> 18));
+      out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    }
+  }
+
+  bool hex4(unsigned& code) {
+    if (m_at + 4 > m_text.size()) {
+      return false;
+    }
+    code = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = m_text[m_at++];
+      code <<= 4;
+      if (c >= '0' && c <= '9') {
+        code |= unsigned(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        code |= unsigned(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        code |= unsigned(c - 'A' + 10);
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  bool string(std::string& out) {
+    if (m_at >= m_text.size() || m_text[m_at] != '"') {
+      return false;
+    }
+    ++m_at;
+    while (m_at < m_text.size()) {
+      const char c = m_text[m_at++];
+      if (c == '"') {
+        return true;
+      }
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (m_at >= m_text.size()) {
+        return false;
+      }
+      const char escape = m_text[m_at++];
+      switch (escape) {
+        case '"':
+        case '\\':
+        case '/':
+          out += escape;
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'u': {
+          unsigned code = 0;
+          if (!hex4(code)) {
+            return false;
+          }
+          if (code >= 0xD800 && code < 0xDC00 && m_text.compare(m_at, 2, "\\u") == 0) {
+            m_at += 2;
+            unsigned low = 0;
+            if (!hex4(low)) {
+              return false;
+            }
+            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+          }
+          append_utf8(out, code);
+          break;
+        }
+        default:
+          return false;
+      }
+    }
+    return false;
+  }
+
+  bool value(JsonValue& out, int depth) {
+    if (depth > k_max_depth) {
+      return false;
+    }
+    skip_space();
+    if (m_at >= m_text.size()) {
+      return false;
+    }
+    const char c = m_text[m_at];
+    if (c == '{') {
+      ++m_at;
+      out = JsonValue::object();
+      skip_space();
+      if (m_at < m_text.size() && m_text[m_at] == '}') {
+        ++m_at;
+        return true;
+      }
+      while (true) {
+        skip_space();
+        std::string key;
+        if (!string(key)) {
+          return false;
+        }
+        skip_space();
+        if (m_at >= m_text.size() || m_text[m_at++] != ':') {
+          return false;
+        }
+        JsonValue member;
+        if (!value(member, depth + 1)) {
+          return false;
+        }
+        out.m_object[std::move(key)] = std::move(member);
+        skip_space();
+        if (m_at >= m_text.size()) {
+          return false;
+        }
+        const char next = m_text[m_at++];
+        if (next == '}') {
+          return true;
+        }
+        if (next != ',') {
+          return false;
+        }
+      }
+    }
+    if (c == '[') {
+      ++m_at;
+      out = JsonValue::array();
+      skip_space();
+      if (m_at < m_text.size() && m_text[m_at] == ']') {
+        ++m_at;
+        return true;
+      }
+      while (true) {
+        JsonValue item;
+        if (!value(item, depth + 1)) {
+          return false;
+        }
+        out.m_array.push_back(std::move(item));
+        skip_space();
+        if (m_at >= m_text.size()) {
+          return false;
+        }
+        const char next = m_text[m_at++];
+        if (next == ']') {
+          return true;
+        }
+        if (next != ',') {
+          return false;
+        }
+      }
+    }
+    if (c == '"') {
+      out.m_type = JsonValue::Type::k_string;
+      return string(out.m_scalar);
+    }
+    if (literal("true")) {
+      out = JsonValue::boolean(true);
+      return true;
+    }
+    if (literal("false")) {
+      out = JsonValue::boolean(false);
+      return true;
+    }
+    if (literal("null")) {
+      out = JsonValue();
+      return true;
+    }
+    const size_t start = m_at;
+    while (m_at < m_text.size() &&
+           (std::isdigit(static_cast<unsigned char>(m_text[m_at])) || m_text[m_at] == '-' ||
+            m_text[m_at] == '+' || m_text[m_at] == '.' || m_text[m_at] == 'e' ||
+            m_text[m_at] == 'E')) {
+      ++m_at;
+    }
+    if (m_at == start) {
+      return false;
+    }
+    out.m_type = JsonValue::Type::k_number;
+    out.m_scalar = m_text.substr(start, m_at - start);
+    return true;
+  }
+
+  const std::string& m_text;
+  size_t m_at = 0;
+};
+
+std::optional<JsonValue> JsonValue::parse(const std::string& text) {
+  JsonValue value;
+  JsonParser parser(text);
+  if (!parser.parse(value)) {
+    return std::nullopt;
+  }
+  return value;
 }
 
 }  // namespace idem

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,12 @@ class JsonValue {
   // Sorted keys, no whitespace.
   std::string dump() const;
 
+  // JSON text read back (numbers keep their text as written: a canonical document dumps
+  // unchanged); nullopt when the text is not JSON.
+  static std::optional<JsonValue> parse(const std::string& text);
+
  private:
+  friend class JsonParser;
   void dump_to(std::string& out) const;
 
   Type m_type = Type::k_null;

@@ -32,6 +32,8 @@ int CPL_STDCALL ProgressRelay::forward(double complete, const char* message, voi
 ScaledProgress::ScaledProgress(double start, double end, ProgressRelay& relay)
     : m_data(GDALCreateScaledProgress(start, end, ProgressRelay::forward, &relay)) {}
 
-ScaledProgress::~ScaledProgress() { GDALDestroyScaledProgress(m_data); }
+ScaledProgress::~ScaledProgress() {
+  GDALDestroyScaledProgress(m_data);
+}
 
 }  // namespace idem

@@ -211,300 +211,24 @@ std::map<std::string, std::string> row_json_members(const LedgerRow& row) {
 
 // ---- JSON input ----------------------------------------------------------------------------
 
-const JsonNode* JsonNode::find(const std::string& key) const {
-  for (const auto& [name, value] : members) {
-    if (name == key) {
-      return &value;
-    }
-  }
-  return nullptr;
-}
-
-std::string JsonNode::dump() const {
-  switch (type) {
-    case Type::k_null:
-      return "null";
-    case Type::k_bool:
-    case Type::k_number:
-      return scalar;
-    case Type::k_string:
-      return json_quote(scalar);
-    case Type::k_array: {
-      std::vector<std::string> parts;
-      for (const auto& item : items) {
-        parts.push_back(item.dump());
-      }
-      return json::array(parts);
-    }
-    case Type::k_object: {
-      std::string out = "{";
-      for (size_t i = 0; i < members.size(); ++i) {
-        out += (i ? "," : "") + json_quote(members[i].first) + ":" + members[i].second.dump();
-      }
-      return out + "}";
-    }
-  }
-  return "null";
-}
-
 namespace {
-
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& text) : m_text(text) {}
-
-  bool parse(JsonNode& out) {
-    if (!value(out, 0)) {
-      return false;
-    }
-    skip_space();
-    return m_at == m_text.size();
-  }
-
- private:
-  static constexpr int k_max_depth = 512;
-
-  void skip_space() {
-    while (m_at < m_text.size() && std::isspace(static_cast<unsigned char>(m_text[m_at]))) {
-      ++m_at;
-    }
-  }
-
-  bool literal(const char* word) {
-    const std::string text(word);
-    if (m_text.compare(m_at, text.size(), text) != 0) {
-      return false;
-    }
-    m_at += text.size();
-    return true;
-  }
-
-  static void append_utf8(std::string& out, unsigned code) {
-    if (code < 0x80) {
-      out += static_cast<char>(code);
-    } else if (code < 0x800) {
-      out += static_cast<char>(0xC0 | (code >> 6));
-      out += static_cast<char>(0x80 | (code & 0x3F));
-    } else if (code < 0x10000) {
-      out += static_cast<char>(0xE0 | (code >> 12));
-      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (code & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (code >> 18));
-      out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (code & 0x3F));
-    }
-  }
-
-  bool hex4(unsigned& code) {
-    if (m_at + 4 > m_text.size()) {
-      return false;
-    }
-    code = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = m_text[m_at++];
-      code <<= 4;
-      if (c >= '0' && c <= '9') {
-        code |= unsigned(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        code |= unsigned(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        code |= unsigned(c - 'A' + 10);
-      } else {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  bool string(std::string& out) {
-    if (m_at >= m_text.size() || m_text[m_at] != '"') {
-      return false;
-    }
-    ++m_at;
-    while (m_at < m_text.size()) {
-      const char c = m_text[m_at++];
-      if (c == '"') {
-        return true;
-      }
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (m_at >= m_text.size()) {
-        return false;
-      }
-      const char escape = m_text[m_at++];
-      switch (escape) {
-        case '"':
-        case '\\':
-        case '/':
-          out += escape;
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          unsigned code = 0;
-          if (!hex4(code)) {
-            return false;
-          }
-          if (code >= 0xD800 && code < 0xDC00 && m_text.compare(m_at, 2, "\\u") == 0) {
-            m_at += 2;
-            unsigned low = 0;
-            if (!hex4(low)) {
-              return false;
-            }
-            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-          }
-          append_utf8(out, code);
-          break;
-        }
-        default:
-          return false;
-      }
-    }
-    return false;
-  }
-
-  bool value(JsonNode& out, int depth) {
-    if (depth > k_max_depth) {
-      return false;
-    }
-    skip_space();
-    if (m_at >= m_text.size()) {
-      return false;
-    }
-    const char c = m_text[m_at];
-    if (c == '{') {
-      ++m_at;
-      out.type = JsonNode::Type::k_object;
-      skip_space();
-      if (m_at < m_text.size() && m_text[m_at] == '}') {
-        ++m_at;
-        return true;
-      }
-      while (true) {
-        skip_space();
-        std::string key;
-        if (!string(key)) {
-          return false;
-        }
-        skip_space();
-        if (m_at >= m_text.size() || m_text[m_at++] != ':') {
-          return false;
-        }
-        JsonNode member;
-        if (!value(member, depth + 1)) {
-          return false;
-        }
-        out.members.emplace_back(std::move(key), std::move(member));
-        skip_space();
-        if (m_at >= m_text.size()) {
-          return false;
-        }
-        const char next = m_text[m_at++];
-        if (next == '}') {
-          return true;
-        }
-        if (next != ',') {
-          return false;
-        }
-      }
-    }
-    if (c == '[') {
-      ++m_at;
-      out.type = JsonNode::Type::k_array;
-      skip_space();
-      if (m_at < m_text.size() && m_text[m_at] == ']') {
-        ++m_at;
-        return true;
-      }
-      while (true) {
-        JsonNode item;
-        if (!value(item, depth + 1)) {
-          return false;
-        }
-        out.items.push_back(std::move(item));
-        skip_space();
-        if (m_at >= m_text.size()) {
-          return false;
-        }
-        const char next = m_text[m_at++];
-        if (next == ']') {
-          return true;
-        }
-        if (next != ',') {
-          return false;
-        }
-      }
-    }
-    if (c == '"') {
-      out.type = JsonNode::Type::k_string;
-      return string(out.scalar);
-    }
-    if (literal("true")) {
-      out.type = JsonNode::Type::k_bool;
-      out.scalar = "true";
-      return true;
-    }
-    if (literal("false")) {
-      out.type = JsonNode::Type::k_bool;
-      out.scalar = "false";
-      return true;
-    }
-    if (literal("null")) {
-      out.type = JsonNode::Type::k_null;
-      return true;
-    }
-    const size_t start = m_at;
-    while (m_at < m_text.size() &&
-           (std::isdigit(static_cast<unsigned char>(m_text[m_at])) || m_text[m_at] == '-' ||
-            m_text[m_at] == '+' || m_text[m_at] == '.' || m_text[m_at] == 'e' ||
-            m_text[m_at] == 'E')) {
-      ++m_at;
-    }
-    if (m_at == start) {
-      return false;
-    }
-    out.type = JsonNode::Type::k_number;
-    out.scalar = m_text.substr(start, m_at - start);
-    return true;
-  }
-
-  const std::string& m_text;
-  size_t m_at = 0;
-};
 
 // The CRS text of a canonical "crs" value: "EPSG:n", {"projjson": "..."}, or either wrapped with
 // its data axes.
-std::optional<std::string> crs_text(const JsonNode& node) {
-  if (node.type == JsonNode::Type::k_string) {
-    return node.scalar;
+std::optional<std::string> crs_text(const JsonValue& node) {
+  if (node.type() == JsonValue::Type::k_string) {
+    return node.text();
   }
-  if (node.type != JsonNode::Type::k_object) {
+  if (node.type() != JsonValue::Type::k_object) {
     return std::nullopt;
   }
-  if (const JsonNode* projjson = node.find("projjson")) {
-    if (projjson->type == JsonNode::Type::k_string) {
-      return projjson->scalar;
+  if (const JsonValue* projjson = node.find("projjson")) {
+    if (projjson->type() == JsonValue::Type::k_string) {
+      return projjson->text();
     }
     return projjson->dump();
   }
-  if (const JsonNode* inner = node.find("crs")) {
+  if (const JsonValue* inner = node.find("crs")) {
     return crs_text(*inner);
   }
   return std::nullopt;
@@ -512,44 +236,35 @@ std::optional<std::string> crs_text(const JsonNode& node) {
 
 }  // namespace
 
-std::optional<JsonNode> parse_json(const std::string& text) {
-  JsonNode node;
-  JsonParser parser(text);
-  if (!parser.parse(node)) {
-    return std::nullopt;
-  }
-  return node;
-}
-
 std::optional<WorkGrid> work_grid(const std::string& work_json) {
-  const auto work = parse_json(work_json);
+  const auto work = JsonValue::parse(work_json);
   if (!work) {
     return std::nullopt;
   }
-  const JsonNode* vrt = work->find("vrt");
+  const JsonValue* vrt = work->find("vrt");
   if (vrt == nullptr) {
     return std::nullopt;
   }
   WorkGrid grid;
-  if (const JsonNode* attributes = vrt->find("attr")) {
-    if (const JsonNode* x = attributes->find("rasterXSize")) {
-      grid.x_size = std::atoi(x->scalar.c_str());
+  if (const JsonValue* attributes = vrt->find("attr")) {
+    if (const JsonValue* x = attributes->find("rasterXSize")) {
+      grid.x_size = std::atoi(x->text().c_str());
     }
-    if (const JsonNode* y = attributes->find("rasterYSize")) {
-      grid.y_size = std::atoi(y->scalar.c_str());
+    if (const JsonValue* y = attributes->find("rasterYSize")) {
+      grid.y_size = std::atoi(y->text().c_str());
     }
   }
-  if (const JsonNode* children = vrt->find("children")) {
-    for (const JsonNode& child : children->items) {
-      const JsonNode* tag = child.find("tag");
+  if (const JsonValue* children = vrt->find("children")) {
+    for (const JsonValue& child : children->items()) {
+      const JsonValue* tag = child.find("tag");
       if (tag == nullptr) {
         continue;
       }
-      if (tag->scalar == "VRTRasterBand") {
+      if (tag->text() == "VRTRasterBand") {
         ++grid.band_count;
-      } else if (tag->scalar == "GeoTransform") {
-        if (const JsonNode* text = child.find("text")) {
-          const CPLStringList parts(CSLTokenizeString2(text->scalar.c_str(), ", ", 0));
+      } else if (tag->text() == "GeoTransform") {
+        if (const JsonValue* text = child.find("text")) {
+          const CPLStringList parts(CSLTokenizeString2(text->text().c_str(), ", ", 0));
           if (parts.size() == 6) {
             std::vector<double> values;
             values.reserve(6);
@@ -559,8 +274,8 @@ std::optional<WorkGrid> work_grid(const std::string& work_json) {
             grid.geotransform = values;
           }
         }
-      } else if (tag->scalar == "SRS") {
-        if (const JsonNode* crs = child.find("crs")) {
+      } else if (tag->text() == "SRS") {
+        if (const JsonValue* crs = child.find("crs")) {
           grid.srs = crs_text(*crs);
         }
       }

@@ -73,21 +73,6 @@ std::map<std::string, std::string> row_json_members(const LedgerRow& row);
 // "completed", "superseded", "in_flight", "stale" (expired or released).
 std::string row_state_name(const LedgerRow& row);
 
-// A parsed JSON document, numbers kept as their text (so canonical numbers print unchanged).
-struct JsonNode {
-  enum class Type { k_null, k_bool, k_number, k_string, k_array, k_object };
-  Type type = Type::k_null;
-  std::string scalar;  // bool/number text, decoded string
-  std::vector<JsonNode> items;
-  std::vector<std::pair<std::string, JsonNode>> members;  // in document order
-  const JsonNode* find(const std::string& key) const;
-  // Compact text (numbers as written, strings re-escaped).
-  std::string dump() const;
-};
-// Throws UsageError-free idem::Error(k_internal) on malformed text; returns nullopt instead when
-// `lenient`.
-std::optional<JsonNode> parse_json(const std::string& text);
-
 // The target grid recorded in a canonical work description (its VRT: size, geotransform, SRS,
 // band count). Unset fields stay empty.
 struct WorkGrid {

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "base/canonical_json.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
 
@@ -17,15 +18,15 @@ constexpr size_t k_shown_value_chars = 160;
 
 struct Difference {
   std::string path;
-  const JsonNode* a = nullptr;  // null: absent on that side
-  const JsonNode* b = nullptr;
+  const JsonValue* a = nullptr;  // null: absent on that side
+  const JsonValue* b = nullptr;
 };
 
-std::string shown(const JsonNode* node) {
+std::string shown(const JsonValue* node) {
   if (node == nullptr) {
     return "(absent)";
   }
-  std::string text = node->type == JsonNode::Type::k_string ? node->scalar : node->dump();
+  std::string text = node->type() == JsonValue::Type::k_string ? node->text() : node->dump();
   if (text.size() > k_shown_value_chars) {
     text = text.substr(0, k_shown_value_chars) + "...";
   }
@@ -36,54 +37,54 @@ std::string join(const std::string& path, const std::string& segment) {
   return path.empty() ? segment : path + "." + segment;
 }
 
-bool same(const JsonNode& a, const JsonNode& b) {
+bool same(const JsonValue& a, const JsonValue& b) {
   return a.dump() == b.dump();
 }
 
 // Named entries of an array: "Tag" (or "Tag[n]" when a tag repeats) for VRT elements, "[i]"
 // otherwise, in order.
-std::vector<std::pair<std::string, const JsonNode*>> named_items(const JsonNode& array,
-                                                                 const JsonNode& other) {
+std::vector<std::pair<std::string, const JsonValue*>> named_items(const JsonValue& array,
+                                                                  const JsonValue& other) {
   bool tagged = true;
-  for (const JsonNode* side : {&array, &other}) {
-    for (const JsonNode& item : side->items) {
-      const JsonNode* tag = item.find("tag");
-      tagged = tagged && tag != nullptr && tag->type == JsonNode::Type::k_string;
+  for (const JsonValue* side : {&array, &other}) {
+    for (const JsonValue& item : side->items()) {
+      const JsonValue* tag = item.find("tag");
+      tagged = tagged && tag != nullptr && tag->type() == JsonValue::Type::k_string;
     }
   }
-  std::vector<std::pair<std::string, const JsonNode*>> named;
+  std::vector<std::pair<std::string, const JsonValue*>> named;
   if (!tagged) {
-    for (size_t i = 0; i < array.items.size(); ++i) {
-      named.emplace_back("[" + std::to_string(i) + "]", &array.items[i]);
+    for (size_t i = 0; i < array.items().size(); ++i) {
+      named.emplace_back("[" + std::to_string(i) + "]", &array.items()[i]);
     }
     return named;
   }
   std::map<std::string, int> total;
-  for (const JsonNode* side : {&array, &other}) {
+  for (const JsonValue* side : {&array, &other}) {
     std::map<std::string, int> here;
-    for (const JsonNode& item : side->items) {
-      const std::string& tag = item.find("tag")->scalar;
+    for (const JsonValue& item : side->items()) {
+      const std::string& tag = item.find("tag")->text();
       total[tag] = std::max(total[tag], ++here[tag]);
     }
   }
   std::map<std::string, int> seen;
-  for (const JsonNode& item : array.items) {
-    const std::string& tag = item.find("tag")->scalar;
+  for (const JsonValue& item : array.items()) {
+    const std::string& tag = item.find("tag")->text();
     const int index = seen[tag]++;
     named.emplace_back(total[tag] > 1 ? tag + "[" + std::to_string(index) + "]" : tag, &item);
   }
   return named;
 }
 
-void diff(const JsonNode* a, const JsonNode* b, const std::string& path,
+void diff(const JsonValue* a, const JsonValue* b, const std::string& path,
           std::vector<Difference>& out);
 
-void diff_members(const JsonNode& a, const JsonNode& b, const std::string& path,
+void diff_members(const JsonValue& a, const JsonValue& b, const std::string& path,
                   std::vector<Difference>& out) {
   std::vector<std::string> keys;
   std::set<std::string> known;
-  for (const JsonNode* side : {&a, &b}) {
-    for (const auto& [key, value] : side->members) {
+  for (const JsonValue* side : {&a, &b}) {
+    for (const auto& [key, value] : side->members()) {
       if (known.insert(key).second) {
         keys.push_back(key);
       }
@@ -93,23 +94,22 @@ void diff_members(const JsonNode& a, const JsonNode& b, const std::string& path,
     if (key == "tag") {
       continue;  // the element's name is its path segment
     }
-    const JsonNode* left = a.find(key);
-    const JsonNode* right = b.find(key);
+    const JsonValue* left = a.find(key);
+    const JsonValue* right = b.find(key);
     std::string child_path;
     if (key == "text") {
       child_path = path.empty() ? "text" : path;
     } else if (key == "children") {
       child_path = path;
-    } else if (key == "attr" && ((left && left->type == JsonNode::Type::k_object) ||
-                                 (right && right->type == JsonNode::Type::k_object))) {
+    } else if (key == "attr" && ((left && left->type() == JsonValue::Type::k_object) ||
+                                 (right && right->type() == JsonValue::Type::k_object))) {
       // Attributes as "path@name".
-      JsonNode empty;
-      empty.type = JsonNode::Type::k_object;
-      const JsonNode& la = left ? *left : empty;
-      const JsonNode& ra = right ? *right : empty;
+      const JsonValue empty = JsonValue::object();
+      const JsonValue& la = left ? *left : empty;
+      const JsonValue& ra = right ? *right : empty;
       std::set<std::string> names;
-      for (const JsonNode* side : {&la, &ra}) {
-        for (const auto& [name, value] : side->members) {
+      for (const JsonValue* side : {&la, &ra}) {
+        for (const auto& [name, value] : side->members()) {
           names.insert(name);
         }
       }
@@ -124,7 +124,7 @@ void diff_members(const JsonNode& a, const JsonNode& b, const std::string& path,
   }
 }
 
-void diff(const JsonNode* a, const JsonNode* b, const std::string& path,
+void diff(const JsonValue* a, const JsonValue* b, const std::string& path,
           std::vector<Difference>& out) {
   if (a == nullptr || b == nullptr) {
     if (a != b) {
@@ -135,11 +135,11 @@ void diff(const JsonNode* a, const JsonNode* b, const std::string& path,
   if (same(*a, *b)) {
     return;
   }
-  if (a->type == JsonNode::Type::k_object && b->type == JsonNode::Type::k_object) {
+  if (a->type() == JsonValue::Type::k_object && b->type() == JsonValue::Type::k_object) {
     diff_members(*a, *b, path, out);
     return;
   }
-  if (a->type == JsonNode::Type::k_array && b->type == JsonNode::Type::k_array) {
+  if (a->type() == JsonValue::Type::k_array && b->type() == JsonValue::Type::k_array) {
     const auto left = named_items(*a, *b);
     const auto right = named_items(*b, *a);
     std::vector<std::string> names;
@@ -151,8 +151,8 @@ void diff(const JsonNode* a, const JsonNode* b, const std::string& path,
         }
       }
     }
-    auto lookup = [](const std::vector<std::pair<std::string, const JsonNode*>>& items,
-                     const std::string& name) -> const JsonNode* {
+    auto lookup = [](const std::vector<std::pair<std::string, const JsonValue*>>& items,
+                     const std::string& name) -> const JsonValue* {
       for (const auto& [item_name, node] : items) {
         if (item_name == name) {
           return node;
@@ -254,18 +254,15 @@ int run_explain(const Args& args, const GlobalOptions& global) {
     a = resolve_key(*ledger, keys[0]);
     b = resolve_key(*ledger, keys[1]);
   }
-  const auto work_a = parse_json(a.work_json);
-  const auto work_b = parse_json(b.work_json);
+  const auto work_a = JsonValue::parse(a.work_json);
+  const auto work_b = JsonValue::parse(b.work_json);
   if (!work_a || !work_b) {
     throw UsageError{"the recorded work description of " +
                      (work_a ? b.work_key : a.work_key).substr(0, 12) + " is not JSON"};
   }
   std::vector<Difference> differences;
-  JsonNode ns_a;
-  ns_a.type = JsonNode::Type::k_string;
-  ns_a.scalar = a.namespace_name;
-  JsonNode ns_b = ns_a;
-  ns_b.scalar = b.namespace_name;
+  const JsonValue ns_a = JsonValue::string(a.namespace_name);
+  const JsonValue ns_b = JsonValue::string(b.namespace_name);
   diff(&ns_a, &ns_b, "namespace", differences);
   diff(&*work_a, &*work_b, "", differences);
 

@@ -56,161 +56,217 @@ bool is_name_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
 }
 
-ShellLine split_shell_words(const std::string& text) {
-  ShellLine line;
-  auto refuse = [&line](const std::string& reason) {
-    line.outcome = ShellLine::Outcome::k_refused;
-    line.reason = reason;
-    line.words.clear();
-    return line;
-  };
-  std::string word;
-  bool in_word = false;
-  bool digits_only = true;        // an unquoted run of digits before '<' or '>' is a file number
-  bool quoted_before_eq = false;  // a quoted or escaped character came before the first '='
-  bool eq_seen = false;
-  bool redirect_target = false;  // the next word is a redirection's target, not an argument
-  bool command_ended = false;    // an unquoted newline ended the command
-  auto append = [&](char c, bool quoted) {
-    if (command_ended) {
-      return false;
-    }
-    if (!eq_seen) {
-      if (c == '=' && !quoted) {
-        eq_seen = true;
-      } else if (quoted) {
-        quoted_before_eq = true;
+// One pass over a line's text, word by word (split_shell_words). Each step returns the reason
+// the line is refused, or nothing.
+class ShellSplitter {
+ public:
+  explicit ShellSplitter(const std::string& text) : m_text(text) {}
+
+  ShellLine run() {
+    for (m_at = 0; m_at < m_text.size(); ++m_at) {
+      if (m_line.outcome == ShellLine::Outcome::k_continued) {
+        return m_line;
+      }
+      if (std::optional<std::string> refusal = step(m_text[m_at])) {
+        return refuse(*refusal);
       }
     }
-    if (quoted || !std::isdigit(static_cast<unsigned char>(c))) {
-      digits_only = false;
+    if (m_line.outcome == ShellLine::Outcome::k_continued) {
+      return m_line;
     }
-    word += c;
-    in_word = true;
-    return true;
-  };
-  auto end_word = [&]() {
-    if (!in_word) {
-      return;
+    end_word();
+    if (m_redirect_target) {
+      return refuse("redirection without a target");
     }
-    if (redirect_target) {
-      redirect_target = false;  // `2>>log.txt`: not an argument of the program
-    } else {
-      ShellWord shell_word{word, false};
-      const size_t eq = word.find('=');
-      if (eq_seen && !quoted_before_eq && eq > 0 && is_name_start(word[0])) {
-        shell_word.assignment = true;
-        for (size_t i = 1; i < eq; ++i) {
-          shell_word.assignment = shell_word.assignment && is_name_char(word[i]);
-        }
-      }
-      line.words.push_back(shell_word);
-    }
-    word.clear();
-    in_word = false;
-    digits_only = true;
-    quoted_before_eq = false;
-    eq_seen = false;
-  };
-  const std::string several = "several commands on one line";
-  const size_t n = text.size();
-  for (size_t i = 0; i < n; ++i) {
-    const char c = text[i];
+    return m_line;
+  }
+
+ private:
+  using Refusal = std::optional<std::string>;
+  static constexpr const char* k_several = "several commands on one line";
+
+  ShellLine refuse(const std::string& reason) {
+    m_line.outcome = ShellLine::Outcome::k_refused;
+    m_line.reason = reason;
+    m_line.words.clear();
+    return m_line;
+  }
+
+  // The character at m_at (steps that read more move m_at to the last one they read).
+  Refusal step(char c) {
     if (c == ' ' || c == '\t') {
       end_word();
     } else if (c == '\n') {
       end_word();
-      command_ended = !line.words.empty() || redirect_target;
-    } else if (c == '#' && !in_word) {
-      while (i + 1 < n && text[i + 1] != '\n') {
-        ++i;
+      m_command_ended = !m_line.words.empty() || m_redirect_target;
+    } else if (c == '#' && !m_in_word) {
+      while (m_at + 1 < m_text.size() && m_text[m_at + 1] != '\n') {
+        ++m_at;
       }
     } else if (c == '\\') {
-      if (i + 1 >= n) {
-        line.outcome = ShellLine::Outcome::k_continued;
-        return line;
-      }
-      ++i;
-      if (text[i] != '\n' && !append(text[i], true)) {
-        return refuse(several);
-      }
+      return escaped();
     } else if (c == '\'') {
-      const size_t close = text.find('\'', i + 1);
-      if (close == std::string::npos) {
-        return refuse("unterminated single quote");
-      }
-      if (command_ended) {
-        return refuse(several);
-      }
-      in_word = true;
-      digits_only = false;
-      quoted_before_eq = quoted_before_eq || !eq_seen;
-      for (size_t j = i + 1; j < close; ++j) {
-        append(text[j], true);
-      }
-      i = close;
+      return single_quoted();
     } else if (c == '"') {
-      if (command_ended) {
-        return refuse(several);
-      }
-      in_word = true;
-      digits_only = false;
-      quoted_before_eq = quoted_before_eq || !eq_seen;
-      bool closed = false;
-      for (++i; i < n; ++i) {
-        if (text[i] == '"') {
-          closed = true;
-          break;
-        }
-        if (text[i] == '$' || text[i] == '`') {
-          return refuse(std::string("shell expansion (") + text[i] + ") inside double quotes");
-        }
-        if (text[i] == '\\' && i + 1 < n && std::strchr("$`\"\\\n", text[i + 1]) != nullptr) {
-          ++i;
-          if (text[i] == '\n') {
-            continue;
-          }
-        }
-        append(text[i], true);
-      }
-      if (!closed) {
-        return refuse("unterminated double quote");
-      }
+      return double_quoted();
     } else if (c == '$' || c == '`') {
-      return refuse(std::string("shell expansion (") + c + ")");
+      return std::string("shell expansion (") + c + ")";
     } else if (c == '|' || c == '&' || c == ';' || c == '(' || c == ')') {
-      return refuse(std::string("shell operator '") + c + "'");
+      return std::string("shell operator '") + c + "'";
     } else if (c == '<' || c == '>') {
-      if (command_ended) {
-        return refuse(several);
-      }
-      if (in_word && digits_only) {
-        word.clear();  // the file descriptor of `2>log`
-        in_word = false;
-      }
-      end_word();
-      if (redirect_target) {
-        return refuse("redirection without a target");
-      }
-      // >, >>, >|, <, <>, and the descriptor forms >&N, <&N (N a number or -)
-      if (i + 1 < n && (text[i + 1] == '>' || text[i + 1] == '|' || text[i + 1] == '&') &&
-          !(c == '<' && text[i + 1] == '|')) {
-        ++i;
-      }
-      redirect_target = true;
+      return redirection(c);
     } else if (c == '*' || c == '?' || c == '[') {
-      return refuse(std::string("unquoted glob character '") + c + "'");
-    } else if (c == '~' && !in_word) {
-      return refuse("tilde expansion (~)");
+      return std::string("unquoted glob character '") + c + "'";
+    } else if (c == '~' && !m_in_word) {
+      return std::string("tilde expansion (~)");
     } else if (!append(c, false)) {
-      return refuse(several);
+      return std::string(k_several);
     }
+    return std::nullopt;
   }
-  end_word();
-  if (redirect_target) {
-    return refuse("redirection without a target");
+
+  bool append(char c, bool quoted) {
+    if (m_command_ended) {
+      return false;
+    }
+    if (!m_eq_seen) {
+      if (c == '=' && !quoted) {
+        m_eq_seen = true;
+      } else if (quoted) {
+        m_quoted_before_eq = true;
+      }
+    }
+    if (quoted || !std::isdigit(static_cast<unsigned char>(c))) {
+      m_digits_only = false;
+    }
+    m_word += c;
+    m_in_word = true;
+    return true;
   }
-  return line;
+
+  void end_word() {
+    if (!m_in_word) {
+      return;
+    }
+    if (m_redirect_target) {
+      m_redirect_target = false;  // `2>>log.txt`: not an argument of the program
+    } else {
+      ShellWord shell_word{m_word, false};
+      const size_t eq = m_word.find('=');
+      if (m_eq_seen && !m_quoted_before_eq && eq > 0 && is_name_start(m_word[0])) {
+        shell_word.assignment = true;
+        for (size_t i = 1; i < eq; ++i) {
+          shell_word.assignment = shell_word.assignment && is_name_char(m_word[i]);
+        }
+      }
+      m_line.words.push_back(shell_word);
+    }
+    m_word.clear();
+    m_in_word = false;
+    m_digits_only = true;
+    m_quoted_before_eq = false;
+    m_eq_seen = false;
+  }
+
+  // A quoted part of a word starts.
+  Refusal start_quote() {
+    if (m_command_ended) {
+      return std::string(k_several);
+    }
+    m_in_word = true;
+    m_digits_only = false;
+    m_quoted_before_eq = m_quoted_before_eq || !m_eq_seen;
+    return std::nullopt;
+  }
+
+  Refusal escaped() {
+    if (m_at + 1 >= m_text.size()) {
+      m_line.outcome = ShellLine::Outcome::k_continued;
+      return std::nullopt;
+    }
+    ++m_at;
+    if (m_text[m_at] != '\n' && !append(m_text[m_at], true)) {
+      return std::string(k_several);
+    }
+    return std::nullopt;
+  }
+
+  Refusal single_quoted() {
+    const size_t close = m_text.find('\'', m_at + 1);
+    if (close == std::string::npos) {
+      return std::string("unterminated single quote");
+    }
+    if (Refusal refusal = start_quote()) {
+      return refusal;
+    }
+    for (size_t j = m_at + 1; j < close; ++j) {
+      append(m_text[j], true);
+    }
+    m_at = close;
+    return std::nullopt;
+  }
+
+  Refusal double_quoted() {
+    if (Refusal refusal = start_quote()) {
+      return refusal;
+    }
+    const size_t n = m_text.size();
+    for (++m_at; m_at < n; ++m_at) {
+      const char c = m_text[m_at];
+      if (c == '"') {
+        return std::nullopt;
+      }
+      if (c == '$' || c == '`') {
+        return std::string("shell expansion (") + c + ") inside double quotes";
+      }
+      if (c == '\\' && m_at + 1 < n && std::strchr("$`\"\\\n", m_text[m_at + 1]) != nullptr) {
+        ++m_at;
+        if (m_text[m_at] == '\n') {
+          continue;
+        }
+      }
+      append(m_text[m_at], true);
+    }
+    return std::string("unterminated double quote");
+  }
+
+  Refusal redirection(char c) {
+    if (m_command_ended) {
+      return std::string(k_several);
+    }
+    if (m_in_word && m_digits_only) {
+      m_word.clear();  // the file descriptor of `2>log`
+      m_in_word = false;
+    }
+    end_word();
+    if (m_redirect_target) {
+      return std::string("redirection without a target");
+    }
+    // >, >>, >|, <, <>, and the descriptor forms >&N, <&N (N a number or -)
+    const size_t n = m_text.size();
+    if (m_at + 1 < n &&
+        (m_text[m_at + 1] == '>' || m_text[m_at + 1] == '|' || m_text[m_at + 1] == '&') &&
+        !(c == '<' && m_text[m_at + 1] == '|')) {
+      ++m_at;
+    }
+    m_redirect_target = true;
+    return std::nullopt;
+  }
+
+  const std::string& m_text;
+  size_t m_at = 0;
+  ShellLine m_line;
+  std::string m_word;
+  bool m_in_word = false;
+  bool m_digits_only = true;        // an unquoted run of digits before '<' or '>' is a file number
+  bool m_quoted_before_eq = false;  // a quoted or escaped character came before the first '='
+  bool m_eq_seen = false;
+  bool m_redirect_target = false;  // the next word is a redirection's target, not an argument
+  bool m_command_ended = false;    // an unquoted newline ended the command
+};
+
+ShellLine split_shell_words(const std::string& text) {
+  return ShellSplitter(text).run();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "base/canonical_json.hpp"
 #include "base/object_store.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
@@ -95,7 +96,7 @@ std::vector<Orphan> find_orphans(const std::set<std::string>& directories,
 }
 
 std::string requeue_line(const LedgerRow& row) {
-  const auto parsed = parse_json(row.work_json);
+  const auto parsed = JsonValue::parse(row.work_json);
   return json::object({
       {"layer", row.layer ? json::str(*row.layer) : json::null()},
       {"namespace", json::str(row.namespace_name)},

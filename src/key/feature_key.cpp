@@ -29,12 +29,6 @@ namespace idem {
 
 namespace {
 
-std::string upper(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  return text;
-}
-
 std::string lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -57,7 +51,7 @@ int arity_at(const std::vector<std::string>& options, size_t i) {
 
 // A NAME=VALUE token's name, upper-cased.
 std::string option_name(const std::string& token) {
-  return upper(token.substr(0, token.find('=')));
+  return CPLString(token.substr(0, token.find('='))).toupper();
 }
 
 std::string option_value(const std::string& token) {
@@ -447,7 +441,7 @@ bool config_is_attempt_only(const std::string& name) {
                                                        "PGPASSFILE",
                                                        "PGAPPNAME",
                                                        "PGCONNECT_TIMEOUT"};
-  const std::string upper_name = upper(name);
+  const std::string upper_name = CPLString(name).toupper();
   return k_attempt_only.count(upper_name) != 0 || upper_name.rfind("AWS_", 0) == 0 ||
          upper_name.rfind("GDAL_HTTP_", 0) == 0 || upper_name.rfind("CPL_VSIL_CURL_", 0) == 0;
 }
@@ -593,7 +587,7 @@ FeatureWork describe_feature_load(const Ogr2ogrCommand& command,
   JsonValue config = JsonValue::object();
   for (const auto& [name, value] : command.config) {
     if (!config_is_attempt_only(name)) {
-      config.set(upper(name), JsonValue::string(value));
+      config.set(CPLString(name).toupper(), JsonValue::string(value));
     }
   }
   description.set("config", std::move(config));

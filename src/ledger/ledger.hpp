@@ -148,6 +148,16 @@ struct LedgerRowFilter {
   std::optional<std::string> after_work_key;
 };
 
+// What a ledger object has done since it was opened (the driver's _DEBUG_ metadata).
+struct LedgerStats {
+  int64_t connections = 0;               // connections made (PostgreSQL)
+  int64_t connections_opened_ahead = 0;  // of them, opened ahead of need (Ledger::preopen)
+  // Claims confirmed by rewriting their row, because the confirmation sent ahead did not answer.
+  int64_t claims_confirmed_by_rewrite = 0;
+  // The ledger's statements found prepared in its server sessions (a pooler kept them).
+  int64_t statements_found_prepared = 0;
+};
+
 // What a worker uses: the claim, its lease and its completion, the row of its own work, the
 // digest cache. The driver, feature loads and the lease keeper see nothing else.
 class WorkerLedger {
@@ -212,6 +222,8 @@ class WorkerLedger {
   // An opaque identity of the database (PostgreSQL: database oid + cluster start time), for
   // completing inside a caller's own transaction (ledger/caller_transaction.hpp); SQLite has none.
   virtual std::optional<std::string> database_identity() { return std::nullopt; }
+
+  virtual LedgerStats stats() const { return {}; }
 };
 
 // What an operator uses (the gdal-idem commands): the schema, rows and counts over many works,

@@ -163,6 +163,30 @@ LedgerRow make_row(const Cells& cells) {
   return row;
 }
 
+// Build LedgerCounts from the counts query's one row, whose columns are, in this order: completed,
+// superseded, in flight, stale, oldest claim (NULL when none), completed in the last hour.
+template <class Cells>
+LedgerCounts make_counts(const Cells& cells) {
+  LedgerCounts counts;
+  counts.completed = cells.integer(0);
+  counts.superseded = cells.integer(1);
+  counts.in_flight = cells.integer(2);
+  counts.stale = cells.integer(3);
+  if (!cells.is_null(4)) {
+    counts.oldest_in_flight_claimed_at = cells.real(4);
+  }
+  counts.completed_last_hour = cells.integer(5);
+  return counts;
+}
+
+// What lookup() answers for a key without a row.
+inline LedgerRow absent_row(const std::string& work_key) {
+  LedgerRow absent;
+  absent.work_key = work_key;
+  absent.state = RowState::k_absent;
+  return absent;
+}
+
 // How many times claim() re-runs its statement when the row it lost to changed state before it
 // could be read (released, completed then superseded...): a bounded loop, never a spin.
 constexpr int k_claim_rounds = 4;

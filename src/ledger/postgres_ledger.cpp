@@ -36,6 +36,15 @@ PostgresLedger::PostgresLedger(const std::string& dsn)
   open_schema();
 }
 
+LedgerStats PostgresLedger::stats() const {
+  LedgerStats stats;
+  stats.connections = m_connections.load();
+  stats.connections_opened_ahead = m_connections_opened_ahead.load();
+  stats.claims_confirmed_by_rewrite = m_claims_confirmed_by_rewrite.load();
+  stats.statements_found_prepared = m_statements_found_prepared.load();
+  return stats;
+}
+
 bool PostgresLedger::has_footprints() {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_has_footprint;
@@ -80,6 +89,7 @@ bool PostgresLedger::confirm_claim(const std::string& work_key, const std::strin
     return true;
   }
   CPLDebug("IDEM", "ledger: confirming the claim by rewriting its row");
+  ++m_claims_confirmed_by_rewrite;
   ensure_connected();
   PgResult result = exec_statement("idem_confirm_claim", k_confirm_claim_sql,
                                    {work_key, claim_token}, "confirming the claim");
@@ -189,13 +199,7 @@ bool PostgresLedger::replace_etag(const std::string& work_key, const std::string
 LedgerRow PostgresLedger::lookup(const std::string& work_key) {
   std::lock_guard<std::mutex> lock(m_mutex);
   ensure_connected();
-  if (auto row = lookup_locked(work_key)) {
-    return *row;
-  }
-  LedgerRow absent;
-  absent.work_key = work_key;
-  absent.state = RowState::k_absent;
-  return absent;
+  return lookup_locked(work_key).value_or(absent_row(work_key));
 }
 
 std::optional<std::string> PostgresLedger::database_identity() {

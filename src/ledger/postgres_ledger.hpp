@@ -12,6 +12,7 @@
 //   postgres_statements.hpp  the SQL text and the helpers that bind and read it
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -74,6 +75,7 @@ class PostgresLedger : public Ledger, public CallerTransactionCompletion {
                     const std::string& predicted, const std::string& store_etag) override;
   DigestCache& digest_cache() override { return m_digest_cache; }
   std::optional<std::string> database_identity() override;
+  LedgerStats stats() const override;
   bool complete_in_transaction(PGconn* connection, const std::string& work_key,
                                const std::string& claim_token, const OutputFingerprint& fingerprint,
                                std::optional<int64_t> feature_count) override;
@@ -233,6 +235,10 @@ class PostgresLedger : public Ledger, public CallerTransactionCompletion {
   enum class Confirmation { k_pending, k_confirmed, k_unknown };
   std::unordered_map<std::string, Confirmation> m_confirmations;
   PostgresDigestCache m_digest_cache;
+  std::atomic<int64_t> m_connections{0};
+  std::atomic<int64_t> m_connections_opened_ahead{0};
+  std::atomic<int64_t> m_claims_confirmed_by_rewrite{0};
+  std::atomic<int64_t> m_statements_found_prepared{0};
 };
 
 }  // namespace idem::ledger_detail

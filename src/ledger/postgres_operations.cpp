@@ -67,17 +67,7 @@ LedgerCounts PostgresLedger::counts(const RowFilter& filter) {
   std::lock_guard<std::mutex> lock(m_mutex);
   ensure_connected();
   PgResult result = exec_params(sql, params, "counts");
-  const ResultRow cells(result.get(), 0);
-  LedgerCounts counts;
-  counts.completed = cells.integer(0);
-  counts.superseded = cells.integer(1);
-  counts.in_flight = cells.integer(2);
-  counts.stale = cells.integer(3);
-  if (!cells.is_null(4)) {
-    counts.oldest_in_flight_claimed_at = cells.real(4);
-  }
-  counts.completed_last_hour = cells.integer(5);
-  return counts;
+  return make_counts(ResultRow(result.get(), 0));
 }
 
 std::vector<LedgerRow> PostgresLedger::history(const RowFilter& filter) {

@@ -110,6 +110,7 @@ SchemaState PostgresLedger::read_schema_state(bool in_transaction) {
     for (const std::string& name : names) {
       m_statement_uses[name] = 2;
     }
+    m_statements_found_prepared += static_cast<int64_t>(names.size());
     if (!m_session_keeps_statements) {
       m_session_keeps_statements = true;
       CPLDebug("IDEM", "ledger: %zu of its statements already prepared in this server session",

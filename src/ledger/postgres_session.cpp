@@ -114,7 +114,9 @@ void PostgresLedger::connect() {
     throw Error(ErrorKind::k_ledger,
                 scrub("cannot connect to the PostgreSQL ledger " + m_redacted + ": " + message));
   }
+  ++m_connections;
   if (opened_ahead) {
+    ++m_connections_opened_ahead;
     CPLDebug("IDEM", "ledger %s: using the connection opened ahead", m_redacted.c_str());
   }
   PQsetNoticeReceiver(connection.get(), &forward_warnings, nullptr);

@@ -267,13 +267,7 @@ class SqliteLedger final : public Ledger {
 
   LedgerRow lookup(const std::string& work_key) override {
     std::lock_guard<std::mutex> lock(m_mutex);
-    if (auto row = lookup_locked(work_key)) {
-      return *row;
-    }
-    LedgerRow absent;
-    absent.work_key = work_key;
-    absent.state = RowState::k_absent;
-    return absent;
+    return lookup_locked(work_key).value_or(ledger_detail::absent_row(work_key));
   }
 
   int64_t forget_key(const std::string& work_key) override {
@@ -323,14 +317,7 @@ class SqliteLedger final : public Ledger {
     bind_filter(query, scope);
     LedgerCounts counts;
     if (query.step()) {
-      counts.completed = query.integer(0);
-      counts.superseded = query.integer(1);
-      counts.in_flight = query.integer(2);
-      counts.stale = query.integer(3);
-      if (!query.is_null(4)) {
-        counts.oldest_in_flight_claimed_at = query.real(4);
-      }
-      counts.completed_last_hour = query.integer(5);
+      counts = ledger_detail::make_counts(query);
       query.run();
     }
     return counts;

@@ -111,5 +111,30 @@ TEST(KeyCanonicalJson, Sha256KnownVectors) {
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+TEST(KeyCanonicalJson, ParsedCanonicalTextDumpsUnchanged) {
+  JsonValue work = JsonValue::object();
+  work.set("b", JsonValue::array({JsonValue::number(0.1), JsonValue::integer(-7),
+                                   JsonValue::boolean(true), JsonValue::null()}));
+  work.set("a", JsonValue::string("caf\xc3\xa9 \"quoted\"\n\x01"));
+  work.set("c", JsonValue::object({{"z", JsonValue::number(1e300)}}));
+  const std::string text = work.dump();
+  const std::optional<JsonValue> parsed = JsonValue::parse(text);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->dump(), text);
+  EXPECT_EQ(parsed->find("a")->text(), "caf\xc3\xa9 \"quoted\"\n\x01");
+  EXPECT_EQ(parsed->find("b")->items().at(0).text(), "0.1");
+  EXPECT_EQ(parsed->find("b")->items().at(3).type(), JsonValue::Type::k_null);
+}
+
+TEST(KeyCanonicalJson, ParseReadsAnyJsonAndRefusesWhatIsNot) {
+  const std::optional<JsonValue> spaced = JsonValue::parse(" { \"b\" : [ 1 , 2.50 ] , \"a\" : "
+                                                           "\"\\u00e9\\ud83d\\ude00\" } ");
+  ASSERT_TRUE(spaced.has_value());
+  EXPECT_EQ(spaced->dump(), "{\"a\":\"\xc3\xa9\xf0\x9f\x98\x80\",\"b\":[1,2.50]}");
+  for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "\"open", "tru", "{} x", "[1] [2]"}) {
+    EXPECT_FALSE(JsonValue::parse(bad).has_value()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace idem
