@@ -153,24 +153,23 @@ def test_crs_memo_in_the_ledger_gives_the_keys_computed_without_it(tmp_path, key
     read (next processes), and the same as a dry run that has no ledger at all. The next
     processes read every answer in one lookup (one round trip to a PostgreSQL ledger), together
     with the source's digest."""
-    import re
-
-    from idem_testlib import env_with, run
-    env = env_with(IDEM_LEDGER=ledger.dsn, CPL_DEBUG="IDEM")
+    from idem_testlib import env_with, warp_reporting
+    env = env_with(IDEM_LEDGER=ledger.dsn)
     keys, jsons = [], []
     for attempt in range(2):
         out = tmp_path / f"out{attempt}.tif"
         args = ["-of", "IDEM", "-overwrite", "-t_srs", target, "-r", "bilinear", "-co",
                 "NAMESPACE=memo", key_source, f"/vsiidem/{out}"]
-        proc = run(["gdalwarp"] + args, env=env, check=True)
-        memo_reads = proc.stderr.count("CRS normalisation read from the ledger's memo")
-        # The first process fills the memo; the second reads every answer from it.
-        assert (memo_reads == 0) if attempt == 0 else (memo_reads >= 2), proc.stderr
-        if attempt == 1:
-            lookup = re.search(r"CRS memo: (\d+) of (\d+) answers read in one lookup "
-                               r"\(with (\d+) of (\d+) digests\)", proc.stderr)
-            assert lookup and lookup.group(1) == lookup.group(2) == str(memo_reads), proc.stderr
-            assert lookup.group(3) == lookup.group(4) == "1", proc.stderr
+        _, report = warp_reporting(["gdalwarp"] + args, env=env)
+        # The first process fills the memo; the second reads every answer from it, with the
+        # source's digest, in one lookup.
+        if attempt == 0:
+            assert report["MEMO_ENTRIES_FOUND"] == "0", report
+        else:
+            assert int(report["MEMO_ENTRIES_FOUND"]) >= 2, report
+            assert report["SOURCE_DIGESTS_FOUND"] == "1", report
+            assert report["DIGEST_LOOKUPS_BATCHED"] == "1", report
+            assert report["DIGEST_LOOKUPS_SINGLE"] == "0", report
         row, = ledger.rows("output_uri = %s", (str(out),))
         assert ledger.count("source_digest", "path LIKE %s", ("idem-memo:crs-v1:%",)) >= 2
         keys.append(row["work_key"])

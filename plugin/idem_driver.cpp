@@ -206,11 +206,13 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   CPLDebug("IDEM", "timing: options %.2f ms", lap_ms(m_lap));
   m_ledger = &shared_ledger(m_options.ledger_dsn);
   CPLDebug("IDEM", "timing: ledger open %.2f ms", lap_ms(m_lap));
-  key_options.digest_cache = &m_ledger->digest_cache();
+  CountingDigestCache digest_cache(m_ledger->digest_cache());
+  key_options.digest_cache = &digest_cache;
   key_options.kept_sources = &m_kept_sources;
   std::vector<std::string> source_files;
   key_options.source_files = &source_files;
   m_work = describe_work(source, key_options);
+  digest_cache.report();
   check_destination_is_not_a_source(m_destination, source_files);
   CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", lap_ms(m_lap));
   warn_about_the_work(format_driver, passthrough);
@@ -586,6 +588,9 @@ std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& cla
     // Nothing is published under a claim the ledger could still lose (docs/ledger.md): the
     // claim committed without waiting for its flush, which was asked for while the work ran.
     // Before the lease's check, which then follows any long wait for it.
+    if (round == 1) {
+      test_pause("before_confirm");
+    }
     if (!m_ledger->confirm_claim(m_work.key, token)) {
       throw Error(ErrorKind::k_ledger,
                   "the ledger no longer has the claim on this work (a crash of its database "

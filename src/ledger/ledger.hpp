@@ -156,6 +156,8 @@ struct LedgerStats {
   int64_t claims_confirmed_by_rewrite = 0;
   // The ledger's statements found prepared in its server sessions (a pooler kept them).
   int64_t statements_found_prepared = 0;
+  // Digest-cache lookups (get_many) answered by the query sent ahead (read_ahead).
+  int64_t digest_lookups_answered_ahead = 0;
 };
 
 // What a worker uses: the claim, its lease and its completion, the row of its own work, the

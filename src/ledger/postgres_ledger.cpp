@@ -42,6 +42,7 @@ LedgerStats PostgresLedger::stats() const {
   stats.connections_opened_ahead = m_connections_opened_ahead.load();
   stats.claims_confirmed_by_rewrite = m_claims_confirmed_by_rewrite.load();
   stats.statements_found_prepared = m_statements_found_prepared.load();
+  stats.digest_lookups_answered_ahead = m_digest_lookups_answered_ahead.load();
   return stats;
 }
 
@@ -287,6 +288,9 @@ std::map<std::string, std::string> PostgresLedger::digest_get_many(
                         ? std::move(ahead)
                         : exec_statement("idem_digest_get_many", k_digest_get_many_sql,
                                          {text_array_literal(paths)}, "digest cache lookup");
+  if (answered_ahead) {
+    ++m_digest_lookups_answered_ahead;
+  }
   CPLDebug("IDEM", "digest cache: %zu entries %s", paths.size(),
            answered_ahead ? "answered by the read ahead" : "read");
   for (int row = 0; row < PQntuples(result.get()); ++row) {

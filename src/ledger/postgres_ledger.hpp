@@ -239,6 +239,7 @@ class PostgresLedger : public Ledger, public CallerTransactionCompletion {
   std::atomic<int64_t> m_connections_opened_ahead{0};
   std::atomic<int64_t> m_claims_confirmed_by_rewrite{0};
   std::atomic<int64_t> m_statements_found_prepared{0};
+  std::atomic<int64_t> m_digest_lookups_answered_ahead{0};
 };
 
 }  // namespace idem::ledger_detail

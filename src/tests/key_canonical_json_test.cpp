@@ -114,7 +114,7 @@ TEST(KeyCanonicalJson, Sha256KnownVectors) {
 TEST(KeyCanonicalJson, ParsedCanonicalTextDumpsUnchanged) {
   JsonValue work = JsonValue::object();
   work.set("b", JsonValue::array({JsonValue::number(0.1), JsonValue::integer(-7),
-                                   JsonValue::boolean(true), JsonValue::null()}));
+                                  JsonValue::boolean(true), JsonValue::null()}));
   work.set("a", JsonValue::string("caf\xc3\xa9 \"quoted\"\n\x01"));
   work.set("c", JsonValue::object({{"z", JsonValue::number(1e300)}}));
   const std::string text = work.dump();
@@ -127,8 +127,9 @@ TEST(KeyCanonicalJson, ParsedCanonicalTextDumpsUnchanged) {
 }
 
 TEST(KeyCanonicalJson, ParseReadsAnyJsonAndRefusesWhatIsNot) {
-  const std::optional<JsonValue> spaced = JsonValue::parse(" { \"b\" : [ 1 , 2.50 ] , \"a\" : "
-                                                           "\"\\u00e9\\ud83d\\ude00\" } ");
+  const std::optional<JsonValue> spaced = JsonValue::parse(
+      " { \"b\" : [ 1 , 2.50 ] , \"a\" : "
+      "\"\\u00e9\\ud83d\\ude00\" } ");
   ASSERT_TRUE(spaced.has_value());
   EXPECT_EQ(spaced->dump(), "{\"a\":\"\xc3\xa9\xf0\x9f\x98\x80\",\"b\":[1,2.50]}");
   for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "\"open", "tru", "{} x", "[1] [2]"}) {

@@ -201,41 +201,6 @@ TEST_F(WarpEngineTest, WarpedVrtMatchesDirectGdalwarp) {
   }
 }
 
-// Debug messages of the IDEM category emitted within a scope.
-class IdemDebugLines {
- public:
-  IdemDebugLines() : m_debug(CPLGetConfigOption("CPL_DEBUG", "")) {
-    CPLSetConfigOption("CPL_DEBUG", "IDEM");
-    CPLPushErrorHandlerEx(
-        [](CPLErr type, CPLErrorNum, const char* message) {
-          if (type == CE_Debug) {
-            static_cast<std::vector<std::string>*>(CPLGetErrorHandlerUserData())
-                ->push_back(message);
-          }
-        },
-        &m_lines);
-  }
-  ~IdemDebugLines() {
-    CPLPopErrorHandler();
-    CPLSetConfigOption("CPL_DEBUG", m_debug.empty() ? nullptr : m_debug.c_str());
-  }
-  IdemDebugLines(const IdemDebugLines&) = delete;
-  IdemDebugLines& operator=(const IdemDebugLines&) = delete;
-
-  bool contains(const std::string& needle) const {
-    for (const auto& line : m_lines) {
-      if (line.find(needle) != std::string::npos) {
-        return true;
-      }
-    }
-    return false;
-  }
-
- private:
-  std::string m_debug;
-  std::vector<std::string> m_lines;
-};
-
 // With the source the key opened at hand, the warp runs on the VRT's own warp operation, its
 // options and transformer (borrowed, never destroyed: the VRT still warps with them afterwards,
 // with its own source again, and frees them once) and gives the pixels of a rebuilt transformer
@@ -253,16 +218,17 @@ TEST_F(WarpEngineTest, WarpWithTheVrtsTransformerLeavesItToTheVrt) {
   // The warp prepared with IDEM_WARP_REUSE_TRANSFORMER=`reuse`, written to `output`.
   const auto warp_with = [&](const char* reuse, const char* output) {
     CPLConfigOptionSetter reuse_option("IDEM_WARP_REUSE_TRANSFORMER", reuse, false);
-    IdemDebugLines debug;
     idem::PreparedWarpPtr warp = idem::prepare_warp(vrt.get(), nullptr, &kept);
     EXPECT_TRUE(warp);
-    EXPECT_EQ(debug.contains("warp options and transformer taken from the warped VRT"),
-              EQUAL(reuse, "YES"));
     auto request = request_for(vrt.get(), "GTiff", output);
     request.prepared_warp = warp.get();
+    idem::MaterialiseReport report;
+    request.report = &report;
     GDALDatasetUniquePtr result = idem::materialise(request);
-    EXPECT_EQ(debug.contains("warp run by the warped VRT's warp operation"), EQUAL(reuse, "YES"));
-    EXPECT_TRUE(debug.contains("source ./src.tif: the dataset opened for the key"));
+    EXPECT_TRUE(report.warped);
+    EXPECT_EQ(report.options_adopted, EQUAL(reuse, "YES"));
+    EXPECT_EQ(report.ran_vrt_operation, EQUAL(reuse, "YES"));
+    EXPECT_TRUE(report.kept_source);
     return result;
   };
   GDALDatasetUniquePtr adopted = warp_with("YES", "adopted.tif");
@@ -295,10 +261,20 @@ TEST_F(WarpEngineTest, WarpWithoutAKeptSourceRebuildsTheTransformer) {
   GDALDatasetUniquePtr vrt = warped_vrt({"-t_srs", "EPSG:3857"});
   ASSERT_TRUE(vrt);
   idem::KeptSources kept;
-  IdemDebugLines debug;
   idem::PreparedWarpPtr warp = idem::prepare_warp(vrt.get(), nullptr, &kept);
   ASSERT_TRUE(warp);
-  EXPECT_FALSE(debug.contains("warp options and transformer taken from the warped VRT"));
+  auto request = request_for(vrt.get(), "GTiff", "unkept.tif");
+  request.prepared_warp = warp.get();
+  idem::MaterialiseReport report;
+  request.report = &report;
+  GDALDatasetUniquePtr result = idem::materialise(request);
+  ASSERT_TRUE(result);
+  EXPECT_TRUE(report.warped);
+  EXPECT_FALSE(report.options_adopted);
+  EXPECT_FALSE(report.ran_vrt_operation);
+  EXPECT_FALSE(report.kept_source);
+  result.reset();
+  VSIUnlink("unkept.tif");
 }
 
 TEST_F(WarpEngineTest, NodataAndAlphaFollowTheVrt) {
