@@ -5,8 +5,11 @@ PostgreSQL. Fixtures defined here are imported by the test modules that use them
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
+import tempfile
+import time
 import uuid
 
 import numpy as np
@@ -105,6 +108,88 @@ def warp_reporting(cmd, env=None, check=True):
     proc = run(["/usr/bin/python3", "-c", GDAL_WARP_REPORTING, *cmd[1:]], env=env, check=check)
     lines = proc.stdout.strip().splitlines()
     return proc, json.loads(lines[-1]) if lines else {}
+
+
+def wait_until(condition, what, timeout=120):
+    """Polls `condition` until it holds; fails naming `what` after `timeout` seconds (a bound on
+    a hang, not a measure of anything)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)  # polling interval
+
+
+def start_paused(cmd, env, point, seconds=600, resume_file=None):
+    """Starts a worker process that pauses at `point` (for `seconds`, or until `resume_file`
+    exists) and returns it once it is there: the pause creates a file (IDEM_TEST_REACHED_FILE)."""
+    reached = os.path.join(tempfile.gettempdir(), f"idem-reached-{uuid.uuid4().hex}")
+    env = dict(env, IDEM_TEST_PAUSE_AT=point, IDEM_TEST_PAUSE_SECONDS=str(seconds),
+               IDEM_TEST_REACHED_FILE=reached)
+    if resume_file is not None:
+        env["IDEM_TEST_RESUME_FILE"] = str(resume_file)
+    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: os.path.exists(reached) or proc.poll() is not None,
+                   f"the worker to reach {point}")
+        if not os.path.exists(reached):
+            _, err = proc.communicate()
+            raise AssertionError(f"worker never reached {point}: rc={proc.returncode}\n{err}")
+    finally:
+        if os.path.exists(reached):
+            os.unlink(reached)
+    return proc
+
+
+def kill9(proc):
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+class PausedWorker:
+    """A worker process stopped at a pause point until resume() creates its resume file."""
+
+    def __init__(self, cmd, env, point, tmp_path):
+        self.resume_file = tmp_path / f"resume-{point}-{os.urandom(4).hex()}"
+        self.proc = start_paused(cmd, env, point, resume_file=self.resume_file)
+
+    def resume(self):
+        self.resume_file.write_text("go")
+        _, err = self.proc.communicate(timeout=300)
+        return self.proc.returncode, err
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wait_until_leases_expired(ledger, bound_seconds=60):
+    """Polls the ledger until no in-flight lease is live on its own clock (a worker stopped
+    past its lease: its own clock then says so too)."""
+    wait_until_leases_expired_for(ledger, None, bound_seconds)
+
+
+def wait_until_leases_expired_for(ledger, pid, bound_seconds=60):
+    """The same for the claims of one worker process (every worker's when `pid` is None)."""
+    which = "" if pid is None else f" AND worker_pid = {int(pid)}"
+    if ledger.backend == "sqlite":
+        live = ("SELECT count(*) FROM ledger WHERE completed_at IS NULL AND lease_expires_at > "
+                "(julianday('now') - 2440587.5) * 86400.0" + which)
+    else:
+        live = ("SELECT count(*) FROM idem.ledger WHERE completed_at IS NULL "
+                "AND lease_expires_at > now()" + which)
+    polls = int(bound_seconds / 0.05)
+    for _ in range(polls):
+        conn = ledger.connect()
+        try:
+            if conn.execute(live).fetchone()[0] == 0:
+                return
+        finally:
+            conn.close()
+        time.sleep(0.05)  # polling interval, not a wait for the event itself
+    raise AssertionError("a lease never expired")
 
 
 def read_pixels(path):

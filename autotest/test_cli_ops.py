@@ -10,7 +10,7 @@ from osgeo import gdal, ogr
 
 from idem_testlib import (GDAL_IDEM, env_with, ledger, make_source, run,  # noqa: F401
                           sqlite_ledger, temp_dirs_beside)
-from test_idem_failures import kill9, start_paused
+from idem_testlib import kill9, start_paused
 
 ogr.UseExceptions()
 

@@ -11,7 +11,7 @@ import pytest
 
 from idem_testlib import (GDAL_IDEM, env_with, file_state, ledger, make_source,  # noqa: F401
                           run, sqlite_ledger)
-from test_idem_failures import kill9, start_paused
+from idem_testlib import kill9, start_paused
 
 TILES = 8
 

@@ -2,15 +2,14 @@
 destination or on many tiles, busy handling, a lost lease, and clear errors that lose nothing."""
 
 import os
-import signal
 import subprocess
-import time
 
 import pytest
 from osgeo import gdal
 
-from idem_testlib import (PLUGIN_DIR, env_with, file_state, ledger, make_source,  # noqa: F401
-                          read_pixels, run, sqlite_ledger, temp_dirs_beside, warp_reporting)
+from idem_testlib import (PLUGIN_DIR, PausedWorker, env_with, kill9, file_state, ledger,  # noqa: F401
+                          make_source, read_pixels, run, sqlite_ledger, temp_dirs_beside,
+                          wait_until_leases_expired, warp_reporting)
 
 
 @pytest.fixture
@@ -23,26 +22,6 @@ def warp_cmd(src, dst, *extra):
             *extra, src, "/vsiidem/" + str(dst)]
 
 
-def start_paused(cmd, env, point, seconds=60):
-    """Start a worker that pauses at `point` and return once it is there."""
-    env = dict(env, IDEM_TEST_PAUSE_AT=point, IDEM_TEST_PAUSE_SECONDS=str(seconds))
-    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    for line in proc.stderr:
-        if f"test pause at {point}" in line:
-            return proc
-        if time.time() > deadline:
-            break
-    proc.kill()
-    raise AssertionError(f"worker never reached {point}: rc={proc.wait()}")
-
-
-def kill9(proc):
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
 def in_flight(rows):
     return [r for r in rows if r["completed_at"] is None]
 
@@ -52,7 +31,7 @@ def test_idem_kill9_never_leaves_partial_output_and_rerun_completes(ledger, sour
                                                                     point):
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_STALE_SECONDS=3)
-    worker = start_paused(warp_cmd(source, out), env, point)
+    worker = PausedWorker(warp_cmd(source, out), env, point, tmp_path).proc
     kill9(worker)
     if point == "before_complete":
         # Renamed into place: the file is whole; the ledger must not say completed.
@@ -61,7 +40,9 @@ def test_idem_kill9_never_leaves_partial_output_and_rerun_completes(ledger, sour
         assert not out.exists()
     rows = ledger.rows()
     assert len(rows) == 1 and rows[0]["completed_at"] is None
-    # A rerun waits out the dead worker's lease, takes over and completes.
+    # The dead worker's lease ends (in SQL, as its running out would) and a rerun takes over and
+    # completes.
+    ledger.end_leases()
     proc = run(warp_cmd(source, out), env=env, check=True)
     assert "skipped" not in proc.stderr
     rows = ledger.rows()
@@ -76,7 +57,7 @@ def test_idem_kill9_never_leaves_partial_output_and_rerun_completes(ledger, sour
 def test_idem_kill9_after_complete_rerun_skips(sqlite_ledger, source, tmp_path):
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
-    kill9(start_paused(warp_cmd(source, out), env, "after_complete"))
+    kill9(PausedWorker(warp_cmd(source, out), env, "after_complete", tmp_path).proc)
     before = file_state(out)
     proc = run(warp_cmd(source, out), env=env, check=True)
     assert "IDEM: skipped" in proc.stderr
@@ -86,7 +67,7 @@ def test_idem_kill9_after_complete_rerun_skips(sqlite_ledger, source, tmp_path):
 def test_idem_busy_fail_names_the_holder(ledger, source, tmp_path):
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=ledger.dsn)
-    holder = start_paused(warp_cmd(source, out), env, "during_write")
+    holder = PausedWorker(warp_cmd(source, out), env, "during_write", tmp_path).proc
     try:
         proc = run(warp_cmd(source, out), env=dict(env, IDEM_ON_BUSY="FAIL"))
         assert proc.returncode != 0
@@ -100,11 +81,25 @@ def test_idem_busy_fail_names_the_holder(ledger, source, tmp_path):
 def test_idem_busy_wait_returns_the_other_workers_output(sqlite_ledger, source, tmp_path):
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
-    holder = start_paused(warp_cmd(source, out), env, "during_write", seconds=3)
-    proc = run(warp_cmd(source, out), env=env, check=True)
-    assert holder.wait() == 0
-    assert "waiting for" in proc.stderr
-    assert "completed by another worker while this one waited" in proc.stderr
+    holder = PausedWorker(warp_cmd(source, out), env, "during_write", tmp_path)
+    waiter = subprocess.Popen([str(c) for c in warp_cmd(source, out)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in waiter.stderr:  # the waiter says it waits for the holder: resume the holder
+            seen.append(line)
+            if "waiting for" in line:
+                break
+        code, _ = holder.resume()
+        assert code == 0
+        _, rest = waiter.communicate(timeout=300)
+    finally:
+        holder.kill()
+        waiter.kill()
+    stderr = "".join(seen) + rest
+    assert waiter.returncode == 0, stderr
+    assert "waiting for" in stderr
+    assert "completed by another worker while this one waited" in stderr
     rows = sqlite_ledger.rows()
     assert len(rows) == 1 and rows[0]["attempt"] == 1 and rows[0]["completed_at"] is not None
 
@@ -112,21 +107,22 @@ def test_idem_busy_wait_returns_the_other_workers_output(sqlite_ledger, source, 
 def test_idem_lost_lease_aborts_without_publishing(sqlite_ledger, source, tmp_path):
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=sqlite_ledger.dsn, IDEM_STALE_SECONDS=2)
-    zombie = start_paused(warp_cmd(source, out), env, "during_write", seconds=1)
-    zombie.send_signal(signal.SIGSTOP)
+    zombie = PausedWorker(warp_cmd(source, out), env, "during_write", tmp_path)
     try:
-        sqlite_ledger.end_leases()  # the zombie's lease is over
+        # The zombie's lease runs out, on the ledger's clock and on its own (which decides how
+        # long it trusts its lease without renewing it): no SQL shortcut here.
+        wait_until_leases_expired(sqlite_ledger)
         run(warp_cmd(source, out), env=env, check=True)
         taken_over = file_state(out)
+        code, stderr = zombie.resume()
     finally:
-        zombie.send_signal(signal.SIGCONT)
-    _, stderr = zombie.communicate(timeout=120)
-    assert zombie.returncode != 0
+        zombie.kill()
+    assert code != 0
     assert "lost" in stderr
     assert file_state(out) == taken_over
     rows = sqlite_ledger.rows()
     assert len(rows) == 1 and rows[0]["attempt"] == 2 and rows[0]["completed_at"] is not None
-    assert rows[0]["worker_pid"] != zombie.pid
+    assert rows[0]["worker_pid"] != zombie.proc.pid
     assert temp_dirs_beside(out) == []
 
 

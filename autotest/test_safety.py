@@ -13,12 +13,12 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
-from idem_testlib import (GDAL_IDEM, Ledger, env_with, file_state, make_ledger, make_source,
-                          read_pixels, run, temp_dirs_beside)
+from idem_testlib import (GDAL_IDEM, Ledger, PausedWorker, env_with, file_state, make_ledger,
+                          make_source, read_pixels, run, temp_dirs_beside,
+                          wait_until_leases_expired)
 
 OB_TRAN = ("+proj=ob_tran +o_proj=longlat +o_lon_p=0 +o_lat_p=30 +lon_0=0 +datum=WGS84 "
            "+no_defs")
@@ -37,62 +37,6 @@ def source(tmp_path):
 def warp_cmd(src, dst, *extra, resampling="bilinear", srs="EPSG:3857"):
     return ["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-t_srs", srs, "-r", resampling,
             *extra, src, "/vsiidem/" + str(dst)]
-
-
-class PausedWorker:
-    """A worker process stopped at a pause point until resume() creates its resume file."""
-
-    def __init__(self, cmd, env, point, tmp_path):
-        self.resume_file = tmp_path / f"resume-{point}-{os.urandom(4).hex()}"
-        env = dict(env, IDEM_TEST_PAUSE_AT=point, IDEM_TEST_PAUSE_SECONDS="600",
-                   IDEM_TEST_RESUME_FILE=str(self.resume_file))
-        self.proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        self.stderr_head = []
-        for line in self.proc.stderr:
-            self.stderr_head.append(line)
-            if f"test pause at {point}" in line:
-                return
-        self.proc.wait()
-        raise AssertionError(f"worker never reached {point}: rc={self.proc.returncode}\n"
-                             + "".join(self.stderr_head))
-
-    def resume(self):
-        self.resume_file.write_text("go")
-        _, rest = self.proc.communicate(timeout=300)
-        return self.proc.returncode, "".join(self.stderr_head) + rest
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def wait_until_leases_expired(ledger, bound_seconds=60):
-    """Polls the ledger until no in-flight lease is live on its own clock (a worker stopped
-    past its lease: its own clock then says so too)."""
-    wait_until_leases_expired_for(ledger, None, bound_seconds)
-
-
-def wait_until_leases_expired_for(ledger, pid, bound_seconds=60):
-    """The same for the claims of one worker process (every worker's when `pid` is None)."""
-    which = "" if pid is None else f" AND worker_pid = {int(pid)}"
-    if ledger.backend == "sqlite":
-        live = ("SELECT count(*) FROM ledger WHERE completed_at IS NULL AND lease_expires_at > "
-                "(julianday('now') - 2440587.5) * 86400.0" + which)
-    else:
-        live = ("SELECT count(*) FROM idem.ledger WHERE completed_at IS NULL "
-                "AND lease_expires_at > now()" + which)
-    polls = int(bound_seconds / 0.05)
-    for _ in range(polls):
-        conn = ledger.connect()
-        try:
-            if conn.execute(live).fetchone()[0] == 0:
-                return
-        finally:
-            conn.close()
-        time.sleep(0.05)  # polling interval, not a wait for the event itself
-    raise AssertionError("a lease never expired")
 
 
 def completed_rows(ledger):
@@ -291,7 +235,7 @@ def test_safety_takeover_removes_the_dead_attempts_temporary_directory(ledger, s
     dead.proc.kill()
     dead.proc.wait()
     assert len(temp_dirs_beside(out)) == 2
-    wait_until_leases_expired_for(ledger, dead.proc.pid)
+    ledger.end_leases()  # what the killed worker's lease running out would do
     run(warp_cmd(source, out), env=env, check=True)  # takes the killed attempt's work over
     assert temp_dirs_beside(out) == [foreign.name]
     rows = completed_rows(ledger)
