@@ -568,7 +568,6 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
   if (CPLGetLastErrorType() == CE_Failure) {
     throw Error(ErrorKind::k_io, std::string("writing the output failed: ") + CPLGetLastErrorMsg());
   }
-
   return shape;
 }
 

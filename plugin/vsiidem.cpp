@@ -115,50 +115,6 @@ class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
                                    CSLConstList options);
 };
 
-// Resolves the deferred unlinks an IDEM call adopted (vsiidem_resolve_pre_delete).
-std::vector<std::string> resolve_adopted(uint64_t adoption, bool published,
-                                         const std::vector<std::string>& files) {
-  std::set<std::string> kept;
-  for (const std::string& file : files) {
-    kept.insert(vsiidem_absolute_path(file));
-  }
-  auto& shared = state();
-  std::vector<std::pair<std::string, PendingUnlink>> adopted;
-  {
-    std::lock_guard<std::mutex> lock(shared.m_mutex);
-    adopted = shared.take_adopted(adoption);
-  }
-  std::vector<std::string> failed;
-  if (!published) {
-    for (const auto& entry : adopted) {
-      CPLDebug(k_debug_category, "deferred unlink of %s dropped: the IDEM call kept the file",
-               entry.first.c_str());
-    }
-    return failed;
-  }
-  for (const auto& [path, pending] : adopted) {
-    if (kept.count(path) != 0) {
-      continue;  // replaced by the new output's file of that name
-    }
-    if (!still_observed(path, pending)) {
-      CPLDebug(k_debug_category, "%s is not the file the pre-delete saw: left in place",
-               path.c_str());
-      continue;
-    }
-    const int result = local_path(path) ? ::unlink(path.c_str()) : VSIUnlink(path.c_str());
-    {
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
-      ++shared.m_changes;
-    }
-    if (result != 0 && errno != ENOENT) {
-      failed.push_back(path);
-    } else {
-      CPLDebug(k_debug_category, "removed %s, a file of the replaced output", path.c_str());
-    }
-  }
-  return failed;
-}
-
 // Runs when GDAL tears its file manager down (GDALDestroyDriverManager, at the end of gdalwarp
 // and gdal_translate): the last moment this process can carry out its deferred unlinks.
 VsiIdemFilesystemHandler::~VsiIdemFilesystemHandler() {
@@ -624,7 +580,45 @@ std::vector<std::string> vsiidem_resolve_pre_delete(uint64_t adoption, bool publ
   if (adoption == 0) {
     return {};
   }
-  return resolve_adopted(adoption, published, files);
+  std::set<std::string> kept;
+  for (const std::string& file : files) {
+    kept.insert(vsiidem_absolute_path(file));
+  }
+  auto& shared = state();
+  std::vector<std::pair<std::string, PendingUnlink>> adopted;
+  {
+    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    adopted = shared.take_adopted(adoption);
+  }
+  std::vector<std::string> failed;
+  if (!published) {
+    for (const auto& entry : adopted) {
+      CPLDebug(k_debug_category, "deferred unlink of %s dropped: the IDEM call kept the file",
+               entry.first.c_str());
+    }
+    return failed;
+  }
+  for (const auto& [path, pending] : adopted) {
+    if (kept.count(path) != 0) {
+      continue;  // replaced by the new output's file of that name
+    }
+    if (!still_observed(path, pending)) {
+      CPLDebug(k_debug_category, "%s is not the file the pre-delete saw: left in place",
+               path.c_str());
+      continue;
+    }
+    const int result = local_path(path) ? ::unlink(path.c_str()) : VSIUnlink(path.c_str());
+    {
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      ++shared.m_changes;
+    }
+    if (result != 0 && errno != ENOENT) {
+      failed.push_back(path);
+    } else {
+      CPLDebug(k_debug_category, "removed %s, a file of the replaced output", path.c_str());
+    }
+  }
+  return failed;
 }
 
 void vsiidem_set_unlink_hook(UnlinkHook hook) {

@@ -176,8 +176,8 @@ class VsiIdemState {
   // The deferred unlinks that GDAL's pre-delete of `destination` made on this thread: the
   // destination's own and those of its dataset's other files (same directory, names starting
   // with its stem and a dot), made since the destination's; marked as the IDEM call's, which
-  // resolves them (resolve_adopted). Returns the adoption's number, 0 when nothing was pending.
-  // Caller holds m_mutex.
+  // resolves them (vsiidem_resolve_pre_delete). Returns the adoption's number, 0 when nothing was
+  // pending. Caller holds m_mutex.
   uint64_t adopt(const std::string& destination) {
     own_pending_unlinks();
     const auto primary = m_pending_unlinks.find(destination);
