@@ -432,10 +432,8 @@ GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
   // sidecars (.aux.xml, .ovr...) that the pre-delete recorded with it.
   if (vsiidem_unlink_pending(m_destination)) {
     vsiidem_cancel_unlink(m_destination);
-    CPLPushErrorHandler(CPLQuietErrorHandler);
-    GDALDatasetUniquePtr existing(
-        GDALDataset::Open(m_destination.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
-    CPLPopErrorHandler();
+    const GDALDatasetUniquePtr existing =
+        open_quietly(m_destination, GDAL_OF_RASTER | GDAL_OF_READONLY);
     CPLErrorReset();
     if (existing) {
       keep_dataset_files(existing.get());

@@ -35,4 +35,9 @@ void HeldMessages::replay(const std::function<bool(CPLErr, const std::string&)>&
   m_held.clear();
 }
 
+GDALDatasetUniquePtr open_quietly(const std::string& path, unsigned int flags) {
+  CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+  return GDALDatasetUniquePtr(GDALDataset::Open(path.c_str(), flags));
+}
+
 }  // namespace idem

@@ -1,4 +1,4 @@
-// GDAL's warnings and errors held back for a while, then passed on or dropped.
+// GDAL's warnings and errors held back for a while, then passed on or dropped; or silenced.
 #pragma once
 
 #include <functional>
@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpl_error.h"
+#include "gdal_priv.h"
 
 namespace idem {
 
@@ -34,5 +35,9 @@ class HeldMessages {
   std::vector<Held> m_held;
   bool m_pushed = false;
 };
+
+// GDALDataset::Open(path, flags) with GDAL's messages silenced, for a caller that reports what a
+// failure means itself (CPLGetLastErrorMsg() still has GDAL's reason).
+GDALDatasetUniquePtr open_quietly(const std::string& path, unsigned int flags);
 
 }  // namespace idem

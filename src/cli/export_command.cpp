@@ -7,6 +7,7 @@
 
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
+#include "base/held_messages.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
 #include "cpl_error.h"
@@ -37,10 +38,8 @@ std::optional<TargetGrid> grid_of(const LedgerRow& row) {
     return grid;
   }
   // Not recorded (e.g. a plain copy): the output's own grid, when it is there.
-  CPLPushErrorHandler(CPLQuietErrorHandler);
-  GDALDatasetUniquePtr dataset(
-      GDALDataset::Open(row.output_uri.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
-  CPLPopErrorHandler();
+  const GDALDatasetUniquePtr dataset =
+      open_quietly(row.output_uri, GDAL_OF_RASTER | GDAL_OF_READONLY);
   if (!dataset || compat::get_geotransform(dataset.get(), grid.geotransform) != CE_None ||
       dataset->GetSpatialRef() == nullptr) {
     return std::nullopt;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "base/held_messages.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
 #include "cpl_error.h"
@@ -19,10 +20,8 @@ namespace {
 // Every file of the output's dataset (sidecars included), primary last.
 std::vector<std::string> dataset_files(const std::string& uri) {
   std::vector<std::string> files;
-  CPLPushErrorHandler(CPLQuietErrorHandler);
-  GDALDatasetUniquePtr dataset(
-      GDALDataset::Open(uri.c_str(), GDAL_OF_RASTER | GDAL_OF_VECTOR | GDAL_OF_READONLY));
-  CPLPopErrorHandler();
+  const GDALDatasetUniquePtr dataset =
+      open_quietly(uri, GDAL_OF_RASTER | GDAL_OF_VECTOR | GDAL_OF_READONLY);
   if (dataset) {
     const CPLStringList list(dataset->GetFileList());
     for (int i = 0; i < list.size(); ++i) {

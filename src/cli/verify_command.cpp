@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/held_messages.hpp"
 #include "base/object_store.hpp"
+#include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
@@ -60,10 +62,6 @@ class Spool {
   std::string m_memory;
 };
 
-bool is_virtual(const std::string& uri) {
-  return uri.rfind("/vsi", 0) == 0;
-}
-
 std::optional<std::string> file_sha256(const std::string& uri) {
   VSILFILE* file = VSIFOpenL(uri.c_str(), "rb");
   if (file == nullptr) {
@@ -85,7 +83,7 @@ std::optional<std::string> file_sha256(const std::string& uri) {
 std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_missing) {
   const std::string& uri = row.output_uri;
   const OutputFingerprint recorded = row.fingerprint.value_or(OutputFingerprint{});
-  if (!is_virtual(uri)) {
+  if (!is_vsi_path(uri)) {
     struct stat info {};
     if (stat(uri.c_str(), &info) != 0) {
       return "missing";
@@ -139,10 +137,7 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
     }
   }
   CPLErrorReset();
-  CPLPushErrorHandler(CPLQuietErrorHandler);
-  GDALDatasetUniquePtr dataset(
-      GDALDataset::Open(uri.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY, nullptr, nullptr, nullptr));
-  CPLPopErrorHandler();
+  GDALDatasetUniquePtr dataset = open_quietly(uri, GDAL_OF_RASTER | GDAL_OF_READONLY);
   if (!dataset) {
     const std::string message = CPLGetLastErrorMsg();
     return "does not open in GDAL" + (message.empty() ? std::string() : ": " + message);

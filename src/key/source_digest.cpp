@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
@@ -84,10 +85,6 @@ FileDescriptor open_regular_file(const std::string& path, struct stat& info) {
     throw Error(ErrorKind::k_source, "source '" + path + "' is not a regular file");
   }
   return fd;
-}
-
-bool is_vsi_path(const std::string& path) {
-  return path.rfind("/vsi", 0) == 0;
 }
 
 // The content digest (docs/keys.md, "Source identity"): SHA-256 over the SHA-256 of each

@@ -24,13 +24,9 @@ namespace {
 
 constexpr int k_max_vrt_depth = 32;
 
-struct XmlFree {
-  void operator()(CPLXMLNode* node) const { CPLDestroyXMLNode(node); }
-};
-
 // Local paths compare by their real path so two spellings of one file count once.
 std::string dedup_key(const std::string& path) {
-  if (path.rfind("/vsi", 0) == 0) {
+  if (is_vsi_path(path)) {
     return path;
   }
   char resolved[PATH_MAX];
@@ -248,7 +244,7 @@ class IdentityCollector {
     if (driver != nullptr && EQUAL(driver->GetDescription(), "VRT")) {
       CSLConstList xml = dataset->GetMetadata("xml:VRT");
       if (xml != nullptr && xml[0] != nullptr) {
-        std::unique_ptr<CPLXMLNode, XmlFree> tree(CPLParseXMLString(xml[0]));
+        const CPLXMLTreeCloser tree(CPLParseXMLString(xml[0]));
         const std::string description = dataset->GetDescription();
         const std::string vrt_dir = description.empty() || description[0] == '<'
                                         ? std::string()

@@ -131,10 +131,11 @@ std::vector<Ring> footprint_rings(const TargetGrid& grid) {
     wgs84.importFromEPSG(4326);
     source.SetAxisMappingStrategy(OAMS_TRADITIONAL_GIS_ORDER);
     wgs84.SetAxisMappingStrategy(OAMS_TRADITIONAL_GIS_ORDER);
-    CPLPushErrorHandler(CPLQuietErrorHandler);
-    std::unique_ptr<OGRCoordinateTransformation> transform(
-        OGRCreateCoordinateTransformation(&source, &wgs84));
-    CPLPopErrorHandler();
+    std::unique_ptr<OGRCoordinateTransformation> transform;
+    {
+      CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+      transform.reset(OGRCreateCoordinateTransformation(&source, &wgs84));
+    }
     if (!transform || !transform->Transform(static_cast<int>(xs.size()), xs.data(), ys.data(),
                                             nullptr, ok.data())) {
       return {};

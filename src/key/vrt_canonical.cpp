@@ -20,10 +20,6 @@ namespace idem {
 
 namespace {
 
-struct XmlFree {
-  void operator()(CPLXMLNode* node) const { CPLDestroyXMLNode(node); }
-};
-
 const char* const k_srs_tags[] = {"SRS", "SourceSRS", "TargetSRS", "SrcSRS", "DstSRS"};
 
 // Attempt-varying settings that cannot change a pixel: out of the key.
@@ -416,7 +412,7 @@ class VrtCanonicaliser {
 }  // namespace
 
 JsonValue canonical_vrt(const std::string& xml, const VrtCanonicalOptions& options) {
-  std::unique_ptr<CPLXMLNode, XmlFree> tree;
+  CPLXMLTreeCloser tree(nullptr);
   {
     CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
     tree.reset(CPLParseXMLString(xml.c_str()));

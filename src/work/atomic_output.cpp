@@ -226,7 +226,7 @@ AtomicOutput::AtomicOutput(const std::string& final_path, const std::string& tok
                 "output path '" + final_path + "' does not name a file; give a file name");
   }
   m_object = is_object_store_path(final_path);
-  if (!m_object && final_path.rfind("/vsi", 0) == 0) {
+  if (!m_object && is_vsi_path(final_path)) {
     throw Error(ErrorKind::k_usage,
                 "output path " + final_path +
                     " is on a GDAL virtual filesystem that cannot be published atomically; "
