@@ -35,6 +35,12 @@ void HeldMessages::replay(const std::function<bool(CPLErr, const std::string&)>&
   m_held.clear();
 }
 
+std::string last_gdal_error() {
+  const char* message = CPLGetLastErrorMsg();
+  return message != nullptr && message[0] != '\0' ? std::string(message)
+                                                  : std::string("no GDAL error message");
+}
+
 GDALDatasetUniquePtr open_quietly(const std::string& path, unsigned int flags) {
   CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
   return GDALDatasetUniquePtr(GDALDataset::Open(path.c_str(), flags));

@@ -36,6 +36,9 @@ class HeldMessages {
   bool m_pushed = false;
 };
 
+// The message of GDAL's last error on this thread, or "no GDAL error message".
+std::string last_gdal_error();
+
 // GDALDataset::Open(path, flags) with GDAL's messages silenced, for a caller that reports what a
 // failure means itself (CPLGetLastErrorMsg() still has GDAL's reason).
 GDALDatasetUniquePtr open_quietly(const std::string& path, unsigned int flags);
