@@ -127,7 +127,6 @@ void copy_dataset_info(GDALDataset* vrt, GDALDataset* output, bool all_colour_in
   }
 }
 
-
 // Whether gdalwarp, creating `output` in `format` itself, would skip the chunks that have no
 // source (SKIP_NOSOURCE=YES, set for new GTiff, GPKG and MEM outputs when INIT_DEST agrees with
 // the output's nodata; docs/internals.md §10). The pixels do not depend on it; the RPC window
@@ -169,8 +168,6 @@ bool gdalwarp_skips_nosource(const GDALWarpOptions& options, GDALDataset* output
   }
   return true;
 }
-
-
 
 // gdalwarp's restriction of an RPC warp into a new output (its AdjustOutputExtentForRPC): RPCs
 // can find source pixels for points outside the source's footprint, so gdalwarp warps only the

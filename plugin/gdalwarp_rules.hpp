@@ -34,7 +34,6 @@ bool gdalwarp_skips_nosource(const GDALWarpOptions& options, GDALDataset* output
 // can find source pixels for points outside the source's footprint, so gdalwarp warps only the
 // footprint's bounding box plus 5 pixels, unless RESTRICT_OUTPUT_DATASET_UPDATE=NO. Returns the
 // window to warp, empty when the footprint misses the output (docs/internals.md §10).
-WarpWindow gdalwarp_window(const GDALWarpOptions& options, GDALDataset* output,
-                           bool skip_nosource);
+WarpWindow gdalwarp_window(const GDALWarpOptions& options, GDALDataset* output, bool skip_nosource);
 
 }  // namespace idem

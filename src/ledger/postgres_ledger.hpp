@@ -5,8 +5,8 @@
 //   postgres_ledger.cpp      what workers call: claim, confirm, heartbeat, complete, release,
 //                            lookup, the digest cache, the completion in a caller's transaction
 //   postgres_operations.cpp  what operators call: rows, counts, history, forget, retention
-//   postgres_session.cpp     the connection and its protocol: connecting, statements sent
-//                            prepared or not, answers read ahead (pipelining), errors
+//   postgres_session.cpp     the connection: connecting, answers read ahead (pipelining)
+//   postgres_protocol.cpp    statements sent prepared or not, overlapped, answers, errors
 //   postgres_schema.cpp      the schema: reading its state, migrations, the claim statements
 //                            that follow its shape
 //   postgres_statements.hpp  the SQL text and the helpers that bind and read it
@@ -153,6 +153,8 @@ class PostgresLedger : public Ledger, public CallerTransactionCompletion {
   void finish_postgis_load();
   void prepare_ahead(const std::string& confirm_token);
   void finish_prepare_ahead();
+
+  // The protocol (postgres_protocol.cpp).
   PgResult take_answer();
   [[noreturn]] void fail(const PGresult* result, const std::string& what);
   static std::vector<const char*> raw_params(const Params& params);

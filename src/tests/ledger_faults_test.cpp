@@ -85,9 +85,10 @@ class LedgerFaults : public ::testing::Test {
     return Ledger::open(m_dsn);
   }
 
-  // Start the workers behind a barrier, release them, restart the server after `restart_after`.
+  // Start the workers behind a barrier, release them once all are connected, restart the server
+  // once `restart_after` keys are completed.
   std::vector<int> run_workers(const std::vector<std::string>& logs, bool tolerate,
-                               std::optional<std::chrono::milliseconds> restart_after) {
+                               std::optional<int> restart_after) {
     int barrier[2];
     EXPECT_EQ(pipe(barrier), 0);
     std::vector<std::unique_ptr<Child>> workers;
@@ -102,10 +103,13 @@ class LedgerFaults : public ::testing::Test {
           std::make_unique<Child>(args, std::map<std::string, std::string>{}, false, barrier[0]));
     }
     close(barrier[0]);
-    std::this_thread::sleep_for(300ms);
+    const int ready_before = ledger_test::count_log_lines(logs, "ready");
+    EXPECT_TRUE(ledger_test::wait_for_log_lines(logs, ready_before + static_cast<int>(logs.size()),
+                                                "ready"))
+        << "the workers did not all connect";
     close(barrier[1]);
     if (restart_after) {
-      std::this_thread::sleep_for(*restart_after);
+      EXPECT_TRUE(ledger_test::wait_for_log_lines(logs, *restart_after, "complete", "ok"));
       restart_server();
     }
     std::vector<int> statuses;
@@ -151,7 +155,7 @@ class LedgerFaults : public ::testing::Test {
 
 TEST_F(LedgerFaults, RunCutByRestartFailsClearlyAndConvergesWhenRetried) {
   const std::vector<std::string> first = logs("first");
-  const std::vector<int> statuses = run_workers(first, false, 800ms);
+  const std::vector<int> statuses = run_workers(first, false, k_keys / 10);
   EXPECT_NE(std::count(statuses.begin(), statuses.end(), 2), 0) << "no worker saw the restart";
   expect_clear_errors_without_password(first);
   auto ledger = open_when_up();
@@ -188,7 +192,7 @@ TEST_F(LedgerFaults, RunCutByRestartFailsClearlyAndConvergesWhenRetried) {
 
 TEST_F(LedgerFaults, WorkersRetryingWithTheirTokensRideThroughARestart) {
   const std::vector<std::string> paths = logs("ride");
-  for (int status : run_workers(paths, true, 800ms)) {
+  for (int status : run_workers(paths, true, k_keys / 10)) {
     EXPECT_EQ(status, 0);
   }
   expect_clear_errors_without_password(paths);

@@ -77,8 +77,9 @@ TEST_P(LedgerProcesses, EightWorkersCompleteEveryKeyExactlyOnceWithoutOverlap) {
         std::map<std::string, std::string>{}, false, barrier[0]));
   }
   close(barrier[0]);
-  std::this_thread::sleep_for(300ms);  // every worker connected and waiting
-  close(barrier[1]);                   // release them together
+  // Every worker connected and waiting, then released together.
+  EXPECT_TRUE(ledger_test::wait_for_log_lines(logs, k_workers, "ready"));
+  close(barrier[1]);
   for (auto& worker : workers) {
     EXPECT_EQ(worker->wait(), 0);
   }

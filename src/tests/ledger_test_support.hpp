@@ -290,6 +290,39 @@ struct RaceReport {
   int errors = 0;     // ledger errors the workers saw (fault tests)
 };
 
+// How many lines of the workers' logs begin with `word` (and, when set, have `status` as their
+// fourth word: "complete KEY TOKEN ok ...").
+inline int count_log_lines(const std::vector<std::string>& log_paths, const std::string& word,
+                           const std::string& status = "") {
+  int count = 0;
+  for (const std::string& path : log_paths) {
+    std::ifstream log(path);
+    std::string line;
+    while (std::getline(log, line)) {
+      const std::vector<std::string> words = split(line);
+      if (!words.empty() && words[0] == word &&
+          (status.empty() || (words.size() > 3 && words[3] == status))) {
+        ++count;
+      }
+    }
+  }
+  return count;
+}
+
+// Waits (polling the logs; bounded, a hang fails) until the workers' logs have `count` lines as
+// count_log_lines() counts them.
+inline bool wait_for_log_lines(const std::vector<std::string>& log_paths, int count,
+                               const std::string& word, const std::string& status = "") {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (count_log_lines(log_paths, word, status) < count) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling interval
+  }
+  return true;
+}
+
 // Check the logs of a race: every key completed exactly once by a holder that did the work,
 // the ledger row names that holder, and the holds of a key never overlap: each holder's
 // successful operations all started before the next holder's claim returned.

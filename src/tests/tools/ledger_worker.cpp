@@ -107,6 +107,8 @@ int run_race(const std::string& dsn, const std::string& log_path, int barrier_fd
     pending.emplace_back(key);
   }
   std::shuffle(pending.begin(), pending.end(), generator());
+  // Connected: the test releases the workers once every one of them says so.
+  log << "ready " << wall_ns() << "\n" << std::flush;
   if (barrier_fd >= 0) {
     char byte = 0;
     while (read(barrier_fd, &byte, 1) > 0) {
