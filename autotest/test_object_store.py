@@ -469,7 +469,7 @@ subprocess.run([sys.executable, "-c", PUT, uri, "elsewhere"], check=True)
 results["elsewhere, at once"] = read(uri)
 results["elsewhere, GDAL's own Stat"] = gdal.VSIStatL(uri) is not None
 looks_missing(uri)  # a look again (GDAL 3.6 answers it from its cache, 3.10 may ask the store)
-time.sleep(2.2)
+time.sleep(2.2)  # the look's 2 s lifetime running out is what this step tests
 results["elsewhere, 2 s after the look"] = read(uri)
 
 uri = f"/vsis3/{bucket}/many/written.bin"  # looks at 70 more objects: the first look still stands

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -89,6 +90,17 @@ void flip_byte_keep_mtime(const std::string& path, long offset) {
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
 }
 
+// Returns once the clock that stamps ctime (the kernel's coarse real-time clock) has passed the
+// ctime of `path`: a change made then gets another ctime. An event to wait for (a clock tick,
+// a few milliseconds at most), not a pause of a guessed length.
+void wait_past_ctime(const std::string& path) {
+  const int64_t ctime_ns = local_file_identity(path).ctime_ns;
+  timespec now{};
+  do {
+    ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  } while (static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec <= ctime_ns);
+}
+
 TEST(KeyDigest, MatchesTheDefinitionOnSeveralSizes) {
   TempDir dir;
   // Empty, one byte, one piece less a byte, exactly one piece, one piece and a byte, exactly four
@@ -150,7 +162,7 @@ TEST(KeyDigest, CacheHitsWhenUnchangedAndMissesOnCtimeChange) {
   cache.put(path, local_file_identity(path), "cached-value");
   EXPECT_EQ(digest_local_file(path, &cache), first);
 
-  ::usleep(20000);  // let the clock move so ctime differs
+  wait_past_ctime(path);
   flip_byte_keep_mtime(path, 500);
   const FileIdentity after = local_file_identity(path);
   EXPECT_FALSE(cache.get(path, after).has_value());
@@ -172,7 +184,7 @@ TEST(KeyDigest, PrefetchedDigestsServeOnlyTheIdentityTheyWereReadFor) {
   EXPECT_EQ(backing.size(), 0u);
   EXPECT_EQ(digest_local_file(path, &prefetched), "read-ahead");
 
-  ::usleep(20000);
+  wait_past_ctime(path);
   flip_byte_keep_mtime(path, 500);
   const std::string after = digest_local_file(path, &prefetched);
   EXPECT_EQ(after, reference_content_digest(path));  // hashed again, and recorded
