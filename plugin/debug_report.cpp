@@ -70,7 +70,7 @@ void CountingDigestCache::report() const {
   debug_report_set("SOURCE_DIGESTS_FOUND", std::to_string(m_digests_found));
 }
 
-char** IdemDriver::GetMetadata(const char* domain) {
+compat::MetadataList IdemDriver::GetMetadata(const char* domain) {
   return is_debug_domain(domain) ? debug_report() : GDALDriver::GetMetadata(domain);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/digest_cache.hpp"
+#include "base/gdal_compat.hpp"
 #include "gdal_priv.h"
 
 namespace idem {
@@ -50,7 +51,7 @@ class CountingDigestCache final : public DigestCache {
 // GDALDriver with the _DEBUG_ domain above.
 class IdemDriver final : public GDALDriver {
  public:
-  char** GetMetadata(const char* domain) override;
+  compat::MetadataList GetMetadata(const char* domain) override;
   const char* GetMetadataItem(const char* name, const char* domain) override;
 };
 

@@ -83,6 +83,13 @@ inline CPLErr set_geotransform(GDALDataset* dataset, const double geotransform[6
 #endif
 }
 
+// What GDALMajorObject::GetMetadata returns: CSLConstList since 3.13, char** before.
+#if IDEM_GDAL_AT_LEAST(3, 13, 0)
+using MetadataList = CSLConstList;
+#else
+using MetadataList = char**;
+#endif
+
 // The options a driver's CreateCopy callback receives: CSLConstList since 3.13, char** before.
 #if IDEM_GDAL_AT_LEAST(3, 13, 0)
 using CreateCopyOptions = CSLConstList;
