@@ -16,7 +16,7 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import (GDAL_WARP_REPORTING, ROOT, _pg_dsn, env_with,  # noqa: F401
-                          make_ledger, make_source, run, temp_dirs_beside)
+                          make_ledger, make_source, run, temp_dirs_beside, wait_until)
 
 
 @pytest.fixture
@@ -70,13 +70,6 @@ def waiting_for_durability(query_start):
     return [pid for pid, query in rows if query.startswith(query_start)]
 
 
-def wait_for(predicate, what, timeout=30):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 class Worker:
     """A gdalwarp command run as gdal.Warp in a process of its own, which reports reaching the
     point where it confirms its claim (a file appears) and, at its end, the IDEM driver's _DEBUG_
@@ -125,9 +118,9 @@ def worker_waiting_for_its_confirmation(ledger, src, out):
         try:
             # The claim did not wait, so the warp ran; the claim's confirmation, sent right
             # after it, waits in the server.
-            wait_for(worker.reached_confirmation, "the warp")
-            wait_for(lambda: waiting_for_durability(CONFIRMATION),
-                     "the claim's confirmation to wait for the standby")
+            wait_until(worker.reached_confirmation, "the warp", timeout=30)
+            wait_until(lambda: waiting_for_durability(CONFIRMATION),
+                       "the claim's confirmation to wait for the standby", timeout=30)
             yield worker
         except BaseException:
             worker.proc.kill()
@@ -185,9 +178,9 @@ def test_a_confirmation_lost_with_its_connection_is_made_again(pg_ledger, source
         for pid in waiting_for_durability(CONFIRMATION):
             admin_execute("SELECT pg_terminate_backend(%s)", (pid,))
         # On a new connection the claim's row is rewritten, and that commit waits in turn.
-        wait_for(lambda: waiting_for_durability("UPDATE idem.ledger SET lease_expires_at = "
-                                                "lease_expires_at"),
-                 "the second confirmation to wait for the standby")
+        wait_until(lambda: waiting_for_durability("UPDATE idem.ledger SET lease_expires_at = "
+                                                  "lease_expires_at"),
+                   "the second confirmation to wait for the standby", timeout=30)
         assert worker.proc.poll() is None
         assert not out.exists()
     rc, stderr, report = worker.finish()
@@ -204,8 +197,8 @@ def test_durable_claim_waits_for_the_flush_before_any_work(pg_ledger, source, tm
         worker = Worker(warp_cmd(source, out),
                         env_with(IDEM_LEDGER=pg_ledger.dsn, IDEM_DURABLE_CLAIM="YES"), tmp_path)
         # The claim's own commit waits in the server: the worker is inside the claim.
-        wait_for(lambda: waiting_for_durability("WITH current AS"),
-                 "the claim to wait for the standby")
+        wait_until(lambda: waiting_for_durability("WITH current AS"),
+                   "the claim to wait for the standby", timeout=30)
         assert worker.proc.poll() is None
         assert not worker.reached_confirmation()  # no warp ran
     rc, stderr, _ = worker.finish()

@@ -225,9 +225,6 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   PreparedWarpPtr prepared_warp;
   bool read_warp_ahead = m_work.is_warp && !EQUAL(format_driver->GetDescription(), "VRT") &&
                          !vsiidem_unlink_pending(m_destination);
-  if (m_work.is_warp) {
-    debug_report_set("WARP_OPTIONS_READ_AHEAD", "NO");
-  }
   const std::function<void()> read_warp = [&] {
     prepared_warp = prepare_warp_ahead(source, &m_work.vrt_xml, &m_kept_sources);
   };
@@ -239,7 +236,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     const auto claim_sent = LeaseKeeper::Clock::now();
     const ClaimResult claim = read_warp_ahead ? m_ledger->claim_unless_completed(request, read_warp)
                                               : m_ledger->claim_unless_completed(request);
-    if (read_warp_ahead) {
+    if (m_work.is_warp) {
       debug_report_set("WARP_OPTIONS_READ_AHEAD", prepared_warp ? "YES" : "NO");
     }
     read_warp_ahead = false;
