@@ -88,6 +88,8 @@ def sources(tmp_path_factory):
     paths["src"] = root / "src.tif"
     byte_source("src_b.tif", origin=(502560.0, 4650000.0), seed=7).FlushCache()
     paths["src_b"] = root / "src_b.tif"
+    gdal.BuildVRT(str(root / "mosaic.vrt"), [str(paths["src"]), str(paths["src_b"])]).FlushCache()
+    paths["mosaic"] = root / "mosaic.vrt"
     ds = byte_source("rgba.tif", bands=4, alpha=True)
     ds = None
     paths["rgba"] = root / "rgba.tif"
@@ -169,12 +171,12 @@ def command_line(program, fmt, arguments, sources, output, idem):
 def python_call(program, fmt, arguments, sources, output, idem):
     kwargs = substitute(arguments, sources)
     target = "/vsiidem/" + str(output) if idem else str(output)
-    if idem:
-        fmt_args = f"format='IDEM', creationOptions=['FORMAT={fmt}']"
-    else:
-        fmt_args = f"format={fmt!r}"
+    # The IDEM call's creation options are FORMAT= and then the call's own.
+    fmt_args = (f"format='IDEM', creationOptions=['FORMAT={fmt}'] + options" if idem
+                else f"format={fmt!r}, creationOptions=options")
     code = ("from osgeo import gdal\ngdal.UseExceptions()\n"
             f"kwargs = {kwargs}\n"
+            "options = kwargs.pop('creationOptions', [])\n"
             f"gdal.{program}({target!r}, {sources['src']!r}, {fmt_args}, **kwargs)\n")
     return ["/usr/bin/python3", "-c", code]
 

@@ -551,14 +551,6 @@ def test_idem_multi_source_warp_warns_that_the_claim_came_after_the_work(sqlite_
     assert len(sqlite_ledger.completed()) == 2
 
 
-def test_idem_cog_reprojecting_options_are_warned(sqlite_ledger, source, tmp_path):
-    out = tmp_path / "cog.tif"
-    proc = run(warp_cmd(source, vsi(out), "-co", "FORMAT=COG", "-co",
-                        "TILING_SCHEME=GoogleMapsCompatible"),
-               env=env_with(IDEM_LEDGER=sqlite_ledger.dsn), check=True)
-    assert "TILING_SCHEME" in proc.stderr and "warp" in proc.stderr
-
-
 def test_idem_postgis_footprint_splits_at_the_antimeridian(tmp_path):
     import psycopg
     pg = make_ledger("postgresql", tmp_path)

@@ -27,6 +27,7 @@
 #include "base/object_store.hpp"
 #include "base/paths.hpp"
 #include "base/progress.hpp"
+#include "cog_warp.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "creation_options.hpp"
@@ -113,7 +114,7 @@ class IdemCreator {
 
  private:
   void set_destination(const char* filename);
-  void warn_about_the_work(GDALDriver* format_driver, const CPLStringList& passthrough) const;
+  void check_the_work() const;
   ClaimRequest claim_request() const;
   GDALDataset* skip_if_current(const LedgerRow& row, bool waited);
   GDALDataset* dry_run(const WorkDescription& work);
@@ -147,6 +148,7 @@ class IdemCreator {
   WorkerLedger* m_ledger = nullptr;  // shared_ledger(): lives for the process
   WorkDescription m_work;
   KeptSources m_kept_sources;  // opened for the key, reused by the warp
+  CogWarpPlan m_cog;           // a warp into COG run as gdalwarp -of COG runs it (cog_warp.hpp)
   std::chrono::steady_clock::time_point m_lap = std::chrono::steady_clock::now();
 };
 
@@ -214,8 +216,17 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   m_work = describe_work(source, key_options);
   digest_cache.report();
   check_destination_is_not_a_source(m_destination, source_files);
+  if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG")) {
+    m_cog = plan_cog_warp(source, m_work, m_kept_sources, [&](const std::string& xml) {
+      return canonical_vrt_text(xml, key_options);
+    });
+    if (m_cog.arguments && !m_work.cog_warp) {  // re-keyed: it runs otherwise than before
+      key_options.warp_as_gdalwarp_cog = true;
+      m_work = describe_work(source, key_options);
+    }
+  }
   CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", lap_ms(m_lap));
-  warn_about_the_work(format_driver, passthrough);
+  check_the_work();
   ClaimRequest request = claim_request();
 
   // A warp's options are read while a PostgreSQL ledger answers the first claim (cheap when they
@@ -223,7 +234,8 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   // found an output at the destination: the answer is then likely "completed", and the reading
   // would be wasted.
   PreparedWarpPtr prepared_warp;
-  bool read_warp_ahead = m_work.is_warp && !EQUAL(format_driver->GetDescription(), "VRT") &&
+  bool read_warp_ahead = m_work.is_warp && !m_work.cog_warp &&
+                         !EQUAL(format_driver->GetDescription(), "VRT") &&
                          !vsiidem_unlink_pending(m_destination);
   const std::function<void()> read_warp = [&] {
     prepared_warp = prepare_warp_ahead(source, &m_work.vrt_xml, &m_kept_sources);
@@ -280,19 +292,14 @@ void IdemCreator::set_destination(const char* filename) {
   }
 }
 
-// What the user would want to know about the work described before it is claimed.
-void IdemCreator::warn_about_the_work(GDALDriver* format_driver,
-                                      const CPLStringList& passthrough) const {
-  if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG")) {
-    for (const char* name : {"TILING_SCHEME", "TARGET_SRS", "RES", "EXTENT"}) {
-      if (passthrough.FetchNameValue(name) != nullptr) {
-        // gdalwarp folds these into the warp only when its output format is COG itself.
-        CPLError(CE_Warning, CPLE_AppDefined,
-                 "IDEM: -co %s makes the COG driver warp the already warped output a second "
-                 "time; set the target grid on the warp instead (-t_srs, -tr, -te, -tap)",
-                 name);
-      }
-    }
+// What the user must know about the work described, or what refuses it, before it is claimed.
+void IdemCreator::check_the_work() const {
+  if (m_work.source_was_materialised && m_work.cog_grid) {
+    throw Error(ErrorKind::k_usage,
+                "gdalwarp -of COG warps several sources straight into the grid that the COG "
+                "grid options (TILING_SCHEME, TARGET_SRS) give, but GDAL warped them into a "
+                "temporary file before calling IDEM. Build a VRT of the sources first "
+                "(gdalbuildvrt mosaic.vrt a.tif b.tif) and warp mosaic.vrt.");
   }
   if (m_work.source_was_materialised) {
     CPLError(CE_Warning, CPLE_AppDefined,
@@ -338,8 +345,9 @@ GDALDataset* IdemCreator::skip_if_current(const LedgerRow& row, bool waited) {
   std::string store_etag;
   GDALDatasetUniquePtr existing;
   if (completed_output_is_current(row, m_destination, &store_etag, &existing) &&
-      existing->GetRasterXSize() == m_work.grid.x_size &&
-      existing->GetRasterYSize() == m_work.grid.y_size) {
+      // A COG's grid options choose its grid: not the work's.
+      (m_work.cog_grid || (existing->GetRasterXSize() == m_work.grid.x_size &&
+                           existing->GetRasterYSize() == m_work.grid.y_size))) {
     if (!store_etag.empty() &&
         !m_ledger->replace_etag(m_work.key, row.claim_token, *row.fingerprint->etag, store_etag)) {
       CPLDebug("IDEM", "the row changed before the store's ETag could be recorded");
@@ -534,6 +542,10 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
   request.kept_sources = &m_kept_sources;
   request.vrt_xml = &m_work.vrt_xml;
   request.prepared_warp = what.prepared_warp;
+  if (m_cog.arguments) {
+    request.gdalwarp_arguments = &*m_cog.arguments;
+    request.gdalwarp_source = m_cog.source;
+  }
   request.progress = relay.function();
   request.progress_data = relay.data();
   // A large local output is synced while GDAL writes it, so the fsync of the commit does
@@ -547,8 +559,12 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
   request.report = &report;
   GDALDatasetUniquePtr written = materialise(request);
   if (report.warped) {
-    debug_report_set("WARP_OPTIONS", report.options_adopted ? "ADOPTED" : "DESERIALISED");
-    debug_report_set("WARP_RUN_BY", report.ran_vrt_operation ? "VRT_OPERATION" : "OWN_OPERATION");
+    debug_report_set("WARP_OPTIONS", report.ran_gdalwarp      ? "ARGUMENTS"
+                                     : report.options_adopted ? "ADOPTED"
+                                                              : "DESERIALISED");
+    debug_report_set("WARP_RUN_BY", report.ran_gdalwarp        ? "GDALWARP"
+                                    : report.ran_vrt_operation ? "VRT_OPERATION"
+                                                               : "OWN_OPERATION");
     debug_report_set("WARP_SOURCE", report.kept_source ? "KEPT" : "OPENED");
   }
   // GDAL 3.6 has no GDALDataset::Close(): flush, close, and look for errors raised doing so

@@ -18,6 +18,7 @@
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
 #include "base/progress.hpp"
+#include "cog_warp.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_minixml.h"
@@ -481,6 +482,25 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
   // A VRT output of a warped VRT is its serialisation: copy it.
   const bool writes_pixels = !EQUAL(driver->GetDescription(), "VRT");
 
+  if (request.gdalwarp_arguments != nullptr && writes_pixels) {
+    if (request.report != nullptr) {
+      request.report->warped = true;
+      request.report->kept_source = true;
+      request.report->ran_gdalwarp = true;
+    }
+    ScaledProgress stage(0.0, 1.0, relay);
+    try {
+      return warp_as_gdalwarp_cog(request.gdalwarp_source, *request.gdalwarp_arguments,
+                                  request.output_path, request.creation_options.List(),
+                                  stage.function(), stage.data());
+    } catch (const Error&) {
+      if (relay.cancelled()) {
+        throw_cancelled("the warp into COG");
+      }
+      throw;
+    }
+  }
+
   PreparedWarpPtr own_warp;
   PreparedWarp* warp = writes_pixels ? request.prepared_warp : nullptr;
   if (warp == nullptr && writes_pixels) {
@@ -550,6 +570,17 @@ void remove_partial_output(const MaterialiseRequest& request) {
 }
 
 }  // namespace
+
+GDALDataset* kept_warp_source(GDALDataset* vrt, const std::string& vrt_xml,
+                              const KeptSources& kept_sources) {
+  CPLXMLTreeCloser tree = warped_vrt_tree(vrt, &vrt_xml);
+  if (tree.get() == nullptr) {
+    return nullptr;
+  }
+  CPLXMLNode* warp_node = CPLGetXMLNode(tree.get(), "=VRTDataset.GDALWarpOptions");
+  resolve_source_path(warp_node, vrt);
+  return kept_source_for(warp_node, &kept_sources);
+}
 
 PreparedWarpPtr prepare_warp(GDALDataset* source, const std::string* vrt_xml,
                              const KeptSources* kept_sources) {

@@ -26,6 +26,11 @@ using PreparedWarpPtr = std::unique_ptr<PreparedWarp, PreparedWarpDeleter>;
 // only, see adopt_vrt_warp in warp_engine.cpp).
 GDALDataset* warped_vrt_source(GDALDataset* vrt);
 
+// The dataset the key opened for the source of the warped VRT `vrt` (`vrt_xml` its XML), the one
+// the warp reads; nullptr when there is none (not a warped VRT, or open options for the source).
+GDALDataset* kept_warp_source(GDALDataset* vrt, const std::string& vrt_xml,
+                              const KeptSources& kept_sources);
+
 // The warp options of `source` when it is a warped VRT (`vrt_xml` and `kept_sources` as in
 // MaterialiseRequest), else nullptr. Throws idem::Error as materialise() would.
 PreparedWarpPtr prepare_warp(GDALDataset* source, const std::string* vrt_xml,
@@ -37,6 +42,7 @@ struct MaterialiseReport {
   bool options_adopted = false;    // the warp options and transformer of the warped VRT itself
   bool ran_vrt_operation = false;  // the warped VRT's own warp operation ran the warp
   bool kept_source = false;        // the warp read the dataset the key opened
+  bool ran_gdalwarp = false;       // GDALWarp() ran it (a COG with grid options)
 };
 
 struct MaterialiseRequest {
@@ -55,6 +61,10 @@ struct MaterialiseRequest {
   // prepare_warp()'s answer for this source, used (once) instead of reading the options again;
   // null to read them here. Ignored for a VRT output, which is the serialisation itself.
   PreparedWarp* prepared_warp = nullptr;
+  // A warp into COG with COG's grid options (cog_warp.hpp): the gdalwarp arguments that make the
+  // warped VRT `source`, run with -of COG on `gdalwarp_source`, the dataset the key opened.
+  const CPLStringList* gdalwarp_arguments = nullptr;
+  GDALDataset* gdalwarp_source = nullptr;
   GDALProgressFunc progress = GDALDummyProgress;
   void* progress_data = nullptr;
   // Filled in when set.

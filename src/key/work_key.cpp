@@ -139,6 +139,31 @@ std::string compute_key(const std::string& namespace_name, const std::string& ca
   return sha256_hex(namespace_name + ":v" + std::to_string(k_algo_version) + ":" + canonical_json);
 }
 
+bool cog_grid_options_in(const std::vector<std::pair<std::string, std::string>>& options) {
+  // The first occurrence wins, as for the driver (CSLFetchNameValue).
+  bool tiling_scheme_seen = false;
+  for (const auto& [name, value] : options) {
+    if (EQUAL(name.c_str(), "TARGET_SRS")) {
+      return true;
+    }
+    if (EQUAL(name.c_str(), "TILING_SCHEME") && !tiling_scheme_seen) {
+      tiling_scheme_seen = true;
+      if (!EQUAL(value.c_str(), "CUSTOM")) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::string canonical_vrt_text(const std::string& xml, const KeyOptions& options) {
+  VrtCanonicalOptions vrt_options;
+  vrt_options.sources.policy = options.digest_policy;
+  vrt_options.sources.cache = options.digest_cache;
+  vrt_options.sources.kept_sources = options.kept_sources;
+  return canonical_vrt(xml, vrt_options).dump();
+}
+
 WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
   if (src == nullptr) {
     throw Error(ErrorKind::k_usage, "describe_work: no source dataset");
@@ -175,6 +200,16 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     const JsonValue* sub_class = attributes != nullptr ? attributes->find("subClass") : nullptr;
     description.is_warp = sub_class != nullptr && sub_class->text() == "VRTWarpedDataset";
     work.set("kind", JsonValue::string(description.is_warp ? "warp" : "vrt"));
+    // A warp into a COG with grid options runs as gdalwarp -of COG runs it (docs/internals.md
+    // §11), which outputs of earlier releases were not: keyed apart from them.
+    if (description.is_warp && canonical_format(options.format) == "COG") {
+      description.vrt_canonical = vrt.dump();
+      description.cog_warp =
+          options.warp_as_gdalwarp_cog || cog_grid_options_in(options.creation_options);
+      if (description.cog_warp) {
+        work.set("cog_warp", JsonValue::string("gdalwarp"));
+      }
+    }
     work.set("vrt", std::move(vrt));
     description.vrt_xml = xml[0];
     // gdalwarp's configuration option that changes the pixels of an RPC warp (docs/internals.md
@@ -193,6 +228,8 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
   }
 
   description.grid = target_grid(src);
+  description.cog_grid =
+      canonical_format(options.format) == "COG" && cog_grid_options_in(options.creation_options);
   description.canonical_json = work.dump();
   description.key = compute_key(options.namespace_name, description.canonical_json);
   return description;

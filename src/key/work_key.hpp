@@ -26,6 +26,9 @@ struct KeyOptions {
   DigestCache* digest_cache = nullptr;               // may be null: no caching
   KeptSources* kept_sources = nullptr;               // may be null: sources closed once identified
   std::vector<std::string>* source_files = nullptr;  // when set, every source file is added
+  // Set by the plugin when a warp into COG without grid options runs as gdalwarp -of COG runs
+  // it all the same (keyed "cog_warp", as with grid options).
+  bool warp_as_gdalwarp_cog = false;
 };
 
 // The target grid of the work, for the ledger's footprint and tile columns.
@@ -49,7 +52,22 @@ struct WorkDescription {
   // The source is a temporary dataset GDAL materialised before calling the driver (multi-source
   // gdalwarp, docs/internals.md §3): the claim necessarily comes after the work.
   bool source_was_materialised = false;
+  // The output is a COG with COG's grid options (cog_grid_options_in()): the COG's grid is not
+  // `grid`. A warp then runs as `gdalwarp -of COG` runs it (keyed "cog_warp", as with
+  // KeyOptions::warp_as_gdalwarp_cog). For any warp into COG, `vrt_canonical` holds the canonical
+  // form of its VRT, for the plugin's round trip.
+  bool cog_grid = false;
+  bool cog_warp = false;
+  std::string vrt_canonical;
 };
+
+// Whether COG creation options make the COG driver choose the grid itself: TARGET_SRS, or a
+// TILING_SCHEME other than CUSTOM (the other grid options act only with one of those).
+bool cog_grid_options_in(const std::vector<std::pair<std::string, std::string>>& options);
+
+// The canonical form describe_work() gives a warped VRT made in memory from `xml` (the sources
+// identified as `options` says), as text: two VRTs that describe the same work compare equal.
+std::string canonical_vrt_text(const std::string& xml, const KeyOptions& options);
 
 // Describe the CreateCopy source `src` plus the options into canonical work JSON and a key.
 // Throws idem::Error (k_usage for bad CRS/options, k_source for unreadable sources).
