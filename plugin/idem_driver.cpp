@@ -113,7 +113,7 @@ class IdemCreator {
                       GDALProgressFunc progress, void* progress_data);
 
  private:
-  void set_destination(const char* filename);
+  void set_destination(const char* filename, GDALDriver* format_driver);
   void check_the_work() const;
   ClaimRequest claim_request() const;
   GDALDataset* skip_if_current(const LedgerRow& row, bool waited);
@@ -180,7 +180,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   // Unknown options for the real driver are reported the way GDAL reports them for any driver.
   GDALValidateCreationOptions(format_driver, passthrough.List());
 
-  set_destination(filename);
+  set_destination(filename, format_driver);
 
   KeyOptions key_options;
   key_options.namespace_name = m_options.namespace_name;
@@ -277,7 +277,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
 
 // The destination as the ledger names it (absolute real path), refused before any claim when it
 // cannot be published atomically or written.
-void IdemCreator::set_destination(const char* filename) {
+void IdemCreator::set_destination(const char* filename, GDALDriver* format_driver) {
   m_via_vsiidem = is_vsiidem_path(filename);
   const std::string real_path = m_via_vsiidem ? vsiidem_real_path(filename) : filename;
   if (is_vsi_path(real_path) && !is_object_store_path(real_path)) {
@@ -286,7 +286,7 @@ void IdemCreator::set_destination(const char* filename) {
                                         "/vsigs/, /vsiaz/, ...) can be published atomically");
   }
   m_destination = absolute_path(real_path);
-  check_destination_is_a_file(filename, m_destination);
+  check_destination_is_a_file(filename, m_destination, format_driver);
   if (!m_options.dry_run) {
     check_destination_directory(m_destination);
   }
@@ -345,9 +345,11 @@ GDALDataset* IdemCreator::skip_if_current(const LedgerRow& row, bool waited) {
   std::string store_etag;
   GDALDatasetUniquePtr existing;
   if (completed_output_is_current(row, m_destination, &store_etag, &existing) &&
-      // A COG's grid options choose its grid: not the work's.
-      (m_work.cog_grid || (existing->GetRasterXSize() == m_work.grid.x_size &&
-                           existing->GetRasterYSize() == m_work.grid.y_size))) {
+      // A COG's grid options choose its grid, not the work's; a Zarr of several bands opens
+      // as a container of arrays, without bands.
+      (m_work.cog_grid || existing->GetRasterCount() == 0 ||
+       (existing->GetRasterXSize() == m_work.grid.x_size &&
+        existing->GetRasterYSize() == m_work.grid.y_size))) {
     if (!store_etag.empty() &&
         !m_ledger->replace_etag(m_work.key, row.claim_token, *row.fingerprint->etag, store_etag)) {
       CPLDebug("IDEM", "the row changed before the store's ETag could be recorded");

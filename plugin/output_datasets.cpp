@@ -168,13 +168,19 @@ void check_destination_directory(const std::string& destination) {
 }
 
 // An output path that names a directory ("/vsiidem/" alone, "out/") is refused before any claim.
-void check_destination_is_a_file(const char* filename, const std::string& destination) {
+void check_destination_is_a_file(const char* filename, const std::string& destination,
+                                 GDALDriver* format_driver) {
   const std::string given = filename;
   VSIStatBufL info;
-  const bool is_directory = given.empty() || given.back() == '/' || destination == "/" ||
-                            (!is_object_store_path(destination) &&
-                             VSIStatL(destination.c_str(), &info) == 0 && VSI_ISDIR(info.st_mode));
-  if (is_directory) {
+  const bool names_a_directory = given.empty() || given.back() == '/' || destination == "/";
+  const bool is_directory = !is_object_store_path(destination) &&
+                            VSIStatL(destination.c_str(), &info) == 0 && VSI_ISDIR(info.st_mode);
+  const auto is_dataset_of_format = [&] {
+    const char* const only[] = {format_driver->GetDescription(), nullptr};
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    return GDALIdentifyDriverEx(destination.c_str(), GDAL_OF_RASTER, only, nullptr) != nullptr;
+  };
+  if (names_a_directory || (is_directory && !is_dataset_of_format())) {
     throw Error(ErrorKind::k_usage, "the output '" + given + "' names a directory (" + destination +
                                         "), not a file: give the output file's name, e.g. "
                                         "/vsiidem/tiles/out.tif");

@@ -36,8 +36,10 @@ struct OutputShape {
 // Refuse before claiming when the output cannot be written, so no claim is left behind.
 void check_destination_directory(const std::string& destination);
 
-// An output path that names a directory ("/vsiidem/" alone, "out/") is refused before any claim.
-void check_destination_is_a_file(const char* filename, const std::string& destination);
+// An output path that names a directory ("/vsiidem/" alone, "out/") is refused before any claim,
+// unless the directory is a dataset of `format_driver` (a Zarr output of an earlier run).
+void check_destination_is_a_file(const char* filename, const std::string& destination,
+                                 GDALDriver* format_driver);
 
 // An output written over one of its own sources would replace its input, and every rerun would
 // work on its own output: refused before any claim, comparing real paths and device + inode.

@@ -175,27 +175,37 @@ class VsiIdemState {
 
   // The deferred unlinks that GDAL's pre-delete of `destination` made on this thread: the
   // destination's own and those of its dataset's other files (same directory, names starting
-  // with its stem and a dot), made since the destination's; marked as the IDEM call's, which
-  // resolves them (vsiidem_resolve_pre_delete). Returns the adoption's number, 0 when nothing was
-  // pending. Caller holds m_mutex.
+  // with its stem and a dot), made since the destination's; and, for a directory dataset (Zarr),
+  // those of the files under it (GDAL 3.11+ deletes the files of a directory dataset, and
+  // cannot remove its directories while the unlinks are deferred). Marked as the IDEM call's,
+  // which resolves them (vsiidem_resolve_pre_delete). Returns the adoption's number, 0 when
+  // nothing was pending. Caller holds m_mutex.
   uint64_t adopt(const std::string& destination) {
     own_pending_unlinks();
-    const auto primary = m_pending_unlinks.find(destination);
     const auto self = std::this_thread::get_id();
-    if (primary == m_pending_unlinks.end() || primary->second.adoption != 0 ||
-        primary->second.thread != self) {
-      return 0;
-    }
-    const uint64_t since = primary->second.number;
-    const uint64_t adoption = ++m_adoption_count;
+    const auto primary = m_pending_unlinks.find(destination);
+    const bool primary_pending = primary != m_pending_unlinks.end() &&
+                                 primary->second.adoption == 0 && primary->second.thread == self;
+    const uint64_t since = primary_pending ? primary->second.number : 0;
+    const std::string under = destination + "/";
+    const uint64_t adoption = m_adoption_count + 1;
+    bool adopted = false;
     for (auto& [path, pending] : m_pending_unlinks) {
-      if (pending.adoption == 0 && pending.thread == self && pending.number >= since &&
-          in_dataset_group(destination, path)) {
+      if (pending.adoption != 0 || pending.thread != self) {
+        continue;
+      }
+      if ((primary_pending && pending.number >= since && in_dataset_group(destination, path)) ||
+          path.compare(0, under.size(), under) == 0) {
         pending.adoption = adoption;
+        adopted = true;
         CPLDebug(k_debug_category, "unlink of %s left to the IDEM call writing %s", path.c_str(),
                  destination.c_str());
       }
     }
+    if (!adopted) {
+      return 0;
+    }
+    m_adoption_count = adoption;
     return adoption;
   }
 

@@ -1,6 +1,7 @@
 // Path helpers: absolute, lexically normalised real paths.
 #include "base/paths.hpp"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -81,6 +82,24 @@ std::string dirname_of(const std::string& path) {
     return "/";
   }
   return path.substr(0, slash);
+}
+
+std::optional<std::vector<std::string>> directory_entries(const std::string& path) {
+  DIR* handle = ::opendir(path.c_str());
+  if (handle == nullptr) {
+    return std::nullopt;
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(handle)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") {
+      names.push_back(name);
+    }
+  }
+  const int error_number = errno;
+  ::closedir(handle);
+  errno = error_number;
+  return names;
 }
 
 std::string basename_of(const std::string& path) {

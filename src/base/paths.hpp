@@ -2,7 +2,9 @@
 // the key and the ledger whatever the working directory.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace idem {
 
@@ -13,6 +15,9 @@ std::string absolute_path(const std::string& path);
 // The directory part and the file name of a path, as POSIX dirname and basename split it:
 // "dir/base" -> "dir", "base" -> ".", "/base" -> "/".
 std::string dirname_of(const std::string& path);
+// The names in a local directory, without "." and ".."; nullopt when it cannot be opened (errno
+// says why).
+std::optional<std::vector<std::string>> directory_entries(const std::string& path);
 std::string basename_of(const std::string& path);
 
 // True for GDAL virtual filesystem paths (/vsis3/, /vsimem/, ...).

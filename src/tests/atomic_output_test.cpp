@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "cpl_conv.h"
 
 namespace {
@@ -68,16 +70,9 @@ bool exists(const std::string& path) {
 }
 
 std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* handle = ::opendir(dir.c_str())) {
-    while (const dirent* entry = ::readdir(handle)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") {
-        names.push_back(name);
-      }
-    }
-    ::closedir(handle);
-  }
+  std::vector<std::string> names =
+      idem::directory_entries(dir).value_or(std::vector<std::string>());
+  std::sort(names.begin(), names.end());
   return names;
 }
 
@@ -164,6 +159,29 @@ TEST_F(AtomicOutputTest, CommitReplacesAnExistingOutput) {
   EXPECT_EQ(read_file(path("x.tif")), "old") << "nothing changes before commit";
   output.commit();
   EXPECT_EQ(read_file(path("x.tif")), "new");
+}
+
+// A directory dataset (Zarr) replaces the directory of the output it replaces, which comes back
+// on a roll back and is removed once the publish is settled.
+TEST_F(AtomicOutputTest, ADirectoryReplacesADirectoryAndComesBackOnARollBack) {
+  ASSERT_EQ(::mkdir(path("x.zarr").c_str(), 0755), 0);
+  write_file(path("x.zarr/old"), "old");
+  for (const bool keep : {false, true}) {
+    AtomicOutput output(path("x.zarr"), keep ? "tokd2" : "tokd1");
+    ASSERT_EQ(::mkdir(output.temp_path().c_str(), 0755), 0);
+    write_file(output.temp_path() + "/new", "new");
+    output.publish(false);
+    EXPECT_EQ(entries(path("x.zarr")), std::vector<std::string>{"new"});
+    if (keep) {
+      output.settle();
+      EXPECT_FALSE(exists(output.temp_dir()));
+    } else {
+      output.roll_back();
+      EXPECT_EQ(entries(path("x.zarr")), std::vector<std::string>{"old"});
+    }
+  }
+  EXPECT_EQ(read_file(path("x.zarr/new")), "new");
+  EXPECT_EQ(entries(m_dir), std::vector<std::string>{"x.zarr"});
 }
 
 TEST_F(AtomicOutputTest, DestructorCleansUpAndNeverPublishes) {

@@ -63,20 +63,28 @@ std::string describe_unwritable_directory(const std::string& dir, int error_numb
 }
 
 std::vector<std::string> list_directory(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* handle = ::opendir(dir.c_str());
-  if (handle == nullptr) {
+  std::optional<std::vector<std::string>> names = directory_entries(dir);
+  if (!names) {
     throw Error(ErrorKind::k_io,
                 "cannot list temporary directory " + dir + ": " + errno_text(errno));
   }
-  while (const dirent* entry = ::readdir(handle)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") {
-      names.push_back(name);
-    }
+  return *names;
+}
+
+// A file, or every file and directory of a directory dataset (Zarr), synced to disk.
+void fsync_tree(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) {
+    return;
   }
-  ::closedir(handle);
-  return names;
+  if (S_ISDIR(info.st_mode)) {
+    for (const auto& name : directory_entries(path).value_or(std::vector<std::string>())) {
+      fsync_tree(join_path(path, name));
+    }
+    fsync_path(path);
+  } else if (S_ISREG(info.st_mode)) {
+    fsync_path(path);
+  }
 }
 
 // Best effort, never throws: used by the destructor and on failure paths.
@@ -86,18 +94,8 @@ void remove_tree(const std::string& path) {
     return;
   }
   if (S_ISDIR(info.st_mode)) {
-    if (DIR* handle = ::opendir(path.c_str())) {
-      std::vector<std::string> names;
-      while (const dirent* entry = ::readdir(handle)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..") {
-          names.push_back(name);
-        }
-      }
-      ::closedir(handle);
-      for (const auto& name : names) {
-        remove_tree(join_path(path, name));
-      }
+    for (const auto& name : directory_entries(path).value_or(std::vector<std::string>())) {
+      remove_tree(join_path(path, name));
     }
     ::rmdir(path.c_str());
   } else {
@@ -324,11 +322,7 @@ std::vector<std::string> AtomicOutput::publish(bool durable) {
   }
   if (durable) {
     for (const auto& name : ordered) {
-      const std::string path = join_path(m_temp_dir, name);
-      struct stat info {};
-      if (::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
-        fsync_path(path);
-      }
+      fsync_tree(join_path(m_temp_dir, name));
     }
   }
 
@@ -359,7 +353,10 @@ void AtomicOutput::place(const std::string& from, const std::string& to) {
     throw Error(ErrorKind::k_io, "cannot publish " + from + ": " + errno_text(errno));
   }
   struct stat there {};
-  if (::lstat(to.c_str(), &there) == 0 && S_ISDIR(there.st_mode)) {
+  // A directory dataset (Zarr) replaces the directory of the one it replaces, exchanged with it
+  // as a file is; a file never replaces a directory.
+  const bool directories = S_ISDIR(ours.st_mode);
+  if (::lstat(to.c_str(), &there) == 0 && S_ISDIR(there.st_mode) && !directories) {
     throw Error(ErrorKind::k_io, "cannot rename " + from + " to " + to +
                                      ": a directory is in the way at " + to + ", remove it");
   }
@@ -383,6 +380,12 @@ void AtomicOutput::place(const std::string& from, const std::string& to) {
   }
   if (error_number == EEXIST) {
     error_number = errno;
+  }
+  if ((error_number == EINVAL || error_number == ENOSYS) && directories) {
+    throw Error(ErrorKind::k_io, "cannot publish the directory " + from + " over " + to +
+                                     ": this file system cannot exchange two directories "
+                                     "atomically (renameat2 RENAME_EXCHANGE); remove " +
+                                     to + " and run again");
   }
   if (error_number == EINVAL || error_number == ENOSYS) {
     const std::string kept = from + ".replaced";
@@ -419,7 +422,7 @@ void AtomicOutput::roll_back() noexcept {
       continue;  // no longer ours: another worker's file is there, and stays
     }
     if (it->held.empty()) {
-      ::unlink(it->final_path.c_str());
+      remove_tree(it->final_path);
     } else if (::renameat2(AT_FDCWD, it->held.c_str(), AT_FDCWD, it->final_path.c_str(),
                            RENAME_EXCHANGE) != 0) {
       ::rename(it->held.c_str(), it->final_path.c_str());

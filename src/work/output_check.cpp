@@ -9,6 +9,7 @@
 
 #include "base/canonical_json.hpp"
 #include "base/paths.hpp"
+#include "base/sha256.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
 
@@ -28,6 +29,53 @@ JsonValue member_entry(const std::string& path, int64_t size, int64_t mtime_ns,
   } else {
     member.set("mtime_ns", JsonValue::integer(mtime_ns));
   }
+  return member;
+}
+
+bool is_local_directory(const std::string& path) {
+  struct stat info {};
+  return !is_object_store_path(path) && ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+// Every regular file under `directory`, as "relative path\tsize\tmtime_ns" lines.
+void list_tree(const std::string& directory, const std::string& relative,
+               std::vector<std::string>& lines, int64_t& total) {
+  for (const std::string& name :
+       directory_entries(directory).value_or(std::vector<std::string>())) {
+    const std::string path = directory + "/" + name;
+    const std::string inside = relative.empty() ? name : relative + "/" + name;
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) {
+      continue;
+    }
+    if (S_ISDIR(info.st_mode)) {
+      list_tree(path, inside, lines, total);
+    } else {
+      const int64_t mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+      lines.push_back(inside + "\t" + std::to_string(info.st_size) + "\t" +
+                      std::to_string(mtime_ns));
+      total += info.st_size;
+    }
+  }
+}
+
+// A directory dataset's (Zarr's) files as one member: their number, total size and a SHA-256 of
+// their paths, sizes and mtimes. Any file added under it, removed or rewritten changes it.
+JsonValue tree_member(const std::string& directory) {
+  std::vector<std::string> lines;
+  int64_t total = 0;
+  list_tree(directory, "", lines, total);
+  std::sort(lines.begin(), lines.end());
+  Sha256 hasher;
+  for (const std::string& line : lines) {
+    hasher.update(line);
+    hasher.update("\n");
+  }
+  JsonValue member = JsonValue::object();
+  member.set("path", JsonValue::string(directory));
+  member.set("files", JsonValue::integer(static_cast<int64_t>(lines.size())));
+  member.set("size", JsonValue::integer(total));
+  member.set("tree_sha256", JsonValue::string(hasher.finish_hex()));
   return member;
 }
 
@@ -52,7 +100,8 @@ std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
     return fingerprint;
   }
   struct stat info;
-  if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+  // A directory: a directory dataset (Zarr), whose files its members describe.
+  if (stat(path.c_str(), &info) != 0 || !(S_ISREG(info.st_mode) || S_ISDIR(info.st_mode))) {
     return std::nullopt;
   }
   OutputFingerprint fingerprint;
@@ -94,6 +143,9 @@ std::string local_members_json(const std::vector<PublishedFile>& files,
     if (file.path != primary) {
       members.push_back(member_entry(file.path, file.size, file.mtime_ns, nullptr));
     }
+  }
+  if (is_local_directory(primary)) {
+    members.push_back(tree_member(primary));
   }
   return members_text(std::move(members));
 }
@@ -142,9 +194,12 @@ bool output_members_unchanged(GDALDataset& output, const std::string& primary,
 std::optional<std::string> output_members_json(const std::string& primary, CSLConstList files) {
   JsonValue::Array members;
   std::set<std::string> seen{primary};
+  // The files under a directory dataset are its tree member's (GDAL 3.13's Zarr lists some).
+  const bool directory = is_local_directory(primary);
+  const std::string under = primary + "/";
   for (CSLConstList file = files; file != nullptr && *file != nullptr; ++file) {
     const std::string path = absolute_path(*file);
-    if (!seen.insert(path).second) {
+    if (!seen.insert(path).second || (directory && path.compare(0, under.size(), under) == 0)) {
       continue;
     }
     if (is_object_store_path(path)) {
@@ -162,6 +217,9 @@ std::optional<std::string> output_members_json(const std::string& primary, CSLCo
           member_entry(path, info.st_size,
                        int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec, nullptr));
     }
+  }
+  if (directory) {
+    members.push_back(tree_member(primary));
   }
   return members_text(std::move(members));
 }

@@ -1,0 +1,103 @@
+"""Directory datasets (Zarr) as IDEM outputs (docs/vsiidem.md, "Directory datasets"): a rerun
+skips and leaves every file of the directory as it was, a changed file under it makes the rerun
+rebuild the whole directory, and a rerun that fails loses nothing. From GDAL 3.11, GDAL's
+pre-delete removes the files of an existing directory dataset before calling the driver:
+/vsiidem/ defers those unlinks and the IDEM call resolves them."""
+
+import os
+
+import pytest
+from osgeo import gdal
+
+from idem_testlib import env_with, make_source, run, sqlite_ledger, temp_dirs_beside  # noqa: F401
+
+gdal.UseExceptions()
+
+pytestmark = pytest.mark.skipif(gdal.GetDriverByName("Zarr") is None,
+                                reason="this GDAL has no Zarr driver")
+
+
+def tree(path):
+    """Every file under `path`: relative path -> (inode, mtime_ns, bytes)."""
+    found = {}
+    for directory, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(directory, name)
+            st = os.stat(full)
+            with open(full, "rb") as f:
+                found[os.path.relpath(full, path)] = (st.st_ino, st.st_mtime_ns, f.read())
+    return found
+
+
+def translate(src, out, ledger, **env):
+    return run(["gdal_translate", "-q", "-of", "IDEM", "-co", "FORMAT=Zarr", src,
+                f"/vsiidem/{out}"], env=env_with(IDEM_LEDGER=ledger.dsn, **env))
+
+
+@pytest.fixture
+def zarr_output(tmp_path, sqlite_ledger):
+    src = make_source(tmp_path / "src.tif", size=128)
+    out = tmp_path / "out.zarr"
+    proc = translate(src, out, sqlite_ledger)
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_dir()
+    # The same name in another directory: GDAL names the Zarr's array after the directory.
+    (tmp_path / "direct").mkdir()
+    direct = tmp_path / "direct" / "out.zarr"
+    run(["gdal_translate", "-q", "-of", "Zarr", src, direct], check=True)
+    return src, out, direct
+
+
+def test_a_rerun_skips_and_leaves_every_file(zarr_output, sqlite_ledger):
+    src, out, direct = zarr_output
+    assert {k: v[2] for k, v in tree(out).items()} == {k: v[2] for k, v in tree(direct).items()}
+    before = tree(out)
+    proc = translate(src, out, sqlite_ledger)
+    assert proc.returncode == 0, proc.stderr
+    assert tree(out) == before
+    assert len(sqlite_ledger.completed()) == 1
+    assert temp_dirs_beside(out) == []
+
+
+def test_a_changed_file_under_it_makes_the_rerun_rebuild(zarr_output, sqlite_ledger):
+    src, out, direct = zarr_output
+    chunk = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
+                 if not n.startswith("."))
+    os.utime(chunk, ns=(0, 0))
+    proc = translate(src, out, sqlite_ledger)
+    assert proc.returncode == 0, proc.stderr
+    assert os.stat(chunk).st_mtime_ns != 0
+    assert {k: v[2] for k, v in tree(out).items()} == {k: v[2] for k, v in tree(direct).items()}
+    assert temp_dirs_beside(out) == []
+    # The rebuilt directory is the one the ledger records: the next rerun skips.
+    again = tree(out)
+    assert translate(src, out, sqlite_ledger).returncode == 0
+    assert tree(out) == again
+
+
+def test_a_failed_rerun_loses_nothing(zarr_output, sqlite_ledger):
+    src, out, _ = zarr_output
+    before = tree(out)
+    # Refused before any claim (a lease too short), after GDAL's pre-delete.
+    proc = translate(src, out, sqlite_ledger, IDEM_STALE_SECONDS="1")
+    assert proc.returncode != 0
+    assert "lease" in proc.stderr
+    assert tree(out) == before
+
+
+def test_a_new_source_rebuilds_it(zarr_output, sqlite_ledger, tmp_path):
+    src, out, _ = zarr_output
+    make_source(src, size=128, seed=9)
+    proc = translate(src, out, sqlite_ledger)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "direct2").mkdir()
+    direct = tmp_path / "direct2" / "out.zarr"
+    run(["gdal_translate", "-q", "-of", "Zarr", src, direct], check=True)
+    a, b = gdal.Open(str(out)), gdal.Open(str(direct))
+    for name, _ in a.GetSubDatasets() or [(str(out), "")]:
+        other = name.replace(str(out), str(direct))
+        assert (gdal.Open(name).ReadAsArray() == gdal.Open(other).ReadAsArray()).all()
+    assert len(b.GetSubDatasets()) == len(a.GetSubDatasets())
+    # Two works on one output: the first's completion is superseded by the second's.
+    current = [r for r in sqlite_ledger.completed() if r["superseded_at"] is None]
+    assert len(current) == 1 and len(sqlite_ledger.completed()) == 2
