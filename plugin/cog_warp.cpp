@@ -100,13 +100,23 @@ class Arguments {
     }
     return false;
   }
-  // Adds the flag and its values unless the flag is there already; whether it added them.
+  // Adds the flag and its values unless the flag is there already (-wo: that very option);
+  // whether it added them.
   bool add(std::vector<std::string> words) {
-    if (has(words.front().c_str())) {
+    if (words.front() == "-wo" ? has_pair(words.front(), words.back())
+                               : has(words.front().c_str())) {
       return false;
     }
     m_words.insert(m_words.end(), words.begin(), words.end());
     return true;
+  }
+  bool has_pair(const std::string& flag, const std::string& value) const {
+    for (size_t i = 0; i + 1 < m_words.size(); ++i) {
+      if (m_words[i] == flag && m_words[i + 1] == value) {
+        return true;
+      }
+    }
+    return false;
   }
   // Replaces a flag and its `count` values by `words`.
   void replace(const char* flag, size_t count, std::vector<std::string> words) {
