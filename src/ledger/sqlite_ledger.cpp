@@ -130,7 +130,7 @@ class SqliteLedger final : public Ledger {
       : m_path(path),
         m_db(path, "SQLite ledger " + path, std::chrono::milliseconds(k_busy_timeout_ms)),
         m_digest_cache(*this) {
-    m_db.exec("PRAGMA journal_mode = WAL");
+    m_db.exec_waiting("PRAGMA journal_mode = WAL");
     // WAL + NORMAL: durable across process crashes; a power loss may roll back the last commits
     // (the work is then redone), never corrupts.
     m_db.exec("PRAGMA synchronous = NORMAL");

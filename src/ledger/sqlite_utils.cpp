@@ -51,14 +51,18 @@ Database::Database(const std::string& path, std::string context,
 // than most ledger transactions hold the lock): 20 us doubling to 1 ms, up to the busy timeout.
 int Database::on_busy(void* self, int count) {
   auto& db = *static_cast<Database*>(self);
+  return db.wait_for_lock(count, db.m_busy_since) ? 1 : 0;
+}
+
+bool Database::wait_for_lock(int count, std::chrono::steady_clock::time_point& since) const {
   const auto now = std::chrono::steady_clock::now();
   if (count == 0) {
-    db.m_busy_since = now;
-  } else if (now - db.m_busy_since > db.m_busy_timeout) {
-    return 0;
+    since = now;
+  } else if (now - since > m_busy_timeout) {
+    return false;
   }
   std::this_thread::sleep_for(std::chrono::microseconds(20 << std::min(count, 6)));
-  return 1;
+  return true;
 }
 
 void Database::exec(const std::string& sql, const std::string& what) {
@@ -67,6 +71,22 @@ void Database::exec(const std::string& sql, const std::string& what) {
     const std::string text = message != nullptr ? message : sqlite3_errmsg(m_db.get());
     sqlite3_free(message);
     throw Error(ErrorKind::k_ledger, m_context + ": " + (what.empty() ? sql : what) + ": " + text);
+  }
+}
+
+void Database::exec_waiting(const std::string& sql) {
+  std::chrono::steady_clock::time_point since;
+  for (int count = 0;; ++count) {
+    char* message = nullptr;
+    const int rc = sqlite3_exec(m_db.get(), sql.c_str(), nullptr, nullptr, &message);
+    if (rc == SQLITE_OK) {
+      return;
+    }
+    const std::string text = message != nullptr ? message : sqlite3_errmsg(m_db.get());
+    sqlite3_free(message);
+    if ((rc & 0xff) != SQLITE_BUSY || !wait_for_lock(count, since)) {
+      throw Error(ErrorKind::k_ledger, m_context + ": " + sql + ": " + text);
+    }
   }
 }
 

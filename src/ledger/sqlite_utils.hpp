@@ -26,6 +26,10 @@ class Database {
   // Runs one or more statements without results; `what` names them in an error (default: the
   // SQL itself).
   void exec(const std::string& sql, const std::string& what = "");
+  // exec(), tried again while SQLite answers SQLITE_BUSY without calling the busy handler (a read
+  // lock upgraded to the write lock while another connection does the same, as the first
+  // `PRAGMA journal_mode = WAL` on a new file does), up to the busy timeout.
+  void exec_waiting(const std::string& sql);
   // The prepared statement for `sql`, prepared on first use.
   sqlite3_stmt* statement(const std::string& sql);
   // Rows changed by the last statement.
@@ -42,6 +46,9 @@ class Database {
   };
 
   static int on_busy(void* self, int count);
+  // The wait before try number `count` (0 first, which sets `since`); false once the busy timeout
+  // has passed since then.
+  bool wait_for_lock(int count, std::chrono::steady_clock::time_point& since) const;
 
   std::string m_context;
   std::chrono::milliseconds m_busy_timeout;

@@ -1283,6 +1283,42 @@ TEST(LedgerSqlite, DefaultLedgerIsCreatedUnderTheStateDirectory) {
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/gdal-idem/ledger.sqlite"));
 }
 
+// Workers of a batch often open a ledger file that does not exist yet, all at once. Turning the new
+// file to WAL needs SQLite's write lock taken from a read lock, which fails at once (no busy
+// handler: two such upgrades would deadlock) when another connection does the same: every open
+// must wait for the others instead of failing with "database is locked".
+TEST(LedgerSqlite, WorkersOpeningANewLedgerAtOnceAllOpenIt) {
+  constexpr int k_workers = 8;
+  for (int round = 0; round < 20; ++round) {
+    ledger_test::TempDir dir;
+    const std::string dsn = "sqlite:" + dir.path() + "/ledger.sqlite";
+    std::atomic<int> ready{0};
+    std::vector<std::future<std::string>> opened;
+    for (int worker = 0; worker < k_workers; ++worker) {
+      opened.push_back(std::async(std::launch::async, [&, worker] {
+        ready.fetch_add(1);
+        while (ready.load() < k_workers) {
+          std::this_thread::yield();
+        }
+        try {
+          auto ledger = Ledger::open(dsn);
+          const std::string key = "k" + std::to_string(worker);
+          return ledger->claim(make_request(key, 60s)).outcome == ClaimOutcome::k_claimed
+                     ? std::string()
+                     : "not claimed: " + key;
+        } catch (const Error& error) {
+          return std::string(error.what());
+        }
+      }));
+    }
+    for (auto& result : opened) {
+      ASSERT_EQ(result.get(), "") << "round " << round;
+    }
+    auto ledger = Ledger::open(dsn);
+    EXPECT_EQ(ledger->rows(LedgerRowFilter{}).size(), static_cast<size_t>(k_workers));
+  }
+}
+
 TEST(LedgerSqlite, UnwritableLocationGivesLedgerError) {
   try {
     Ledger::open("sqlite:/proc/idem-cannot-exist/ledger.sqlite");
