@@ -51,13 +51,15 @@ package-test: build
 
 # The whole suite and the package test again on the other Debian releases, each with its own GDAL
 # (trixie: 3.10, testing: 3.13), in debootstrap chroots kept in /var/cache/gdal-idem/chroots
-# (scripts/debian-chroot).
+# (scripts/debian-chroot). Of the orchestrator tests (minutes of Prefect, Dagster and Dask), two
+# run there (IDEM_TEST_ORCHESTRATORS=smoke); the recipes run them all on each release.
 MATRIX_SUITES ?= trixie testing
 test-matrix:
 	@for suite in $(MATRIX_SUITES); do \
 	  echo "test-matrix: Debian $$suite"; \
 	  scripts/debian-chroot $$suite bash -c \
-	    'make test BUILD_DIR=/build/idem && scripts/package-test /build/idem' || exit 1; \
+	    'IDEM_TEST_ORCHESTRATORS=smoke make test BUILD_DIR=/build/idem && \
+	     scripts/package-test /build/idem' || exit 1; \
 	done
 
 # CI's share of the matrix (.ci/run): on each newer GDAL, the build (warnings are errors), every

@@ -13,8 +13,12 @@ Directives in an HTML comment on the line(s) just before the opening fence adjus
 
 - `<!-- doctest: skip REASON -->`: not run (a reason is required: make install, a real
   cluster...).
-- `<!-- doctest: compile-only -->`: python that imports what is not installable here (Prefect,
-  Dagster, Airflow); it is byte-compiled only.
+- `<!-- doctest: compile-only -->`: python that imports what is not installed here (Airflow); it
+  is byte-compiled only.
+- `<!-- doctest: venv -->`: python run by the tests' venv (tools/pyenv/venv: Prefect, Dagster,
+  Dask, with Debian's osgeo.gdal), from a file in the sandbox (`.block_LINE.py`, so that
+  `__file__` is set, as Dagster's `reconstructable` needs). Prefect's home, Dagster's home (an
+  instance without telemetry) and DO_NOT_TRACK are set inside the sandbox.
 - `<!-- doctest: expect TEXT -->` (repeatable): the block's stdout+stderr must contain TEXT.
 - `<!-- doctest: exit N -->`: the block must exit with N instead of 0.
 - `<!-- doctest: needs postgres -->`: run only with PostgreSQL (scripts/with-postgres, as in
@@ -65,6 +69,8 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import BUILD_DIR, GDAL_IDEM, PLUGIN_DIR, ROOT, make_source
+
+VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
 
 DOCS = ["README.md"] + sorted(
     os.path.join("docs", name) for name in os.listdir(os.path.join(ROOT, "docs"))
@@ -189,7 +195,15 @@ def sandbox(tmp_path, sample_sources):
         "XDG_STATE_HOME": str(tmp_path / "state"),
         "REPO": ROOT,
         "DOCTEST_STATE": str(tmp_path / ".doctest-state"),
+        # The orchestrators of `venv` blocks keep their state in the sandbox, and tell no one.
+        "PREFECT_HOME": str(tmp_path / ".prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "DAGSTER_HOME": str(tmp_path / ".dagster"),
+        "DO_NOT_TRACK": "1",
     })
+    (tmp_path / ".dagster").mkdir()
+    (tmp_path / ".dagster" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     for name in list(env):
         if name.startswith("IDEM_") and name not in ("IDEM_LEDGER", "IDEM_BUILD_DIR",
                                                       "IDEM_TEST_PG_DSN",
@@ -215,7 +229,13 @@ def run_block(block, cwd, env):
             except py_compile.PyCompileError as error:
                 pytest.fail(f"{block.where()} does not compile:\n{error}")
             return None
-        args = ["bash", "-c", _RESTORE + 'exec /usr/bin/python3 -c "$1"', "python", block.text]
+        if block.directive("venv"):
+            source = cwd / f".block_{block.line}.py"
+            source.write_text(block.text)
+            args = ["bash", "-c", _RESTORE + 'exec "$1" "$2"', "python", VENV_PYTHON, str(source)]
+        else:
+            args = ["bash", "-c", _RESTORE + 'exec /usr/bin/python3 -c "$1"', "python",
+                    block.text]
     else:
         script = console_commands(block.text) if block.tag == "console" else block.text
         args = ["bash", "-e", "-o", "pipefail", "-c", _RESTORE + _SAVE + script]
