@@ -413,7 +413,7 @@ def test_docs_every_command_is_run_catches_escapes(tmp_path, monkeypatch):
 
 
 def test_docs_directives_are_known():
-    known = {"skip", "compile-only", "expect", "exit", "needs"}
+    known = {"skip", "compile-only", "venv", "expect", "exit", "needs"}
     for doc in DOCS:
         for block in parse_blocks(doc):
             for key, _ in block.directives:

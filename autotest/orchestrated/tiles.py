@@ -92,6 +92,7 @@ class Batch:
         """gdal.Warp in this process; on a tile's first attempt to kill, this whole process is
         killed (SIGKILL) once the warp reaches the pause point, as the OOM killer would."""
         xmin, ymin, xmax, ymax = self.tiles[name]
+        warped = threading.Event()  # the warp returned without pausing (e.g. another did it)
         if self._to_kill(name):
             reached = os.path.join(self.dir, "killed", f".reached-{name}-{uuid.uuid4().hex}")
             for key, value in (("IDEM_TEST_PAUSE_AT", self.kill_at),
@@ -101,7 +102,8 @@ class Batch:
 
             def kill_when_paused():
                 while not os.path.exists(reached):
-                    time.sleep(0.01)  # polling for the pause's file
+                    if warped.wait(0.01):  # polling for the pause's file
+                        return
                 os.unlink(reached)
                 self._killed(name)
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -113,6 +115,7 @@ class Batch:
                            creationOptions=CREATION)
             ds = None
         finally:
+            warped.set()
             for key in ("IDEM_TEST_PAUSE_AT", "IDEM_TEST_PAUSE_SECONDS",
                         "IDEM_TEST_REACHED_FILE"):
                 gdal.SetThreadLocalConfigOption(key, None)
