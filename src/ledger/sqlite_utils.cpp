@@ -65,27 +65,33 @@ bool Database::wait_for_lock(int count, std::chrono::steady_clock::time_point& s
   return true;
 }
 
-void Database::exec(const std::string& sql, const std::string& what) {
+int Database::run(const std::string& sql, std::string& error) {
   char* message = nullptr;
-  if (sqlite3_exec(m_db.get(), sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
-    const std::string text = message != nullptr ? message : sqlite3_errmsg(m_db.get());
-    sqlite3_free(message);
-    throw Error(ErrorKind::k_ledger, m_context + ": " + (what.empty() ? sql : what) + ": " + text);
+  const int rc = sqlite3_exec(m_db.get(), sql.c_str(), nullptr, nullptr, &message);
+  if (rc != SQLITE_OK) {
+    error = message != nullptr ? message : sqlite3_errmsg(m_db.get());
+  }
+  sqlite3_free(message);
+  return rc;
+}
+
+void Database::exec(const std::string& sql, const std::string& what) {
+  std::string error;
+  if (run(sql, error) != SQLITE_OK) {
+    throw Error(ErrorKind::k_ledger, m_context + ": " + (what.empty() ? sql : what) + ": " + error);
   }
 }
 
 void Database::exec_waiting(const std::string& sql) {
   std::chrono::steady_clock::time_point since;
+  std::string error;
   for (int count = 0;; ++count) {
-    char* message = nullptr;
-    const int rc = sqlite3_exec(m_db.get(), sql.c_str(), nullptr, nullptr, &message);
+    const int rc = run(sql, error);
     if (rc == SQLITE_OK) {
       return;
     }
-    const std::string text = message != nullptr ? message : sqlite3_errmsg(m_db.get());
-    sqlite3_free(message);
     if ((rc & 0xff) != SQLITE_BUSY || !wait_for_lock(count, since)) {
-      throw Error(ErrorKind::k_ledger, m_context + ": " + sql + ": " + text);
+      throw Error(ErrorKind::k_ledger, m_context + ": " + sql + ": " + error);
     }
   }
 }

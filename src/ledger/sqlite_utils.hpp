@@ -46,6 +46,8 @@ class Database {
   };
 
   static int on_busy(void* self, int count);
+  // sqlite3_exec of `sql`: its result code, and its message in `error` when not SQLITE_OK.
+  int run(const std::string& sql, std::string& error);
   // The wait before try number `count` (0 first, which sets `since`); false once the busy timeout
   // has passed since then.
   bool wait_for_lock(int count, std::chrono::steady_clock::time_point& since) const;
