@@ -58,6 +58,13 @@ class Batch:
     def _to_kill(self, name):
         return name in self.kill and not os.path.exists(self._marker(name))
 
+    def _pause(self, name):
+        """The file the pause creates when the warp of `name` reaches it, and the options that
+        make it pause there (for ten minutes: until it is killed)."""
+        reached = os.path.join(self.dir, "killed", f".reached-{name}-{uuid.uuid4().hex}")
+        return reached, {"IDEM_TEST_PAUSE_AT": self.kill_at, "IDEM_TEST_PAUSE_SECONDS": "600",
+                         "IDEM_TEST_REACHED_FILE": reached}
+
     def _killed(self, name):
         with open(self._marker(name), "w", encoding="utf-8") as f:
             f.write(str(os.getpid()))
@@ -74,10 +81,8 @@ class Batch:
                 raise RuntimeError(f"gdalwarp of tile {name} exited {proc.returncode}: "
                                    f"{proc.stderr}")
             return self.output(name)
-        reached = os.path.join(self.dir, "killed", f".reached-{name}-{uuid.uuid4().hex}")
-        env = dict(os.environ, IDEM_TEST_PAUSE_AT=self.kill_at, IDEM_TEST_PAUSE_SECONDS="600",
-                   IDEM_TEST_REACHED_FILE=reached)
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+        reached, pause = self._pause(name)
+        proc = subprocess.Popen(cmd, env=dict(os.environ, **pause), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         while not os.path.exists(reached) and proc.poll() is None:
             time.sleep(0.01)  # polling for the pause's file
@@ -93,11 +98,10 @@ class Batch:
         killed (SIGKILL) once the warp reaches the pause point, as the OOM killer would."""
         xmin, ymin, xmax, ymax = self.tiles[name]
         warped = threading.Event()  # the warp returned without pausing (e.g. another did it)
+        pause = {}
         if self._to_kill(name):
-            reached = os.path.join(self.dir, "killed", f".reached-{name}-{uuid.uuid4().hex}")
-            for key, value in (("IDEM_TEST_PAUSE_AT", self.kill_at),
-                               ("IDEM_TEST_PAUSE_SECONDS", "600"),
-                               ("IDEM_TEST_REACHED_FILE", reached)):
+            reached, pause = self._pause(name)
+            for key, value in pause.items():
                 gdal.SetThreadLocalConfigOption(key, value)
 
             def kill_when_paused():
@@ -116,8 +120,7 @@ class Batch:
             ds = None
         finally:
             warped.set()
-            for key in ("IDEM_TEST_PAUSE_AT", "IDEM_TEST_PAUSE_SECONDS",
-                        "IDEM_TEST_REACHED_FILE"):
+            for key in pause:
                 gdal.SetThreadLocalConfigOption(key, None)
         return self.output(name)
 
