@@ -52,13 +52,14 @@ package-test: build
 # The whole suite and the package test again on the other Debian releases, each with its own GDAL
 # (trixie: 3.10, testing: 3.13), in debootstrap chroots kept in /var/cache/gdal-idem/chroots
 # (scripts/debian-chroot). Of the orchestrator tests (minutes of Prefect, Dagster and Dask), two
-# run there (IDEM_TEST_ORCHESTRATORS=smoke); the recipes run them all on each release.
+# run there (IDEM_TEST_ORCHESTRATORS=smoke); the recipes run them all on each release. Of the
+# many-hosts tests, the baseline and the cut-off worker (IDEM_TEST_HOSTS=smoke).
 MATRIX_SUITES ?= trixie testing
 test-matrix:
 	@for suite in $(MATRIX_SUITES); do \
 	  echo "test-matrix: Debian $$suite"; \
 	  scripts/debian-chroot $$suite bash -c \
-	    'IDEM_TEST_ORCHESTRATORS=smoke make test BUILD_DIR=/build/idem && \
+	    'IDEM_TEST_ORCHESTRATORS=smoke IDEM_TEST_HOSTS=smoke make test BUILD_DIR=/build/idem && \
 	     scripts/package-test /build/idem' || exit 1; \
 	done
 

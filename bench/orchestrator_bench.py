@@ -177,10 +177,11 @@ def report(out, n, g2t_args):
         row("Prefect killed, same flow again", out["prefect_part1"], out["prefect_part2"], pk),
         row("gdal2tiles.py killed, then --resume", out["g2t_part1"], out["g2t_part2"], gk),
         "",
-        f"Prefect's cost over the xargs batch, uninterrupted: {out['prefect'] - x:+.1f} s, "
-        f"{(out['prefect'] - x) / n * 1000:+.1f} ms per tile at 2 workers (its API server's "
-        "start, a task run's states recorded through it, and `gdal.Warp` in threads of one "
-        "process instead of one gdalwarp process per tile). gdal2tiles "
+        f"The Prefect flow against the xargs batch, uninterrupted: {out['prefect'] - x:+.1f} s, "
+        f"{(out['prefect'] - x) / n * 1000:+.1f} ms per tile at 2 workers: what its API "
+        "server's start and the task runs' states recorded through it add, less what "
+        "`gdal.Warp` in threads of one process saves over a gdalwarp process per tile (a "
+        "process start, GDAL's and the plugin's setup, a ledger connection). gdal2tiles "
         f"(`{' '.join(g2t_args[:-2])} SOURCE OUT`) reads the source once in a process pool and "
         "writes PNG tiles with alpha: not the same work, the cost of a tiler without per-tile "
         "processes and without a ledger.",

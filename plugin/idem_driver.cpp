@@ -645,6 +645,32 @@ std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& cla
   }
 }
 
+// The completion, sent again on a new connection while the ledger cannot be reached (its
+// database or pooler restarting): the work is done and published, and a completion is fenced
+// and idempotent under its token (sent again after one that did commit, it answers true), so
+// a restart of the database costs a tile nothing. For up to a minute, or the lease if shorter;
+// then the error stands, the claim is released and the retry does the work again.
+bool complete_through_reconnects(WorkerLedger& ledger, const std::string& key,
+                                 const std::string& token, const OutputFingerprint& fingerprint,
+                                 std::chrono::seconds lease) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::min(lease, std::chrono::seconds(60));
+  auto pause = std::chrono::milliseconds(100);
+  for (;;) {
+    try {
+      return ledger.complete(key, token, fingerprint);
+    } catch (const LedgerUnreachable& error) {
+      if (std::chrono::steady_clock::now() + pause > deadline) {
+        throw;
+      }
+      CPLDebug("IDEM", "completing again in %lld ms: %s", static_cast<long long>(pause.count()),
+               error.what());
+      std::this_thread::sleep_for(pause);  // a backoff before the next connection
+      pause = std::min(pause * 2, std::chrono::milliseconds(2000));
+    }
+  }
+}
+
 // Records the completion, fenced by the claim's token, of what this attempt published; takes it
 // back when the completion is refused or another worker's output replaced it meanwhile.
 void IdemCreator::record_completion(const std::string& token, AtomicOutput& output,
@@ -670,7 +696,7 @@ void IdemCreator::record_completion(const std::string& token, AtomicOutput& outp
   if (replaced_meanwhile()) {
     throw Error(ErrorKind::k_ledger, replaced);
   }
-  if (!m_ledger->complete(m_work.key, token, *fingerprint)) {
+  if (!complete_through_reconnects(*m_ledger, m_work.key, token, *fingerprint, m_options.lease)) {
     // Fenced: this attempt's files do not stay where another worker's completion is recorded.
     if (output.is_object()) {
       remove_own_object(*m_ledger, m_destination, *fingerprint);

@@ -24,4 +24,12 @@ class Error : public std::runtime_error {
   ErrorKind m_kind;
 };
 
+// A ledger call that could not reach its database: the connection broke under it (a server or
+// pooler restarted, a network cut; the call's outcome is unknown, and the ledger's next call
+// reconnects), or connecting failed.
+class LedgerUnreachable : public Error {
+ public:
+  explicit LedgerUnreachable(const std::string& message) : Error(ErrorKind::k_ledger, message) {}
+};
+
 }  // namespace idem

@@ -46,8 +46,7 @@ void PostgresLedger::fail(const PGresult* result, const std::string& what) {
     message.pop_back();
   }
   if (PQstatus(m_connection.get()) != CONNECTION_OK) {
-    throw Error(
-        ErrorKind::k_ledger,
+    throw LedgerUnreachable(
         scrub("the connection to the PostgreSQL ledger " + m_redacted + " was lost during " + what +
               " (its outcome is unknown; retrying with the same claim token is safe; "
               "the next call reconnects): " +

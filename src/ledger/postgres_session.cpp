@@ -110,8 +110,8 @@ void PostgresLedger::connect() {
     while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
       message.pop_back();
     }
-    throw Error(ErrorKind::k_ledger,
-                scrub("cannot connect to the PostgreSQL ledger " + m_redacted + ": " + message));
+    throw LedgerUnreachable(
+        scrub("cannot connect to the PostgreSQL ledger " + m_redacted + ": " + message));
   }
   ++m_connections;
   if (opened_ahead) {
