@@ -43,17 +43,27 @@ def missing():
     """Why this machine cannot build hosts, or None."""
     if os.getuid() != 0:
         return "network namespaces need root"
-    for tool in ("ip", "nft", "unshare", "pgbouncer", "runuser"):
+    for tool in ("ip", "nft", "nsenter", "unshare", "pgbouncer", "runuser"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (scripts/install-deps installs it)"
     if PG_BIN is None:
         return "PostgreSQL's server programs are not installed"
     probe = f"idemprobe{os.getpid()}"
     proc = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if proc.returncode == 0:
+        proc = subprocess.run(in_ns(probe, "ip", "link", "set", "lo", "up"),
+                              capture_output=True, text=True)
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     if proc.returncode != 0:
         return f"cannot make a network namespace here: {proc.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None
+
+
+def in_ns(ns, *args):
+    """`args` run in the network namespace `ns`. nsenter only enters it: `ip -n` and `ip netns
+    exec` also make a mount namespace and remount /sys in it, which fails in a chroot (its root
+    is not a mount point: scripts/debian-chroot)."""
+    return ["nsenter", f"--net=/run/netns/{ns}", *[str(a) for a in args]]
 
 
 def _sh(*args, check=True, **kwargs):
@@ -100,14 +110,14 @@ class Host:
         _sh("ip", "netns", "add", self.ns)
         _sh("ip", "link", "add", "eth0", "netns", self.ns, "type", "veth", "peer", "name",
             self.port, "netns", net.switch)
-        _sh("ip", "-n", net.switch, "link", "set", self.port, "master", "br0", "up")
-        _sh("ip", "-n", self.ns, "addr", "add", f"{self.address}/24", "dev", "eth0")
-        _sh("ip", "-n", self.ns, "link", "set", "eth0", "up")
-        _sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+        _sh(*in_ns(net.switch, "ip"), "link", "set", self.port, "master", "br0", "up")
+        _sh(*in_ns(self.ns, "ip"), "addr", "add", f"{self.address}/24", "dev", "eth0")
+        _sh(*in_ns(self.ns, "ip"), "link", "set", "eth0", "up")
+        _sh(*in_ns(self.ns, "ip"), "link", "set", "lo", "up")
 
     def command(self, args):
         """`args` as run on this host: in its namespace, under its host name."""
-        prefix = ["ip", "netns", "exec", self.ns, "unshare", "--uts", "--", "sh", "-c",
+        prefix = [*in_ns(self.ns, "unshare"), "--uts", "--", "sh", "-c",
                   'echo "$0" > /proc/sys/kernel/hostname && exec "$@"', self.name]
         return prefix + [str(a) for a in args]
 
@@ -310,12 +320,12 @@ class Network:
             json.dump({"pid": os.getpid(), "switch": self.switch, "dir": self.dir}, record)
         try:
             _sh("ip", "netns", "add", self.switch)
-            _sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
-            _sh("ip", "-n", self.switch, "link", "set", "br0", "up")
+            _sh(*in_ns(self.switch, "ip"), "link", "add", "br0", "type", "bridge")
+            _sh(*in_ns(self.switch, "ip"), "link", "set", "br0", "up")
             # The operator's port: this process reaches the hosts by it.
             _sh("ip", "link", "add", self.operator_port, "type", "veth", "peer", "name", "p-op",
                 "netns", self.switch)
-            _sh("ip", "-n", self.switch, "link", "set", "p-op", "master", "br0", "up")
+            _sh(*in_ns(self.switch, "ip"), "link", "set", "p-op", "master", "br0", "up")
             _sh("ip", "addr", "add", f"{self.prefix}.1/24", "dev", self.operator_port)
             _sh("ip", "link", "set", self.operator_port, "up")
             self._apply_rules()
@@ -341,7 +351,7 @@ class Network:
         for port_rules in self.rules.values():
             lines += [f"    {rule}" for rule in port_rules]
         lines += ["  }", "}"]
-        subprocess.run(["ip", "netns", "exec", self.switch, "nft", "-f", "-"],
+        subprocess.run(in_ns(self.switch, "nft", "-f", "-"),
                        input="\n".join(lines) + "\n", text=True, check=True)
 
     def cut(self, host):

@@ -649,7 +649,7 @@ std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& cla
 // database or pooler restarting): the work is done and published, and a completion is fenced
 // and idempotent under its token (sent again after one that did commit, it answers true), so
 // a restart of the database costs a tile nothing. For up to a minute, or the lease if shorter;
-// then the error stands, the claim is released and the retry does the work again.
+// then the error stands, the claim is released (or runs out) and the retry does the work again.
 bool complete_through_reconnects(WorkerLedger& ledger, const std::string& key,
                                  const std::string& token, const OutputFingerprint& fingerprint,
                                  std::chrono::seconds lease) {
