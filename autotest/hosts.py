@@ -31,7 +31,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
+
+import motoserver
+import pgbouncer
+from idem_testlib import wait_until
 
 RECORDS = "/run/idem-hosts"
 PG_BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1] if glob.glob(
@@ -72,15 +75,6 @@ def _sh(*args, check=True, **kwargs):
         raise RuntimeError(f"{' '.join(map(str, args))} exited {proc.returncode}: "
                            f"{proc.stderr.strip()}")
     return proc
-
-
-def wait_for(condition, what, timeout=120):
-    """Polls `condition` until it holds; `timeout` bounds a hang."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)  # polling interval
 
 
 def _listening(address, port):
@@ -199,24 +193,11 @@ class DbHost(Host):
 
     def start_pgbouncer(self):
         ini = os.path.join(self.dir, "pgbouncer.ini")
-        with open(ini, "w", encoding="utf-8") as f:
-            f.write(f"""[databases]
-* = host={self.dir} port=5432 user=postgres
-[pgbouncer]
-listen_addr = {self.address}
-listen_port = 6432
-unix_socket_dir =
-auth_type = any
-pool_mode = session
-server_reset_query = RESET ALL
-max_client_conn = 500
-default_pool_size = 40
-logfile = {self.dir}/pgbouncer.log
-pidfile =
-""")
+        pgbouncer.write_ini(ini, f"host={self.dir} port=5432 user=postgres", self.address, 6432,
+                            "", self.dir, pool_size=40)
         self.bouncer = self.popen(["runuser", "-u", "postgres", "--", "pgbouncer", ini],
                                   log=os.path.join(self.dir, "pgbouncer.stderr"))
-        wait_for(lambda: _listening(self.address, 6432) or self.bouncer.poll() is not None,
+        wait_until(lambda: _listening(self.address, 6432) or self.bouncer.poll() is not None,
                  "PgBouncer to listen")
         if self.bouncer.poll() is not None:
             raise RuntimeError("PgBouncer exited: " + open(
@@ -256,16 +237,11 @@ class StorageHost(Host):
 
     def _create(self):
         super()._create()
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        python = os.path.join(root, "tools", "pyenv", "venv", "bin", "python")
-        if not os.path.exists(python):
-            raise RuntimeError("the tests' Python venv is missing: run `make deps` "
-                               "(scripts/install-deps makes tools/pyenv/venv)")
-        self.python = python
-        self.server = self.popen([python, os.path.join(root, "tools", "pyenv", "serve_moto.py"),
-                                  "--address", self.address, "--versioned", "9000", self.BUCKET],
+        motoserver.require_venv()
+        self.server = self.popen([motoserver.PYTHON, motoserver.SERVE, "--address", self.address,
+                                  "--versioned", "9000", self.BUCKET],
                                  stdin=subprocess.PIPE, log=os.path.join(self.dir, "moto.log"))
-        wait_for(lambda: _listening(self.address, 9000) or self.server.poll() is not None,
+        wait_until(lambda: _listening(self.address, 9000) or self.server.poll() is not None,
                  "moto to listen")
         if self.server.poll() is not None:
             raise RuntimeError("moto exited: " + open(os.path.join(self.dir, "moto.log"),
@@ -273,10 +249,8 @@ class StorageHost(Host):
 
     def config(self):
         """GDAL configuration (environment) that reaches this store, from any host."""
-        return {"AWS_S3_ENDPOINT": f"{self.address}:9000", "AWS_HTTPS": "NO",
-                "AWS_VIRTUAL_HOSTING": "FALSE", "AWS_ACCESS_KEY_ID": "moto",
-                "AWS_SECRET_ACCESS_KEY": "moto", "AWS_REGION": "us-east-1",
-                "GDAL_HTTP_MAX_RETRY": "3", "GDAL_HTTP_RETRY_DELAY": "0.5"}
+        return dict(motoserver.s3_config(f"{self.address}:9000"), GDAL_HTTP_MAX_RETRY="3",
+                    GDAL_HTTP_RETRY_DELAY="0.5")
 
     def versions(self, prefix=""):
         """{key: number of versions (uploads that landed) + delete markers}, read with boto3."""
@@ -289,7 +263,7 @@ class StorageHost(Host):
                 "    for v in page.get('Versions', []) + page.get('DeleteMarkers', []):\n"
                 "        out[v['Key']] = out.get(v['Key'], 0) + 1\n"
                 "print(json.dumps(out))\n")
-        proc = subprocess.run([self.python, "-c", code, f"http://{self.address}:9000",
+        proc = subprocess.run([motoserver.PYTHON, "-c", code, f"http://{self.address}:9000",
                                self.BUCKET, prefix], capture_output=True, text=True, timeout=120,
                               check=True)
         return json.loads(proc.stdout)

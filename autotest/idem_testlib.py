@@ -2,6 +2,7 @@
 command, synthetic sources, running the real programs, and reading ledger rows from SQLite or
 PostgreSQL. Fixtures defined here are imported by the test modules that use them."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -190,6 +191,22 @@ def wait_until_leases_expired_for(ledger, pid, bound_seconds=60):
             conn.close()
         time.sleep(0.05)  # polling interval, not a wait for the event itself
     raise AssertionError("a lease never expired")
+
+
+@contextlib.contextmanager
+def gdal_config(options):
+    """This process's GDAL with the config `options` set (an object store's endpoint and keys),
+    its /vsicurl/ cache cleared on the way in and out, the previous values put back."""
+    previous = {k: gdal.GetConfigOption(k) for k in options}
+    for key, value in options.items():
+        gdal.SetConfigOption(key, value)
+    gdal.VSICurlClearCache()
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            gdal.SetConfigOption(key, value)
+        gdal.VSICurlClearCache()
 
 
 def read_pixels(path):

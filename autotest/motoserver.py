@@ -10,6 +10,20 @@ PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
 SERVE = os.path.join(ROOT, "tools", "pyenv", "serve_moto.py")
 
 
+def require_venv():
+    if not os.path.exists(PYTHON):
+        raise RuntimeError("the tests' Python venv is missing: run `make deps` "
+                           "(scripts/install-deps makes tools/pyenv/venv)")
+
+
+def s3_config(endpoint):
+    """GDAL config options (also environment variables) that reach a moto server at
+    `endpoint` (address:port)."""
+    return {"AWS_S3_ENDPOINT": endpoint, "AWS_HTTPS": "NO", "AWS_VIRTUAL_HOSTING": "FALSE",
+            "AWS_ACCESS_KEY_ID": "moto", "AWS_SECRET_ACCESS_KEY": "moto",
+            "AWS_REGION": "us-east-1", "AWS_NO_SIGN_REQUEST": "NO"}
+
+
 class MotoS3Server:
     def __init__(self, buckets=("idem-test",)):
         self.buckets = list(buckets)
@@ -17,9 +31,7 @@ class MotoS3Server:
         self.port = None
 
     def start(self):
-        if not os.path.exists(PYTHON):
-            raise RuntimeError("the tests' Python venv is missing: run `make deps` "
-                               "(scripts/install-deps makes tools/pyenv/venv)")
+        require_venv()
         self.proc = subprocess.Popen([PYTHON, SERVE, "0", *self.buckets], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -37,7 +49,4 @@ class MotoS3Server:
 
     def config(self):
         """GDAL config options (also environment variables) that reach this server."""
-        return {"AWS_S3_ENDPOINT": f"127.0.0.1:{self.port}", "AWS_HTTPS": "NO",
-                "AWS_VIRTUAL_HOSTING": "FALSE", "AWS_ACCESS_KEY_ID": "moto",
-                "AWS_SECRET_ACCESS_KEY": "moto", "AWS_REGION": "us-east-1",
-                "AWS_NO_SIGN_REQUEST": "NO"}
+        return s3_config(f"127.0.0.1:{self.port}")

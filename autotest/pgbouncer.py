@@ -32,6 +32,28 @@ def _keywords(dsn):
     return dict(part.split("=", 1) for part in dsn.split())
 
 
+def write_ini(path, upstream, listen_addr, listen_port, socket_dir, log_dir, pool_size,
+              reset_query=RECOMMENDED_RESET_QUERY):
+    """A pgbouncer.ini in session pooling for gdal-idem workers: every database to `upstream`
+    (libpq keywords), any client user without a password (auth_type = any), its log in
+    `log_dir`; `socket_dir` empty for no Unix socket."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"""[databases]
+* = {upstream}
+[pgbouncer]
+listen_addr = {listen_addr}
+listen_port = {listen_port}
+unix_socket_dir = {socket_dir}
+auth_type = any
+pool_mode = session
+server_reset_query = {reset_query}
+max_client_conn = 500
+default_pool_size = {pool_size}
+logfile = {log_dir}/pgbouncer.log
+pidfile =
+""")
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,21 +75,8 @@ class PgBouncer:
         upstream = " ".join(f"{k}={self.upstream[k]}" for k in ("host", "port", "user", "password")
                             if k in self.upstream)
         ini = os.path.join(self.dir, "pgbouncer.ini")
-        with open(ini, "w") as f:
-            f.write(f"""[databases]
-* = {upstream}
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {self.port}
-unix_socket_dir = {self.dir}
-auth_type = any
-pool_mode = session
-server_reset_query = {self.reset_query}
-max_client_conn = 500
-default_pool_size = {self.pool_size}
-logfile = {self.dir}/pgbouncer.log
-pidfile =
-""")
+        write_ini(ini, upstream, "127.0.0.1", self.port, self.dir, self.dir, self.pool_size,
+                  self.reset_query)
         command = ["pgbouncer", ini]
         if os.getuid() == 0:
             user = pwd.getpwnam("postgres")

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from osgeo import gdal
 
-from idem_testlib import make_source, read_pixels, run
+from idem_testlib import gdal_config, make_source, read_pixels, run
 from motoserver import MotoS3Server
 from test_fault_matrix import Case, warp
 from test_object_store import BUCKET, s3  # noqa: F401  (the module's s3rver fixture)
@@ -29,14 +29,8 @@ def store(request, moto, s3):  # noqa: F811
     """(server, IDEM_CONDITIONAL_WRITE), with this process's GDAL pointed at the server."""
     name, mode = request.param
     server = moto if name == "moto" else s3
-    previous = {k: gdal.GetConfigOption(k) for k in server.config()}
-    for key, value in server.config().items():
-        gdal.SetConfigOption(key, value)
-    gdal.VSICurlClearCache()
-    yield server, mode
-    for key, value in previous.items():
-        gdal.SetConfigOption(key, value)
-    gdal.VSICurlClearCache()
+    with gdal_config(server.config()):
+        yield server, mode
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ no completed row without its object (`gdal-idem verify`), no object at a final k
 completed row; and the batch converges: run again on every host, it changes no row and uploads
 nothing. Pause points and the ledger's own clock synchronise the faults, never sleeps."""
 
-import contextlib
 import json
 import os
 import pathlib
@@ -20,7 +19,8 @@ import uuid
 import pytest
 from osgeo import gdal
 
-from idem_testlib import GDAL_IDEM, env_with, make_source, read_pixels, run
+from idem_testlib import (GDAL_IDEM, env_with, gdal_config, make_source, read_pixels, run,
+                          wait_until)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hosts  # noqa: E402
@@ -53,21 +53,6 @@ def net():
         network.close()
 
 
-@contextlib.contextmanager
-def store_config(store):
-    """This process's GDAL pointed at the storage host (through the operator's port)."""
-    previous = {k: gdal.GetConfigOption(k) for k in store.config()}
-    for key, value in store.config().items():
-        gdal.SetConfigOption(key, value)
-    gdal.VSICurlClearCache()
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            gdal.SetConfigOption(key, value)
-        gdal.VSICurlClearCache()
-
-
 class Case:
     """One test's batch: a database of its own on the database host, a prefix of its own in the
     bucket, the source, and the plain gdalwarp output of every tile."""
@@ -82,7 +67,7 @@ class Case:
         self.local_dsn = net.db.local_dsn().replace(
             f"dbname={net.db.DATABASE}", f"dbname={self.database}")
         self.prefix = f"/vsis3/{net.store.BUCKET}/{self.database}"
-        source = make_source(tmp_path / "scene.tif", size=256)
+        self.source = source = make_source(tmp_path / "scene.tif", size=256)
         extent = gdal.Warp("", source, format="VRT", dstSRS="EPSG:3857")
         x0, dx, _, y0, _, dy = extent.GetGeoTransform()
         width, height = dx * extent.RasterXSize, -dy * extent.RasterYSize
@@ -162,7 +147,7 @@ class Case:
 
     def objects(self):
         """The objects under the case's prefix, as the operator's host sees them."""
-        with store_config(self.net.store):
+        with gdal_config(self.net.store.config()):
             return sorted(gdal.ReadDir(self.prefix + "/") or [])
 
     def plain(self, tile):
@@ -172,7 +157,7 @@ class Case:
             target.parent.mkdir(exist_ok=True)
             xmin, ymin, xmax, ymax = self.tiles[tile]
             run(["gdalwarp", "-q", "-of", "GTiff", *WARP, "-te", repr(xmin), repr(ymin),
-                 repr(xmax), repr(ymax), json.loads(self.batch.read_text())["source"], target],
+                 repr(xmax), repr(ymax), self.source, target],
                 check=True)
         return target
 
@@ -196,7 +181,7 @@ class Case:
                     for t in self.tiles}
         objects = set(self.objects())
         versions = self.net.store.versions(self.database + "/")
-        with store_config(self.net.store):
+        with gdal_config(self.net.store.config()):
             wrong = [t for t in self.tiles if f"{t}.tif" in objects and not self._same_as_plain(t)]
         self.report.update(
             tiles=len(self.tiles),
@@ -276,12 +261,12 @@ def test_a_worker_cut_off_past_its_lease(case):
     net, w1 = case.net, case.net.workers[0]
     first = sorted(case.tiles)[:2]
     batch1 = case.start(w1, 0, lanes=2, pause=first)
-    hosts.wait_for(lambda: all(case.reached(t) for t in first) or batch1.poll() is not None,
+    wait_until(lambda: all(case.reached(t) for t in first) or batch1.poll() is not None,
                    "w1 to stop at before_commit on two tiles")
     assert batch1.poll() is None, case.finish([batch1])
     case.fault("a worker's link cut past its lease, with 2 claims")
     net.cut(w1)
-    hosts.wait_for(lambda: case.leases_over(w1), "w1's leases to run out", timeout=LEASE * 20)
+    wait_until(lambda: case.leases_over(w1), "w1's leases to run out", timeout=LEASE * 20)
     case.finish([case.start(w, 4 * i) for i, w in enumerate(net.workers[1:], 1)])
     taken = {r["output_uri"]: r for r in case.rows() if r["completed_at"] is not None}
     for tile in first:
@@ -305,7 +290,7 @@ def _fault_mid_batch(case, name, fault, pause_at="before_complete"):
     its completion not yet sent); `fault()` strikes while the others warp; then w1 goes on."""
     first = sorted(case.tiles)[0]
     procs = case.start_all(w1={"pause": [first], "pause_at": pause_at})
-    hosts.wait_for(lambda: case.reached(first) or procs[0].poll() is not None,
+    wait_until(lambda: case.reached(first) or procs[0].poll() is not None,
                    f"w1 to stop at {pause_at}")
     assert procs[0].poll() is None, case.finish(procs)
     case.fault(name)
@@ -365,7 +350,7 @@ def test_a_worker_whose_clock_runs_two_hours_ahead(case):
     case.fault("a worker's clock 2 h ahead")
     first = sorted(case.tiles)[8]  # w3's first tile
     procs = case.start_all(w3={"pause": [first], "pause_at": "before_complete"})
-    hosts.wait_for(lambda: case.reached(first) or procs[2].poll() is not None,
+    wait_until(lambda: case.reached(first) or procs[2].poll() is not None,
                    "w3 to stop at before_complete")
     case.resume()
     case.finish(procs)
