@@ -9,7 +9,9 @@ import os
 import pytest
 from osgeo import gdal
 
-from idem_testlib import env_with, make_source, run, sqlite_ledger, temp_dirs_beside  # noqa: F401
+from idem_testlib import (env_with, gdal_config, make_source, run, sqlite_ledger,  # noqa: F401
+                          temp_dirs_beside)
+from motoserver import MotoS3Server
 
 gdal.UseExceptions()
 
@@ -101,3 +103,33 @@ def test_a_new_source_rebuilds_it(zarr_output, sqlite_ledger, tmp_path):
     # Two works on one output: the first's completion is superseded by the second's.
     current = [r for r in sqlite_ledger.completed() if r["superseded_at"] is None]
     assert len(current) == 1 and len(sqlite_ledger.completed()) == 2
+
+
+def test_object_storage_refuses_it_before_any_claim(tmp_path, sqlite_ledger):
+    """A Zarr is many objects, which no request publishes at once: refused before the claim,
+    with nothing uploaded and what the bucket held left as it was (a directory written to
+    /vsis3/ once uploaded an empty object at the output's name)."""
+    src = make_source(tmp_path / "src.tif", size=64)
+    cpl_tmpdir = tmp_path / "cpl_tmpdir"  # where an object output's temporary files are
+    cpl_tmpdir.mkdir()
+    server = MotoS3Server(buckets=["zarr-test"]).start()
+    try:
+        config = server.config()
+        with gdal_config(config):
+            run(["gdal_translate", "-q", "-of", "Zarr", src, "/vsis3/zarr-test/out.zarr"],
+                env=env_with(**config), check=True)
+            before = {name: gdal.VSIStatL(f"/vsis3/zarr-test/{name}").size
+                      for name in gdal.ReadDirRecursive("/vsis3/zarr-test")}
+            for output in ("out.zarr", "new.zarr"):
+                proc = translate(src, f"/vsis3/zarr-test/{output}", sqlite_ledger,
+                                 CPL_TMPDIR=str(cpl_tmpdir), **config)
+                assert proc.returncode != 0
+                assert "cannot publish a Zarr dataset to object storage" in proc.stderr
+                gdal.VSICurlClearCache()
+                after = {name: gdal.VSIStatL(f"/vsis3/zarr-test/{name}").size
+                         for name in gdal.ReadDirRecursive("/vsis3/zarr-test")}
+                assert after == before
+            assert sqlite_ledger.rows() == []
+            assert list(cpl_tmpdir.iterdir()) == []
+    finally:
+        server.stop()

@@ -287,6 +287,7 @@ void IdemCreator::set_destination(const char* filename, GDALDriver* format_drive
   }
   m_destination = absolute_path(real_path);
   check_destination_is_a_file(filename, m_destination, format_driver);
+  check_object_output_is_a_file(m_destination, format_driver);
   if (!m_options.dry_run) {
     check_destination_directory(m_destination);
   }

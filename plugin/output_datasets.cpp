@@ -187,6 +187,19 @@ void check_destination_is_a_file(const char* filename, const std::string& destin
   }
 }
 
+// The drivers whose dataset is a directory of files (docs/vsiidem.md, "Directory datasets").
+void check_object_output_is_a_file(const std::string& destination, GDALDriver* format_driver) {
+  const std::string driver = format_driver->GetDescription();
+  if (is_object_store_path(destination) &&
+      (EQUAL(driver.c_str(), "Zarr") || EQUAL(driver.c_str(), "TileDB"))) {
+    throw Error(ErrorKind::k_usage,
+                "IDEM cannot publish a " + driver + " dataset to object storage (" + destination +
+                    "): it is a directory of many objects, which no request makes appear at "
+                    "once. Write it to a local path through /vsiidem/ and copy the directory to "
+                    "the bucket after, or write a single-file format (-co FORMAT=COG)");
+  }
+}
+
 // An output written over one of its own sources would replace its input, and every rerun would
 // work on its own output: refused before any claim, comparing real paths and device + inode.
 void check_destination_is_not_a_source(const std::string& destination,

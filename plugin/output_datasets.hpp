@@ -36,6 +36,10 @@ struct OutputShape {
 // Refuse before claiming when the output cannot be written, so no claim is left behind.
 void check_destination_directory(const std::string& destination);
 
+// A driver that writes a directory (Zarr) cannot be published to object storage, where no
+// request makes a tree of objects appear at once: refused before any claim.
+void check_object_output_is_a_file(const std::string& destination, GDALDriver* format_driver);
+
 // An output path that names a directory ("/vsiidem/" alone, "out/") is refused before any claim,
 // unless the directory is a dataset of `format_driver` (a Zarr output of an earlier run).
 void check_destination_is_a_file(const char* filename, const std::string& destination,

@@ -269,8 +269,10 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   // The last chunk (all of a tile) is hashed while the close sends it: an object's upload happens
   // there, and the hash then costs no time of its own.
   std::vector<unsigned char> last_chunk;
+  bool written = true;
   bool ok = read_vsi_chunks(in.get(), k_copy_chunk, [&](const unsigned char* data, size_t size) {
     if (size > 0 && VSIFWriteL(data, 1, size, out) != size) {
+      written = false;
       return false;
     }
     if (size < k_copy_chunk) {
@@ -281,6 +283,7 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
     sent.size += static_cast<int64_t>(size);
     return true;
   });
+  const bool read_failed = !ok && written;  // the source's read failed, not the upload
   const auto hash_last_chunk = [&] { md5.update(last_chunk.data(), last_chunk.size()); };
   std::thread hashing;
   try {
@@ -294,6 +297,9 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   }
   if (hashing.joinable()) {
     hashing.join();
+  }
+  if (read_failed) {
+    throw Error(ErrorKind::k_io, "reading " + from + " to copy it to " + to + " failed");
   }
   if (!ok && expected != nullptr) {
     // Refused for its condition, or failed for another reason: the store's object now decides.

@@ -295,6 +295,24 @@ TEST_F(AtomicOutputTest, ObjectOutputIsWrittenUnderCplTmpdir) {
   EXPECT_NE(::stat(temp_dir.c_str(), &info), 0) << "the local copy must be removed";
 }
 
+// A directory (a Zarr) has no object that appears at once: refused before any request, so
+// the store is never asked (no server is needed to show it).
+TEST_F(AtomicOutputTest, ADirectoryIsNeverUploaded) {
+  CPLSetConfigOption("CPL_TMPDIR", m_dir.c_str());
+  AtomicOutput output("/vsis3/bucket/x.zarr", "tok12");
+  CPLSetConfigOption("CPL_TMPDIR", nullptr);
+  ASSERT_EQ(::mkdir(output.temp_path().c_str(), 0755), 0);
+  write_file(output.temp_path() + "/.zgroup", "{}");
+  try {
+    output.commit();
+    FAIL() << "a directory must not be uploaded";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::k_usage);
+    EXPECT_NE(std::string(error.what()).find("/vsis3/bucket/x.zarr"), std::string::npos)
+        << error.what();
+  }
+}
+
 TEST_F(AtomicOutputTest, ExistingTokenIsRefused) {
   AtomicOutput first(path("x.tif"), "same");
   EXPECT_THROW(AtomicOutput(path("x.tif"), "same"), Error);

@@ -459,6 +459,19 @@ std::vector<PublishedFile> AtomicOutput::placed_files() const {
 
 std::vector<std::string> AtomicOutput::upload(const std::vector<std::string>& ordered) {
   const std::string final_dir = dirname_of(m_final_path);
+  // Each file becomes one object. A directory (a driver's dataset of many files) has no object
+  // that appears at once: refused before anything is uploaded.
+  for (const auto& name : ordered) {
+    struct stat info {};
+    const std::string from = join_path(m_temp_dir, name);
+    if (::lstat(from.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+      throw Error(ErrorKind::k_usage,
+                  "cannot upload " + from + " to " + join_path(final_dir, name) +
+                      ": the driver wrote a directory, not a file, and a directory of objects "
+                      "cannot be published to object storage at once; write the dataset to a "
+                      "local path, or choose a single-file format");
+    }
+  }
   std::vector<std::string> published;
   for (const auto& name : ordered) {
     if (name == ordered.back()) {
