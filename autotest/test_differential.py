@@ -88,6 +88,21 @@ def sources(tmp_path_factory):
     paths["src"] = root / "src.tif"
     byte_source("src_b.tif", origin=(502560.0, 4650000.0), seed=7).FlushCache()
     paths["src_b"] = root / "src_b.tif"
+    # East of src_b, with metadata that conflicts with theirs: a band description, a unit, an
+    # item, statistics, and an item of its own.
+    ds = byte_source("src_c.tif", origin=(505120.0, 4650000.0), seed=5)
+    ds.SetMetadataItem("ONLY_C", "yes")
+    ds.GetRasterBand(1).SetDescription("red")
+    ds.GetRasterBand(1).SetUnitType("reflectance")
+    ds.GetRasterBand(2).SetMetadataItem("WAVELENGTH", "999")
+    ds.GetRasterBand(3).SetMetadataItem("STATISTICS_MEAN", "12.5")
+    ds = None
+    paths["src_c"] = root / "src_c.tif"
+    # Across src_c's east edge, off its grid by a fraction of a pixel.
+    byte_source("src_d.tif", origin=(507523.0, 4649996.0), seed=3).FlushCache()
+    paths["src_d"] = root / "src_d.tif"
+    (root / "mosaic.optfile").write_text('# gdalwarp\'s options\n-cvmd "from optfile"\n')
+    paths["mosaic_optfile"] = root / "mosaic.optfile"
     gdal.BuildVRT(str(root / "mosaic.vrt"), [str(paths["src"]), str(paths["src_b"])]).FlushCache()
     paths["mosaic"] = root / "mosaic.vrt"
     ds = byte_source("rgba.tif", bands=4, alpha=True)
@@ -177,7 +192,8 @@ def python_call(program, fmt, arguments, sources, output, idem):
     code = ("from osgeo import gdal\ngdal.UseExceptions()\n"
             f"kwargs = {kwargs}\n"
             "options = kwargs.pop('creationOptions', [])\n"
-            f"gdal.{program}({target!r}, {sources['src']!r}, {fmt_args}, **kwargs)\n")
+            f"source = kwargs.pop('sources', {sources['src']!r})\n"
+            f"gdal.{program}({target!r}, source, {fmt_args}, **kwargs)\n")
     return ["/usr/bin/python3", "-c", code]
 
 

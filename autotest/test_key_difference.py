@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import cli_key, dry_run_key, rasterio_warp_key, write_raster
+from conftest import cli_key, dry_run_key, gdal_warp_key, rasterio_warp_key, write_raster
 
 
 def warp(src, dst, *extra):
@@ -166,6 +166,23 @@ def test_key_multi_source_warp_is_reported_as_materialised(tmp_path, key_output)
     # A pure mosaic (no reprojection) is handed over as a VRT, not materialised.
     mosaic = cli_key(["gdalwarp", "-of", "IDEM", a, b, key_output], as_json=True)
     assert mosaic["work"]["kind"] in ("vrt", "warp")
+
+
+def test_key_of_a_plain_mosaic_holds_gdalwarps_options(tmp_path, key_output):
+    """gdalwarp's plain mosaic is written with the gdalwarp program's own options (nodata,
+    metadata...), which the key records, less those that change nothing in the output;
+    `gdal-idem key` predicts each. gdal.Warp's arguments cannot be seen: another key."""
+    a = write_raster(tmp_path / "a.tif")
+    b = write_raster(tmp_path / "b.tif", origin=(500400.0, 4600000.0), seed=4)
+    keys = {}
+    for name, extra in [("plain", []), ("nomd", ["-nomd"]), ("nodata", ["-dstnodata", "7"]),
+                        ("attempt", ["-wm", "64", "-multi", "-q"])]:
+        args = ["-of", "IDEM", *extra, a, b, key_output]
+        keys[name] = dry_run_key("gdalwarp", args)
+        assert cli_key(["gdalwarp", *args]) == keys[name], name
+    assert keys["attempt"] == keys["plain"]
+    assert len({keys["plain"], keys["nomd"], keys["nodata"]}) == 3
+    assert gdal_warp_key([a, b], key_output) not in keys.values()
 
 
 def test_key_differs_for_source_crs_that_really_differs(key_source, key_output):

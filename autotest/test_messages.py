@@ -95,6 +95,38 @@ def test_rasterio_logs_the_skip_notice(tmp_path, sqlite_ledger):
     assert "IDEM: skipped" not in again.stderr
 
 
+MOSAIC_CALLS = """
+import json, sys
+from osgeo import gdal
+gdal.UseExceptions()
+seen = {}
+for name in ("warp", "translate"):
+    seen[name] = []
+    gdal.PushErrorHandler(lambda severity, number, message: seen[name].append(message))
+    out = sys.argv[2] + "." + name + ".tif"
+    if name == "warp":
+        gdal.Warp(out, sys.argv[1].split(","), format="IDEM")
+    else:
+        gdal.Translate(out, gdal.BuildVRT("", sys.argv[1].split(",")), format="IDEM")
+    gdal.PopErrorHandler()
+print(json.dumps(seen))
+"""
+
+
+def test_a_plain_mosaic_from_gdal_warp_is_said_to_lack_the_warps_options(tmp_path, sqlite_ledger):
+    """gdal.Warp hands IDEM a plain mosaic as gdalbuildvrt's VRT, without the warp's options
+    (docs/keys.md, "Known differences"): a warning says so. gdal.Translate of such a VRT is the
+    VRT's copy, as IDEM writes it: no warning."""
+    a = make_source(tmp_path / "a.tif", size=64)
+    b = make_source(tmp_path / "b.tif", size=64, origin=(500640.0, 4650000.0), seed=5)
+    proc = python(MOSAIC_CALLS, f"{a},{b}", f"/vsiidem/{tmp_path}/out",
+                  env=env_with(IDEM_LEDGER=sqlite_ledger.dsn))
+    seen = json.loads(proc.stdout)
+    assert [m for m in seen["warp"] if "gdalbuildvrt's VRT" in m], seen
+    assert seen["translate"] == [], seen
+    assert len(sqlite_ledger.completed()) == 2
+
+
 def test_dry_run_returns_its_report_as_metadata(tmp_path, sqlite_ledger):
     source = make_source(tmp_path / "src.tif", size=64)
     out = tmp_path / "out.tif"

@@ -354,37 +354,4 @@ CogWarpPlan plan_cog_warp(GDALDataset* vrt, const WorkDescription& work,
   return plan;
 }
 
-GDALDatasetUniquePtr warp_as_gdalwarp_cog(GDALDataset* source, const CPLStringList& arguments,
-                                          const std::string& path, CSLConstList creation_options,
-                                          GDALProgressFunc progress, void* progress_data) {
-  CPLStringList argv(arguments);
-  argv.AddString("-of");
-  argv.AddString("COG");
-  std::string shown;
-  for (int i = 0; i < arguments.size(); ++i) {
-    shown += std::string(" ") + arguments[i];
-  }
-  CPLDebug("IDEM", "as gdalwarp%s -of COG", shown.c_str());
-  for (CSLConstList option = creation_options; option != nullptr && *option != nullptr; ++option) {
-    argv.AddString("-co");
-    argv.AddString(*option);
-  }
-  GDALWarpAppOptions* options = GDALWarpAppOptionsNew(argv.List(), nullptr);
-  if (options == nullptr) {
-    throw Error(ErrorKind::k_internal,
-                "gdalwarp refused the arguments IDEM made for the COG: " + last_gdal_error());
-  }
-  GDALWarpAppOptionsSetProgress(options, progress, progress_data);
-  GDALDatasetH handle = GDALDataset::ToHandle(source);
-  int usage_error = FALSE;
-  CPLErrorReset();
-  GDALDatasetH made = GDALWarp(path.c_str(), nullptr, 1, &handle, options, &usage_error);
-  GDALWarpAppOptionsFree(options);
-  if (made == nullptr) {
-    throw Error(usage_error ? ErrorKind::k_usage : ErrorKind::k_io,
-                "the warp into COG (as gdalwarp -of COG does it) failed: " + last_gdal_error());
-  }
-  return GDALDatasetUniquePtr(GDALDataset::FromHandle(made));
-}
-
 }  // namespace idem

@@ -64,11 +64,4 @@ struct CogWarpPlan {
 CogWarpPlan plan_cog_warp(GDALDataset* vrt, const WorkDescription& work,
                           const KeptSources& kept_sources, const CanonicalVrt& canonical);
 
-// GDALWarp(`arguments` -of COG -co `creation_options`) of `source` into `path`: what
-// `gdalwarp -of COG` does. Throws idem::Error (k_io, "cancelled" when the progress callback
-// stopped it).
-GDALDatasetUniquePtr warp_as_gdalwarp_cog(GDALDataset* source, const CPLStringList& arguments,
-                                          const std::string& path, CSLConstList creation_options,
-                                          GDALProgressFunc progress, void* progress_data);
-
 }  // namespace idem

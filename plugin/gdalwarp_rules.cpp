@@ -2,10 +2,18 @@
 // (gdalwarp_rules.hpp).
 #include "gdalwarp_rules.hpp"
 
+#include <dlfcn.h>
+#include <execinfo.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "base/error.hpp"
@@ -16,6 +24,10 @@
 #include "cpl_string.h"
 #include "gdal_alg.h"
 #include "gdal_priv.h"
+#include "gdal_proxy.h"
+#include "gdal_utils.h"
+#include "key/command_line.hpp"
+#include "vrtdataset.h"
 
 namespace idem {
 
@@ -230,6 +242,269 @@ WarpWindow gdalwarp_window(const GDALWarpOptions& options, GDALDataset* output,
   CPLDebug(k_debug_category, "RPC source: warping the output window %d,%d,%dx%d", window.x_off,
            window.y_off, window.x_size, window.y_size);
   return window;
+}
+
+namespace {
+
+// This process's arguments, as the kernel holds them (argv[0] first).
+std::vector<std::string> arguments_of_this_process() {
+  std::ifstream file("/proc/self/cmdline", std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::vector<std::string> arguments;
+  std::string::size_type start = 0;
+  while (start < text.size()) {
+    const std::string::size_type end = text.find('\0', start);
+    arguments.push_back(text.substr(start, end - start));
+    if (end == std::string::npos) {
+      break;
+    }
+    start = end + 1;
+  }
+  return arguments;
+}
+
+// An --optfile's arguments, read as GDAL's command-line processor reads them: a line starting with
+// '#' is a comment, the others are split as a shell would (CSLTokenizeString).
+std::vector<std::string> arguments_of_optfile(const std::string& path) {
+  std::vector<std::string> arguments;
+  const CPLStringList lines(CSLLoad(path.c_str()));
+  for (int i = 0; i < lines.size(); ++i) {
+    if (lines[i][0] == '#') {
+      continue;
+    }
+    const CPLStringList tokens(CSLTokenizeString(lines[i]));
+    for (int j = 0; j < tokens.size(); ++j) {
+      arguments.emplace_back(tokens[j]);
+    }
+  }
+  return arguments;
+}
+
+// The program's arguments without GDAL's general options (GDALGeneralCmdLineProcessor took them
+// before the program parsed the rest), --optfile's read in their place.
+std::vector<std::string> without_general_options(const std::vector<std::string>& argv) {
+  std::vector<std::string> arguments;
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const char* argument = argv[i].c_str();
+    const bool has_value = i + 1 < argv.size();
+    if (EQUAL(argument, "--optfile") && has_value) {
+      const std::vector<std::string> more = arguments_of_optfile(argv[++i]);
+      arguments.insert(arguments.end(), more.begin(), more.end());
+    } else if (EQUAL(argument, "--config") && has_value) {
+      // --config KEY VALUE, or --config KEY=VALUE (GDAL 3.9)
+      i += argv[i + 1].find('=') != std::string::npos ? 1 : 2;
+    } else if ((EQUAL(argument, "--debug") || EQUAL(argument, "--locale") ||
+                EQUAL(argument, "--mempreload")) &&
+               has_value) {
+      ++i;
+    } else if (!EQUAL(argument, "--pause")) {
+      arguments.push_back(argv[i]);
+    }
+  }
+  return arguments;
+}
+
+bool is_option(const std::string& argument, const char* name) {
+  return EQUAL(argument.c_str(), name) || (argument.size() > 2 && argument[0] == '-' &&
+                                           argument[1] == '-' && EQUAL(argument.c_str() + 1, name));
+}
+
+}  // namespace
+
+std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_command(
+    const std::vector<std::string>& argv, const std::vector<std::string>& source_names) {
+  if (argv.empty() || std::string(CPLGetFilename(argv[0].c_str())) != "gdalwarp") {
+    return nullptr;
+  }
+  const SplitArguments split =
+      split_program_arguments(GdalProgram::k_gdalwarp, without_general_options(argv));
+  std::vector<std::string> sources = split.positionals;
+  if (!sources.empty()) {
+    sources.pop_back();  // the destination
+  }
+  if (sources != source_names) {
+    std::string named;
+    for (const std::string& name : sources) {
+      named += " " + name;
+    }
+    throw Error(ErrorKind::k_usage, "the sources on gdalwarp's command line (" +
+                                        named.substr(std::min<size_t>(1, named.size())) +
+                                        ") are not those of the mosaic it handed IDEM");
+  }
+  auto mosaic = std::make_unique<GdalwarpMosaic>();
+  const std::vector<std::string>& options = split.options;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const size_t values = option_value_count(GdalProgram::k_gdalwarp, options, i);
+    const bool dropped = is_option(options[i], "-of") || is_option(options[i], "-co") ||
+                         is_option(options[i], "-overwrite") || is_option(options[i], "-q") ||
+                         is_option(options[i], "-quiet");
+    for (size_t j = 0; j <= values && i + j < options.size(); ++j) {
+      if (!dropped) {
+        mosaic->m_arguments.push_back(options[i + j]);
+      }
+    }
+    i += values;
+  }
+  return mosaic;
+}
+
+std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_this_process(GDALDataset* mosaic) {
+  // `gdal-idem key` and `gdal-idem pending` key a gdalwarp command in their own process: they pass
+  // it here, each argument URL-escaped.
+  std::vector<std::string> argv;
+  const char* told = CPLGetConfigOption("IDEM_INTERNAL_GDALWARP_COMMAND", nullptr);
+  if (told == nullptr) {
+    argv = arguments_of_this_process();
+  } else {
+    const CPLStringList words(CSLTokenizeString2(told, " ", 0));
+    for (int i = 0; i < words.size(); ++i) {
+      int length = 0;
+      char* argument = CPLUnescapeString(words[i], &length, CPLES_URL);
+      argv.emplace_back(argument, static_cast<size_t>(length));
+      CPLFree(argument);
+    }
+  }
+  if (argv.empty() || std::string(CPLGetFilename(argv[0].c_str())) != "gdalwarp") {
+    return nullptr;  // not gdalwarp: its sources are not looked at
+  }
+  try {
+    return of_command(argv, mosaic_source_names(mosaic));
+  } catch (const Error& error) {
+    CPLError(CE_Warning, CPLE_AppDefined,
+             "IDEM: %s. The mosaic is written from gdalbuildvrt's VRT that gdalwarp made of the "
+             "sources, without gdalwarp's nodata, resampling and metadata options "
+             "(docs/keys.md, \"Known differences\")",
+             error.what());
+    return nullptr;
+  }
+}
+
+std::vector<std::string> GdalwarpMosaic::key_arguments() const {
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < m_arguments.size(); ++i) {
+    const std::string& option = m_arguments[i];
+    const size_t values = option_value_count(GdalProgram::k_gdalwarp, m_arguments, i);
+    const bool attempt_setting = is_option(option, "-wm") || is_option(option, "-multi") ||
+                                 (is_option(option, "-wo") && i + 1 < m_arguments.size() &&
+                                  STARTS_WITH_CI(m_arguments[i + 1].c_str(), "NUM_THREADS="));
+    for (size_t j = 0; j <= values && i + j < m_arguments.size(); ++j) {
+      if (!attempt_setting) {
+        kept.push_back(m_arguments[i + j]);
+      }
+    }
+    i += values;
+  }
+  return kept;
+}
+
+bool called_from_gdalwarp_library() {
+  constexpr int k_depth = 64;
+  void* frames[k_depth];
+  const int depth = ::backtrace(frames, k_depth);
+  for (int i = 0; i < depth; ++i) {
+    Dl_info info{};
+    if (::dladdr(frames[i], &info) != 0 && info.dli_sname != nullptr &&
+        std::strcmp(info.dli_sname, "GDALWarp") == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> mosaic_source_names(GDALDataset* mosaic) {
+  std::vector<std::string> names;
+  auto* band = dynamic_cast<VRTSourcedRasterBand*>(mosaic->GetRasterBand(1));
+  if (band == nullptr) {
+    return names;
+  }
+  for (VRTSource* vrt_source : compat::vrt_band_sources(band)) {
+    if (!vrt_source->IsSimpleSource()) {
+      continue;
+    }
+    GDALRasterBand* from = static_cast<VRTSimpleSource*>(vrt_source)->GetRasterBand();
+    if (from != nullptr && from->GetDataset() != nullptr) {
+      names.emplace_back(from->GetDataset()->GetDescription());
+    }
+  }
+  return names;
+}
+
+// gdalbuildvrt stands a proxy for each file (GDALProxyPoolDataset), which does not pass on band
+// descriptions: such a source is opened again by its name, with its open options.
+std::vector<GDALDataset*> GdalwarpMosaic::open_sources(GDALDataset* mosaic) {
+  if (!m_sources.empty()) {
+    return m_sources;
+  }
+  auto* band = dynamic_cast<VRTSourcedRasterBand*>(mosaic->GetRasterBand(1));
+  std::map<std::string, GDALDataset*> by_name;
+  for (VRTSource* vrt_source :
+       band != nullptr ? compat::vrt_band_sources(band) : std::vector<VRTSource*>()) {
+    GDALRasterBand* from = vrt_source->IsSimpleSource()
+                               ? static_cast<VRTSimpleSource*>(vrt_source)->GetRasterBand()
+                               : nullptr;
+    GDALDataset* dataset = from != nullptr ? from->GetDataset() : nullptr;
+    if (dataset == nullptr) {
+      continue;
+    }
+    if (dynamic_cast<GDALProxyDataset*>(dataset) != nullptr) {
+      const std::string name = dataset->GetDescription();
+      GDALDataset*& opened = by_name[name];
+      if (opened == nullptr) {
+        m_opened.emplace_back(GDALDataset::Open(name.c_str(),
+                                                GDAL_OF_RASTER | GDAL_OF_VERBOSE_ERROR, nullptr,
+                                                dataset->GetOpenOptions(), nullptr));
+        if (!m_opened.back()) {
+          throw Error(ErrorKind::k_source,
+                      "cannot open the source " + name + ": " + last_gdal_error());
+        }
+        opened = m_opened.back().get();
+      }
+      dataset = opened;
+    }
+    m_sources.push_back(dataset);
+  }
+  return m_sources;
+}
+
+GDALDatasetUniquePtr run_gdalwarp(const std::vector<GDALDataset*>& sources,
+                                  const std::vector<std::string>& arguments, const char* format,
+                                  const std::string& path, CSLConstList creation_options,
+                                  GDALProgressFunc progress, void* progress_data) {
+  CPLStringList argv;
+  std::string shown;
+  for (const std::string& argument : arguments) {
+    argv.AddString(argument.c_str());
+    shown += " " + argument;
+  }
+  argv.AddString("-of");
+  argv.AddString(format);
+  CPLDebug("IDEM", "as gdalwarp%s -of %s", shown.c_str(), format);
+  for (CSLConstList option = creation_options; option != nullptr && *option != nullptr; ++option) {
+    argv.AddString("-co");
+    argv.AddString(*option);
+  }
+  GDALWarpAppOptions* options = GDALWarpAppOptionsNew(argv.List(), nullptr);
+  if (options == nullptr) {
+    throw Error(ErrorKind::k_usage,
+                "gdalwarp refused the arguments" + shown + ": " + last_gdal_error());
+  }
+  GDALWarpAppOptionsSetProgress(options, progress, progress_data);
+  std::vector<GDALDatasetH> handles;
+  handles.reserve(sources.size());
+  for (GDALDataset* source : sources) {
+    handles.push_back(GDALDataset::ToHandle(source));
+  }
+  int usage_error = FALSE;
+  CPLErrorReset();
+  GDALDatasetH made = GDALWarp(path.c_str(), nullptr, static_cast<int>(handles.size()),
+                               handles.data(), options, &usage_error);
+  GDALWarpAppOptionsFree(options);
+  if (made == nullptr) {
+    throw Error(usage_error ? ErrorKind::k_usage : ErrorKind::k_io,
+                std::string("the warp (as gdalwarp -of ") + format +
+                    " does it) failed: " + last_gdal_error());
+  }
+  return GDALDatasetUniquePtr(GDALDataset::FromHandle(made));
 }
 
 }  // namespace idem

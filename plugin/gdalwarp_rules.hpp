@@ -3,6 +3,10 @@
 // (docs/internals.md §9, §10). Internal to plugin/.
 #pragma once
 
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "gdal_priv.h"
 #include "gdalwarper.h"
 
@@ -35,5 +39,53 @@ bool gdalwarp_skips_nosource(const GDALWarpOptions& options, GDALDataset* output
 // footprint's bounding box plus 5 pixels, unless RESTRICT_OUTPUT_DATASET_UPDATE=NO. Returns the
 // window to warp, empty when the footprint misses the output (docs/internals.md §10).
 WarpWindow gdalwarp_window(const GDALWarpOptions& options, GDALDataset* output, bool skip_nosource);
+
+// A plain mosaic of several sources (no reprojection, grid, -ot, -to or cutline; every source
+// north-up with the same bands, CRS and resolution) reaches a driver without Create as
+// gdalbuildvrt's VRT, which has none of the options that gdalwarp, writing a format with Create,
+// applies (nodata, resampling, -wo, metadata copied from the sources...; docs/internals.md §12).
+// Where the process is the gdalwarp program, its command line says them all: the mosaic is then
+// written by GDALWarp() with those options, as gdalwarp would have written it.
+class GdalwarpMosaic {
+ public:
+  // gdalwarp's call for the VRT `mosaic`, read from this process's command line (or, for
+  // `gdal-idem key`, from IDEM_INTERNAL_GDALWARP_COMMAND); nullptr when the process is not
+  // gdalwarp. When the command cannot be read or its sources are not the VRT's, a warning says
+  // so and nullptr is returned: the mosaic is then written from the VRT.
+  static std::unique_ptr<GdalwarpMosaic> of_this_process(GDALDataset* mosaic);
+  // The same from gdalwarp's arguments (argv[0] first) and the names of the VRT's sources, in
+  // order. Throws idem::Error(k_usage) saying what could not be read. Exposed for tests.
+  static std::unique_ptr<GdalwarpMosaic> of_command(const std::vector<std::string>& argv,
+                                                    const std::vector<std::string>& source_names);
+
+  // gdalwarp's options as given, less -of, -co, -overwrite and -q (the run adds its own).
+  const std::vector<std::string>& arguments() const { return m_arguments; }
+  // What the key records: the options less those that change nothing in the output (-wm,
+  // -multi, -wo NUM_THREADS=).
+  std::vector<std::string> key_arguments() const;
+  // The sources, opened (once) as gdalwarp opened them, from the VRT `mosaic`'s; they live as long
+  // as this object. Throws idem::Error(k_source) when one cannot be opened.
+  std::vector<GDALDataset*> open_sources(GDALDataset* mosaic);
+
+ private:
+  std::vector<std::string> m_arguments;
+  std::vector<GDALDataset*> m_sources;
+  std::vector<GDALDatasetUniquePtr> m_opened;
+};
+
+// Whether GDAL's GDALWarp() is on this thread's call stack (found by its exported name): the
+// caller of a driver's CreateCopy is then gdalwarp's library (gdal.Warp...), not gdal_translate's.
+bool called_from_gdalwarp_library();
+
+// The names of the datasets a mosaic VRT reads, in order (its first band's sources).
+std::vector<std::string> mosaic_source_names(GDALDataset* mosaic);
+
+// GDALWarp(`arguments` -of `format` -co `creation_options`) of `sources` into `path`: what
+// `gdalwarp -of FORMAT` does. Throws idem::Error (k_io, "cancelled" when the progress callback
+// stopped it; k_usage when gdalwarp refused the arguments).
+GDALDatasetUniquePtr run_gdalwarp(const std::vector<GDALDataset*>& sources,
+                                  const std::vector<std::string>& arguments, const char* format,
+                                  const std::string& path, CSLConstList creation_options,
+                                  GDALProgressFunc progress, void* progress_data);
 
 }  // namespace idem

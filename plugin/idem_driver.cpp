@@ -35,6 +35,7 @@
 #include "driver_ledgers.hpp"
 #include "gdal_priv.h"
 #include "gdal_proxy.h"
+#include "gdalwarp_rules.hpp"
 #include "key/source_digest.hpp"
 #include "key/tile_grid.hpp"
 #include "key/work_key.hpp"
@@ -149,6 +150,9 @@ class IdemCreator {
   WorkDescription m_work;
   KeptSources m_kept_sources;  // opened for the key, reused by the warp
   CogWarpPlan m_cog;           // a warp into COG run as gdalwarp -of COG runs it (cog_warp.hpp)
+  // gdalwarp's plain mosaic, written as gdalwarp writes it (gdalwarp_rules.hpp).
+  std::unique_ptr<GdalwarpMosaic> m_mosaic;
+  std::vector<std::string> m_gdalwarp_arguments;  // what GDALWarp() runs with, when it runs
   std::chrono::steady_clock::time_point m_lap = std::chrono::steady_clock::now();
 };
 
@@ -189,6 +193,27 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   key_options.destination = m_destination;
   key_options.digest_policy = m_options.digest_policy;
   key_options.include_gdal_version = m_options.include_gdal_version;
+  // gdalwarp hands a driver without Create its plain mosaic of several sources as gdalbuildvrt's
+  // VRT, without the options it applies when it writes a format with Create itself (all but COG,
+  // which it writes from a copy, and VRT): where its command line can be read, the mosaic is
+  // written as gdalwarp writes it (docs/internals.md §12).
+  if (is_vrt_in_memory(source) && dynamic_cast<VRTWarpedDataset*>(source) == nullptr &&
+      format_driver->GetMetadataItem(GDAL_DCAP_CREATE) != nullptr &&
+      !EQUAL(format_driver->GetDescription(), "COG") &&
+      !EQUAL(format_driver->GetDescription(), "VRT")) {
+    m_mosaic = GdalwarpMosaic::of_this_process(source);
+    if (m_mosaic) {
+      key_options.gdalwarp_mosaic = m_mosaic->key_arguments();
+    } else if (called_from_gdalwarp_library()) {
+      CPLError(CE_Warning, CPLE_AppDefined,
+               "IDEM: GDAL handed IDEM this mosaic of several sources as gdalbuildvrt's VRT, "
+               "without the warp's nodata, resampling, warp options and the sources' metadata, "
+               "which it applies when it writes %s itself. Build a VRT of the sources first "
+               "(gdal.BuildVRT(\"mosaic.vrt\", [...])) and warp it, or give the warp a grid "
+               "(outputBounds, xRes/yRes).",
+               format_driver->GetDescription());
+    }
+  }
 
   const std::vector<GDALDataset*> read_through = datasets_read_through(source);
   write_pending_changes_of_sources(read_through);
@@ -346,9 +371,10 @@ GDALDataset* IdemCreator::skip_if_current(const LedgerRow& row, bool waited) {
   std::string store_etag;
   GDALDatasetUniquePtr existing;
   if (completed_output_is_current(row, m_destination, &store_etag, &existing) &&
-      // A COG's grid options choose its grid, not the work's; a Zarr of several bands opens
-      // as a container of arrays, without bands.
-      (m_work.cog_grid || existing->GetRasterCount() == 0 ||
+      // A COG's grid options choose its grid, not the work's, and so does gdalwarp for its
+      // mosaic (GDALWarp() rounds the sources' extents its own way); a Zarr of several bands
+      // opens as a container of arrays, without bands.
+      (m_work.cog_grid || m_work.gdalwarp_mosaic || existing->GetRasterCount() == 0 ||
        (existing->GetRasterXSize() == m_work.grid.x_size &&
         existing->GetRasterYSize() == m_work.grid.y_size))) {
     if (!store_etag.empty() &&
@@ -546,8 +572,15 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
   request.vrt_xml = &m_work.vrt_xml;
   request.prepared_warp = what.prepared_warp;
   if (m_cog.arguments) {
-    request.gdalwarp_arguments = &*m_cog.arguments;
-    request.gdalwarp_source = m_cog.source;
+    m_gdalwarp_arguments.assign(m_cog.arguments->List(),
+                                m_cog.arguments->List() + m_cog.arguments->size());
+    request.gdalwarp_arguments = &m_gdalwarp_arguments;
+    request.gdalwarp_sources = {m_cog.source};
+  } else if (m_mosaic && m_work.gdalwarp_mosaic) {
+    m_gdalwarp_arguments = m_mosaic->arguments();
+    m_gdalwarp_arguments.emplace_back("-q");  // gdalwarp's own messages are the caller's
+    request.gdalwarp_arguments = &m_gdalwarp_arguments;
+    request.gdalwarp_sources = m_mosaic->open_sources(what.source);
   }
   request.progress = relay.function();
   request.progress_data = relay.data();

@@ -490,12 +490,12 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
     }
     ScaledProgress stage(0.0, 1.0, relay);
     try {
-      return warp_as_gdalwarp_cog(request.gdalwarp_source, *request.gdalwarp_arguments,
-                                  request.output_path, request.creation_options.List(),
-                                  stage.function(), stage.data());
+      return run_gdalwarp(request.gdalwarp_sources, *request.gdalwarp_arguments,
+                          driver->GetDescription(), request.output_path,
+                          request.creation_options.List(), stage.function(), stage.data());
     } catch (const Error&) {
       if (relay.cancelled()) {
-        throw_cancelled("the warp into COG");
+        throw_cancelled("the warp");
       }
       throw;
     }

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gdal_priv.h"
 #include "key/source_identity.hpp"
@@ -42,7 +43,7 @@ struct MaterialiseReport {
   bool options_adopted = false;    // the warp options and transformer of the warped VRT itself
   bool ran_vrt_operation = false;  // the warped VRT's own warp operation ran the warp
   bool kept_source = false;        // the warp read the dataset the key opened
-  bool ran_gdalwarp = false;       // GDALWarp() ran it (a COG with grid options)
+  bool ran_gdalwarp = false;       // GDALWarp() ran it (COG grid options, gdalwarp's mosaic)
 };
 
 struct MaterialiseRequest {
@@ -61,10 +62,11 @@ struct MaterialiseRequest {
   // prepare_warp()'s answer for this source, used (once) instead of reading the options again;
   // null to read them here. Ignored for a VRT output, which is the serialisation itself.
   PreparedWarp* prepared_warp = nullptr;
-  // A warp into COG with COG's grid options (cog_warp.hpp): the gdalwarp arguments that make the
-  // warped VRT `source`, run with -of COG on `gdalwarp_source`, the dataset the key opened.
-  const CPLStringList* gdalwarp_arguments = nullptr;
-  GDALDataset* gdalwarp_source = nullptr;
+  // A warp that GDALWarp() runs itself, with -of FORMAT, on `gdalwarp_sources`: into COG with
+  // COG's grid options (cog_warp.hpp; the arguments make the warped VRT `source`, from the dataset
+  // the key opened), or gdalwarp's plain mosaic (gdalwarp_rules.hpp; its own arguments).
+  const std::vector<std::string>* gdalwarp_arguments = nullptr;
+  std::vector<GDALDataset*> gdalwarp_sources;
   GDALProgressFunc progress = GDALDummyProgress;
   void* progress_data = nullptr;
   // Filled in when set.

@@ -234,6 +234,17 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
   }
 
   CPLConfigOptionSetter dry_run("IDEM_DRY_RUN", "YES", false);
+  // The driver reads gdalwarp's command line where the process is gdalwarp (for a plain mosaic,
+  // docs/internals.md §12); here it is told the command, each argument URL-escaped.
+  std::string escaped_command;
+  for (const auto& argument : command) {
+    char* escaped = CPLEscapeString(argument.c_str(), -1, CPLES_URL);
+    escaped_command += (escaped_command.empty() ? "" : " ") + std::string(escaped);
+    CPLFree(escaped);
+  }
+  CPLConfigOptionSetter gdalwarp_command(
+      "IDEM_INTERNAL_GDALWARP_COMMAND",
+      program == GdalProgram::k_gdalwarp ? escaped_command.c_str() : nullptr, true);
   // The driver's notice of the dry run is this command's result; other messages pass.
   HeldMessages held;
   std::optional<CommandKey> report;

@@ -212,6 +212,14 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     }
     work.set("vrt", std::move(vrt));
     description.vrt_xml = xml[0];
+    if (!description.is_warp && options.gdalwarp_mosaic) {
+      JsonValue arguments = JsonValue::array();
+      for (const std::string& argument : *options.gdalwarp_mosaic) {
+        arguments.push_back(JsonValue::string(argument));
+      }
+      work.set("gdalwarp_mosaic", std::move(arguments));
+      description.gdalwarp_mosaic = true;
+    }
     // gdalwarp's configuration option that changes the pixels of an RPC warp (docs/internals.md
     // §10); keyed only when set to its non-default value, so other keys do not change.
     if (description.is_warp &&

@@ -29,6 +29,10 @@ struct KeyOptions {
   // Set by the plugin when a warp into COG without grid options runs as gdalwarp -of COG runs
   // it all the same (keyed "cog_warp", as with grid options).
   bool warp_as_gdalwarp_cog = false;
+  // Set by the plugin when a plain mosaic (a VRT made in memory, not warped) is written by
+  // GDALWarp() with the gdalwarp program's own options (keyed "gdalwarp_mosaic": these options,
+  // less those that change nothing in the output), which outputs of earlier releases were not.
+  std::optional<std::vector<std::string>> gdalwarp_mosaic;
 };
 
 // The target grid of the work, for the ledger's footprint and tile columns.
@@ -59,6 +63,8 @@ struct WorkDescription {
   bool cog_grid = false;
   bool cog_warp = false;
   std::string vrt_canonical;
+  // A plain mosaic written by GDALWarp() with gdalwarp's options (KeyOptions::gdalwarp_mosaic).
+  bool gdalwarp_mosaic = false;
 };
 
 // Whether COG creation options make the COG driver choose the grid itself: TARGET_SRS, or a

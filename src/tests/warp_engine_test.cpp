@@ -18,6 +18,7 @@
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
 #include "gdal_utils.h"
+#include "gdalwarp_rules.hpp"
 #include "key/source_identity.hpp"
 #include "ogr_spatialref.h"
 
@@ -357,3 +358,69 @@ TEST_F(WarpEngineTest, FailureOfTheInnerDriverIsReported) {
 }
 
 }  // namespace
+
+// gdalwarp's call for a plain mosaic, read from its command line (plugin/gdalwarp_rules.hpp).
+TEST(GdalwarpMosaic, ReadsTheOptionsOfGdalwarpOnly) {
+  using idem::GdalwarpMosaic;
+  const std::vector<std::string> sources{"a.tif", "b.tif"};
+  EXPECT_EQ(GdalwarpMosaic::of_command({}, sources), nullptr);
+  EXPECT_EQ(GdalwarpMosaic::of_command({"/usr/bin/python3", "-c", "gdal.Warp()"}, sources),
+            nullptr);
+  const auto mosaic = GdalwarpMosaic::of_command({"/usr/bin/gdalwarp",
+                                                  "--config",
+                                                  "IDEM_LEDGER",
+                                                  "sqlite:x",
+                                                  "--config",
+                                                  "A=B",
+                                                  "-q",
+                                                  "-overwrite",
+                                                  "-of",
+                                                  "IDEM",
+                                                  "-co",
+                                                  "FORMAT=GTiff",
+                                                  "-srcnodata",
+                                                  "0",
+                                                  "-wm",
+                                                  "64",
+                                                  "-multi",
+                                                  "-wo",
+                                                  "NUM_THREADS=2",
+                                                  "-cvmd",
+                                                  "x y",
+                                                  "a.tif",
+                                                  "-dstnodata",
+                                                  "-9999",
+                                                  "b.tif",
+                                                  "/vsiidem/out.tif"},
+                                                 sources);
+  ASSERT_NE(mosaic, nullptr);
+  EXPECT_EQ(mosaic->arguments(),
+            (std::vector<std::string>{"-srcnodata", "0", "-wm", "64", "-multi", "-wo",
+                                      "NUM_THREADS=2", "-cvmd", "x y", "-dstnodata", "-9999"}));
+  EXPECT_EQ(mosaic->key_arguments(),
+            (std::vector<std::string>{"-srcnodata", "0", "-cvmd", "x y", "-dstnodata", "-9999"}));
+}
+
+TEST(GdalwarpMosaic, RefusesACommandWhoseSourcesAreNotTheMosaics) {
+  try {
+    idem::GdalwarpMosaic::of_command({"gdalwarp", "a.tif", "c.tif", "out.tif"}, {"a.tif", "b.tif"});
+    FAIL() << "other sources must be refused";
+  } catch (const idem::Error& error) {
+    EXPECT_EQ(error.kind(), idem::ErrorKind::k_usage);
+    EXPECT_NE(std::string(error.what()).find("a.tif c.tif"), std::string::npos) << error.what();
+  }
+}
+
+TEST(GdalwarpMosaic, ReadsAnOptfileAsGdalReadsIt) {
+  char pattern[] = "/tmp/idem_optfile_XXXXXX";
+  const int fd = mkstemp(pattern);
+  ASSERT_GE(fd, 0);
+  const std::string text = "# comment -nomd\n-cvmd \"two words\" a.tif\n";
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  const auto mosaic = idem::GdalwarpMosaic::of_command(
+      {"gdalwarp", "--optfile", pattern, "b.tif", "out.tif"}, {"a.tif", "b.tif"});
+  unlink(pattern);
+  ASSERT_NE(mosaic, nullptr);
+  EXPECT_EQ(mosaic->arguments(), (std::vector<std::string>{"-cvmd", "two words"}));
+}
