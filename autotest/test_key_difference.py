@@ -176,12 +176,12 @@ def test_key_of_a_plain_mosaic_holds_gdalwarps_options(tmp_path, key_output):
     b = write_raster(tmp_path / "b.tif", origin=(500400.0, 4600000.0), seed=4)
     keys = {}
     for name, extra in [("plain", []), ("nomd", ["-nomd"]), ("nodata", ["-dstnodata", "7"]),
-                        ("attempt", ["-wm", "64", "-multi", "-q"])]:
+                        ("attempt", ["-wm", "64", "-multi", "-q"]), ("empty", ["-cvmd", ""])]:
         args = ["-of", "IDEM", *extra, a, b, key_output]
         keys[name] = dry_run_key("gdalwarp", args)
         assert cli_key(["gdalwarp", *args]) == keys[name], name
     assert keys["attempt"] == keys["plain"]
-    assert len({keys["plain"], keys["nomd"], keys["nodata"]}) == 3
+    assert len({keys["plain"], keys["nomd"], keys["nodata"], keys["empty"]}) == 4
     assert gdal_warp_key([a, b], key_output) not in keys.values()
 
 

@@ -348,7 +348,8 @@ std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_command(
   return mosaic;
 }
 
-std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_this_process(GDALDataset* mosaic) {
+std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_this_process(GDALDataset* mosaic,
+                                                                const char* format) {
   // `gdal-idem key` and `gdal-idem pending` key a gdalwarp command in their own process: they pass
   // it here, each argument URL-escaped.
   std::vector<std::string> argv;
@@ -356,7 +357,7 @@ std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_this_process(GDALDataset* mos
   if (told == nullptr) {
     argv = arguments_of_this_process();
   } else {
-    const CPLStringList words(CSLTokenizeString2(told, " ", 0));
+    const CPLStringList words(CSLTokenizeString2(told, " ", CSLT_ALLOWEMPTYTOKENS));
     for (int i = 0; i < words.size(); ++i) {
       int length = 0;
       char* argument = CPLUnescapeString(words[i], &length, CPLES_URL);
@@ -365,7 +366,18 @@ std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_this_process(GDALDataset* mos
     }
   }
   if (argv.empty() || std::string(CPLGetFilename(argv[0].c_str())) != "gdalwarp") {
-    return nullptr;  // not gdalwarp: its sources are not looked at
+    // Not gdalwarp: its sources are not looked at. gdal.Warp (or another caller of GDAL's
+    // GDALWarp()) handed over the mosaic without its options, which cannot be seen.
+    if (called_from_gdalwarp_library()) {
+      CPLError(CE_Warning, CPLE_AppDefined,
+               "IDEM: GDAL handed IDEM this mosaic of several sources as gdalbuildvrt's VRT, "
+               "without the warp's nodata, resampling, warp options and the sources' metadata, "
+               "which it applies when it writes %s itself. Build a VRT of the sources first "
+               "(gdal.BuildVRT(\"mosaic.vrt\", [...])) and warp it, or give the warp a grid "
+               "(outputBounds, xRes/yRes).",
+               format);
+    }
+    return nullptr;
   }
   try {
     return of_command(argv, mosaic_source_names(mosaic));

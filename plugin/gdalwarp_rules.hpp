@@ -48,11 +48,12 @@ WarpWindow gdalwarp_window(const GDALWarpOptions& options, GDALDataset* output, 
 // written by GDALWarp() with those options, as gdalwarp would have written it.
 class GdalwarpMosaic {
  public:
-  // gdalwarp's call for the VRT `mosaic`, read from this process's command line (or, for
-  // `gdal-idem key`, from IDEM_INTERNAL_GDALWARP_COMMAND); nullptr when the process is not
-  // gdalwarp. When the command cannot be read or its sources are not the VRT's, a warning says
-  // so and nullptr is returned: the mosaic is then written from the VRT.
-  static std::unique_ptr<GdalwarpMosaic> of_this_process(GDALDataset* mosaic);
+  // gdalwarp's call for the VRT `mosaic`, to be written in `format`, read from this process's
+  // command line (or, for `gdal-idem key`, from IDEM_INTERNAL_GDALWARP_COMMAND); nullptr when
+  // the process is not gdalwarp (with a warning when GDAL's GDALWarp() called the driver: its
+  // options cannot be seen). When the command cannot be read or its sources are not the VRT's, a
+  // warning says so and nullptr is returned: the mosaic is then written from the VRT.
+  static std::unique_ptr<GdalwarpMosaic> of_this_process(GDALDataset* mosaic, const char* format);
   // The same from gdalwarp's arguments (argv[0] first) and the names of the VRT's sources, in
   // order. Throws idem::Error(k_usage) saying what could not be read. Exposed for tests.
   static std::unique_ptr<GdalwarpMosaic> of_command(const std::vector<std::string>& argv,

@@ -201,17 +201,9 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       format_driver->GetMetadataItem(GDAL_DCAP_CREATE) != nullptr &&
       !EQUAL(format_driver->GetDescription(), "COG") &&
       !EQUAL(format_driver->GetDescription(), "VRT")) {
-    m_mosaic = GdalwarpMosaic::of_this_process(source);
+    m_mosaic = GdalwarpMosaic::of_this_process(source, format_driver->GetDescription());
     if (m_mosaic) {
       key_options.gdalwarp_mosaic = m_mosaic->key_arguments();
-    } else if (called_from_gdalwarp_library()) {
-      CPLError(CE_Warning, CPLE_AppDefined,
-               "IDEM: GDAL handed IDEM this mosaic of several sources as gdalbuildvrt's VRT, "
-               "without the warp's nodata, resampling, warp options and the sources' metadata, "
-               "which it applies when it writes %s itself. Build a VRT of the sources first "
-               "(gdal.BuildVRT(\"mosaic.vrt\", [...])) and warp it, or give the warp a grid "
-               "(outputBounds, xRes/yRes).",
-               format_driver->GetDescription());
     }
   }
 
