@@ -185,6 +185,36 @@ def test_key_of_a_plain_mosaic_holds_gdalwarps_options(tmp_path, key_output):
     assert gdal_warp_key([a, b], key_output) not in keys.values()
 
 
+def test_key_of_a_warp_the_gdalwarp_program_runs_holds_its_options(tmp_path, key_output):
+    """A warp into COG with grid options, or with -setci into a format but GeoTIFF, is run with
+    the gdalwarp program's own options, which the key records (`gdal-idem key` predicts each);
+    several sources warped before IDEM is called are keyed by the sources, not GDAL's temporary
+    file. gdal.Warp's arguments cannot be seen: another key."""
+    a = write_raster(tmp_path / "a.tif", bands=3)
+    b = write_raster(tmp_path / "b.tif", bands=3, origin=(500400.0, 4600000.0), seed=4)
+    tiling = ["-co", "FORMAT=COG", "-co", "TILING_SCHEME=GoogleMapsCompatible"]
+    keys = {}
+    for name, extra, sources in [
+            ("cog", [*tiling, "-t_srs", "EPSG:3857"], [a]),
+            ("cog_near", [*tiling, "-t_srs", "EPSG:3857", "-r", "near"], [a]),
+            ("cog_wm", [*tiling, "-t_srs", "EPSG:3857", "-wm", "64"], [a]),
+            ("cog_two", [*tiling, "-t_srs", "EPSG:3857"], [a, b]),
+            ("envi", ["-co", "FORMAT=ENVI", "-t_srs", "EPSG:3857"], [a]),
+            ("envi_setci", ["-co", "FORMAT=ENVI", "-t_srs", "EPSG:3857", "-setci"], [a])]:
+        args = ["-of", "IDEM", *extra, *sources, key_output]
+        keys[name] = cli_key(["gdalwarp", *args])
+        assert dry_run_key("gdalwarp", args) == keys[name], name
+    assert keys["cog_wm"] == keys["cog"]
+    assert len({keys[name] for name in keys if name != "cog_wm"}) == 5
+    report = cli_key(["gdalwarp", "-of", "IDEM", *tiling, "-t_srs", "EPSG:3857", a, b, key_output],
+                     as_json=True)
+    assert report["work"]["gdalwarp_warp"] == ["-t_srs", "EPSG:3857"]
+    assert len(report["work"]["sources"]) == 2 and "source" not in report["work"]
+    assert gdal_warp_key(a, key_output, dstSRS="EPSG:3857",
+                         creationOptions=["FORMAT=COG", "TILING_SCHEME=GoogleMapsCompatible"]) \
+        != keys["cog"]
+
+
 def test_key_differs_for_source_crs_that_really_differs(key_source, key_output):
     """The source file is EPSG:32631. Another zone, a datum shift, another datum: other work."""
     keys = [dry_run_key("gdalwarp", warp(key_source, key_output))]

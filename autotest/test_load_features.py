@@ -315,6 +315,34 @@ def test_load_with_separate_ledger_killed_after_swap_reloads_exactly_once(tmp_pa
     assert "skipped" in load(db, ledger, bundle, "roads").stdout
 
 
+def restart_test_cluster(dsn):
+    """Restarts the PostgreSQL cluster that serves `dsn` (pg_ctlcluster, fast: its connections
+    end), as an operator's restart would."""
+    port = dsn.split("port=")[1].split()[0]
+    clusters = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True,
+                              check=True).stdout.splitlines()
+    [cluster] = [line.split()[:2] for line in clusters if line.split()[2] == port]
+    subprocess.run(["pg_ctlcluster", *cluster, "restart", "-m", "fast"], check=True)
+
+
+def test_load_with_separate_ledger_completes_through_a_restart_of_its_database(tmp_path, db):
+    """The ledger's PostgreSQL restarts while the load, swapped in, records its completion: the
+    completion is sent again on a new connection, so the load succeeds and is recorded once."""
+    ledger = pg_fresh_database()
+    bundle = make_bundle(tmp_path / "roads.shp", 400, seed=1)
+    resume = tmp_path / "resume"
+    proc = start_paused(load_args(db, bundle, "roads"),
+                        load_env(ledger, IDEM_TEST_RESUME_FILE=str(resume)), "before_complete")
+    restart_test_cluster(ledger)
+    resume.touch()
+    _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert table_rows(db, "roads") == expected_rows(400, 1)
+    assert query(ledger, "SELECT feature_count FROM idem.ledger WHERE completed_at IS NOT NULL"
+                 " AND superseded_at IS NULL") == [(400,)]
+    assert "skipped" in load(db, ledger, bundle, "roads").stdout
+
+
 # ---- bad input ----------------------------------------------------------------------------------
 
 def test_load_unreadable_bundle_is_a_clear_error_and_leaves_the_target(tmp_path, db):

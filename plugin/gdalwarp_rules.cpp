@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -19,6 +20,7 @@
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
+#include "base/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_minixml.h"
 #include "cpl_string.h"
@@ -27,7 +29,7 @@
 #include "gdal_proxy.h"
 #include "gdal_utils.h"
 #include "key/command_line.hpp"
-#include "vrtdataset.h"
+#include "output_datasets.hpp"
 
 namespace idem {
 
@@ -309,19 +311,84 @@ bool is_option(const std::string& argument, const char* name) {
                                            argument[1] == '-' && EQUAL(argument.c_str() + 1, name));
 }
 
+// Whether `argv` is the gdalwarp program's.
+bool is_gdalwarp(const std::vector<std::string>& argv) {
+  return !argv.empty() && std::string(CPLGetFilename(argv[0].c_str())) == "gdalwarp";
+}
+
+// gdalwarp's `options` without those `dropped` says (each with its values).
+std::vector<std::string> options_without(
+    const std::vector<std::string>& options,
+    const std::function<bool(const std::vector<std::string>&, size_t)>& dropped) {
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const size_t values = option_value_count(GdalProgram::k_gdalwarp, options, i);
+    if (!dropped(options, i)) {
+      const size_t end = std::min(options.size(), i + values + 1);
+      kept.insert(kept.end(), options.begin() + static_cast<std::ptrdiff_t>(i),
+                  options.begin() + static_cast<std::ptrdiff_t>(end));
+    }
+    i += values;
+  }
+  return kept;
+}
+
+// gdalwarp's command split: its options, sources and destination.
+struct GdalwarpCall {
+  std::vector<std::string> options;
+  std::vector<std::string> sources;
+  std::string destination;
+};
+
+GdalwarpCall split_gdalwarp_command(const std::vector<std::string>& argv) {
+  SplitArguments split =
+      split_program_arguments(GdalProgram::k_gdalwarp, without_general_options(argv));
+  GdalwarpCall call;
+  call.options = std::move(split.options);
+  call.sources = std::move(split.positionals);
+  if (!call.sources.empty()) {
+    call.destination = call.sources.back();
+    call.sources.pop_back();
+  }
+  return call;
+}
+
+// The options IDEM's run of GDALWarp() takes: all but -of, -co, -overwrite and -q.
+std::vector<std::string> options_to_run(const std::vector<std::string>& options) {
+  return options_without(options, [](const std::vector<std::string>& all, size_t i) {
+    return is_option(all[i], "-of") || is_option(all[i], "-co") ||
+           is_option(all[i], "-overwrite") || is_option(all[i], "-q") ||
+           is_option(all[i], "-quiet");
+  });
+}
+
+// The gdalwarp command this process runs: told by `gdal-idem key` and `gdal-idem pending`, which
+// key a gdalwarp command in their own process (each argument URL-escaped), else its own.
+std::vector<std::string> command_of_this_process() {
+  const char* told = CPLGetConfigOption("IDEM_INTERNAL_GDALWARP_COMMAND", nullptr);
+  if (told == nullptr) {
+    return arguments_of_this_process();
+  }
+  std::vector<std::string> argv;
+  const CPLStringList words(CSLTokenizeString2(told, " ", CSLT_ALLOWEMPTYTOKENS));
+  for (int i = 0; i < words.size(); ++i) {
+    int length = 0;
+    char* argument = CPLUnescapeString(words[i], &length, CPLES_URL);
+    argv.emplace_back(argument, static_cast<size_t>(length));
+    CPLFree(argument);
+  }
+  return argv;
+}
+
 }  // namespace
 
-std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_command(
+std::unique_ptr<GdalwarpCommand> GdalwarpCommand::of_command(
     const std::vector<std::string>& argv, const std::vector<std::string>& source_names) {
-  if (argv.empty() || std::string(CPLGetFilename(argv[0].c_str())) != "gdalwarp") {
+  if (!is_gdalwarp(argv)) {
     return nullptr;
   }
-  const SplitArguments split =
-      split_program_arguments(GdalProgram::k_gdalwarp, without_general_options(argv));
-  std::vector<std::string> sources = split.positionals;
-  if (!sources.empty()) {
-    sources.pop_back();  // the destination
-  }
+  const GdalwarpCall call = split_gdalwarp_command(argv);
+  const std::vector<std::string>& sources = call.sources;
   if (sources != source_names) {
     std::string named;
     for (const std::string& name : sources) {
@@ -331,41 +398,56 @@ std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_command(
                                         named.substr(std::min<size_t>(1, named.size())) +
                                         ") are not those of the mosaic it handed IDEM");
   }
-  auto mosaic = std::make_unique<GdalwarpMosaic>();
-  const std::vector<std::string>& options = split.options;
-  for (size_t i = 0; i < options.size(); ++i) {
-    const size_t values = option_value_count(GdalProgram::k_gdalwarp, options, i);
-    const bool dropped = is_option(options[i], "-of") || is_option(options[i], "-co") ||
-                         is_option(options[i], "-overwrite") || is_option(options[i], "-q") ||
-                         is_option(options[i], "-quiet");
-    for (size_t j = 0; j <= values && i + j < options.size(); ++j) {
-      if (!dropped) {
-        mosaic->m_arguments.push_back(options[i + j]);
-      }
-    }
-    i += values;
-  }
+  auto mosaic = std::make_unique<GdalwarpCommand>();
+  mosaic->m_arguments = options_to_run(call.options);
   return mosaic;
 }
 
-std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_this_process(GDALDataset* mosaic,
-                                                                const char* format) {
-  // `gdal-idem key` and `gdal-idem pending` key a gdalwarp command in their own process: they pass
-  // it here, each argument URL-escaped.
-  std::vector<std::string> argv;
-  const char* told = CPLGetConfigOption("IDEM_INTERNAL_GDALWARP_COMMAND", nullptr);
-  if (told == nullptr) {
-    argv = arguments_of_this_process();
-  } else {
-    const CPLStringList words(CSLTokenizeString2(told, " ", CSLT_ALLOWEMPTYTOKENS));
-    for (int i = 0; i < words.size(); ++i) {
-      int length = 0;
-      char* argument = CPLUnescapeString(words[i], &length, CPLES_URL);
-      argv.emplace_back(argument, static_cast<size_t>(length));
-      CPLFree(argument);
-    }
+std::unique_ptr<GdalwarpCommand> GdalwarpCommand::of_this_process_warping_into(
+    const std::string& destination) {
+  const std::vector<std::string> argv = command_of_this_process();
+  if (!is_gdalwarp(argv)) {
+    return nullptr;
   }
-  if (argv.empty() || std::string(CPLGetFilename(argv[0].c_str())) != "gdalwarp") {
+  GdalwarpCall call;
+  try {
+    call = split_gdalwarp_command(argv);
+  } catch (const Error& error) {
+    CPLDebug(k_debug_category, "gdalwarp's command line cannot be read: %s", error.what());
+    return nullptr;
+  }
+  if (call.sources.empty() || call.destination.empty() ||
+      vsiidem_absolute_path(call.destination) != destination) {
+    return nullptr;
+  }
+  auto command = std::make_unique<GdalwarpCommand>();
+  command->m_arguments = options_to_run(call.options);
+  command->m_source_names = call.sources;
+  for (size_t i = 0; i + 1 < call.options.size(); ++i) {
+    if (is_option(call.options[i], "-oo")) {
+      command->m_open_options.AddString(call.options[i + 1].c_str());
+    } else if (is_option(call.options[i], "-if")) {
+      command->m_input_drivers.AddString(call.options[i + 1].c_str());
+    }
+    i += option_value_count(GdalProgram::k_gdalwarp, call.options, i);
+  }
+  return command;
+}
+
+bool GdalwarpCommand::has_option(const char* name) const {
+  for (size_t i = 0; i < m_arguments.size(); ++i) {
+    if (is_option(m_arguments[i], name)) {
+      return true;
+    }
+    i += option_value_count(GdalProgram::k_gdalwarp, m_arguments, i);
+  }
+  return false;
+}
+
+std::unique_ptr<GdalwarpCommand> GdalwarpCommand::of_this_process(GDALDataset* mosaic,
+                                                                  const char* format) {
+  const std::vector<std::string> argv = command_of_this_process();
+  if (!is_gdalwarp(argv)) {
     // Not gdalwarp: its sources are not looked at. gdal.Warp (or another caller of GDAL's
     // GDALWarp()) handed over the mosaic without its options, which cannot be seen.
     if (called_from_gdalwarp_library()) {
@@ -391,22 +473,12 @@ std::unique_ptr<GdalwarpMosaic> GdalwarpMosaic::of_this_process(GDALDataset* mos
   }
 }
 
-std::vector<std::string> GdalwarpMosaic::key_arguments() const {
-  std::vector<std::string> kept;
-  for (size_t i = 0; i < m_arguments.size(); ++i) {
-    const std::string& option = m_arguments[i];
-    const size_t values = option_value_count(GdalProgram::k_gdalwarp, m_arguments, i);
-    const bool attempt_setting = is_option(option, "-wm") || is_option(option, "-multi") ||
-                                 (is_option(option, "-wo") && i + 1 < m_arguments.size() &&
-                                  STARTS_WITH_CI(m_arguments[i + 1].c_str(), "NUM_THREADS="));
-    for (size_t j = 0; j <= values && i + j < m_arguments.size(); ++j) {
-      if (!attempt_setting) {
-        kept.push_back(m_arguments[i + j]);
-      }
-    }
-    i += values;
-  }
-  return kept;
+std::vector<std::string> GdalwarpCommand::key_arguments() const {
+  return options_without(m_arguments, [](const std::vector<std::string>& options, size_t i) {
+    return is_option(options[i], "-wm") || is_option(options[i], "-multi") ||
+           (is_option(options[i], "-wo") && i + 1 < options.size() &&
+            STARTS_WITH_CI(options[i + 1].c_str(), "NUM_THREADS="));
+  });
 }
 
 bool called_from_gdalwarp_library() {
@@ -425,39 +497,33 @@ bool called_from_gdalwarp_library() {
 
 std::vector<std::string> mosaic_source_names(GDALDataset* mosaic) {
   std::vector<std::string> names;
-  auto* band = dynamic_cast<VRTSourcedRasterBand*>(mosaic->GetRasterBand(1));
-  if (band == nullptr) {
-    return names;
-  }
-  for (VRTSource* vrt_source : compat::vrt_band_sources(band)) {
-    if (!vrt_source->IsSimpleSource()) {
-      continue;
-    }
-    GDALRasterBand* from = static_cast<VRTSimpleSource*>(vrt_source)->GetRasterBand();
-    if (from != nullptr && from->GetDataset() != nullptr) {
-      names.emplace_back(from->GetDataset()->GetDescription());
-    }
+  for (GDALDataset* dataset : band_source_datasets(mosaic->GetRasterBand(1))) {
+    names.emplace_back(dataset->GetDescription());
   }
   return names;
 }
 
 // gdalbuildvrt stands a proxy for each file (GDALProxyPoolDataset), which does not pass on band
 // descriptions: such a source is opened again by its name, with its open options.
-std::vector<GDALDataset*> GdalwarpMosaic::open_sources(GDALDataset* mosaic) {
+std::vector<GDALDataset*> GdalwarpCommand::open_sources(GDALDataset* mosaic) {
   if (!m_sources.empty()) {
     return m_sources;
   }
-  auto* band = dynamic_cast<VRTSourcedRasterBand*>(mosaic->GetRasterBand(1));
-  std::map<std::string, GDALDataset*> by_name;
-  for (VRTSource* vrt_source :
-       band != nullptr ? compat::vrt_band_sources(band) : std::vector<VRTSource*>()) {
-    GDALRasterBand* from = vrt_source->IsSimpleSource()
-                               ? static_cast<VRTSimpleSource*>(vrt_source)->GetRasterBand()
-                               : nullptr;
-    GDALDataset* dataset = from != nullptr ? from->GetDataset() : nullptr;
-    if (dataset == nullptr) {
-      continue;
+  if (!m_source_names.empty()) {
+    for (const std::string& name : m_source_names) {
+      m_opened.emplace_back(GDALDataset::Open(name.c_str(), GDAL_OF_RASTER | GDAL_OF_VERBOSE_ERROR,
+                                              m_input_drivers.List(), m_open_options.List(),
+                                              nullptr));
+      if (!m_opened.back()) {
+        throw Error(ErrorKind::k_source,
+                    "cannot open the source " + name + ": " + last_gdal_error());
+      }
+      m_sources.push_back(m_opened.back().get());
     }
+    return m_sources;
+  }
+  std::map<std::string, GDALDataset*> by_name;
+  for (GDALDataset* dataset : band_source_datasets(mosaic->GetRasterBand(1))) {
     if (dynamic_cast<GDALProxyDataset*>(dataset) != nullptr) {
       const std::string name = dataset->GetDescription();
       GDALDataset*& opened = by_name[name];

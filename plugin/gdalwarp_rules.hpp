@@ -40,36 +40,56 @@ bool gdalwarp_skips_nosource(const GDALWarpOptions& options, GDALDataset* output
 // window to warp, empty when the footprint misses the output (docs/internals.md §10).
 WarpWindow gdalwarp_window(const GDALWarpOptions& options, GDALDataset* output, bool skip_nosource);
 
-// A plain mosaic of several sources (no reprojection, grid, -ot, -to or cutline; every source
-// north-up with the same bands, CRS and resolution) reaches a driver without Create as
-// gdalbuildvrt's VRT, which has none of the options that gdalwarp, writing a format with Create,
-// applies (nodata, resampling, -wo, metadata copied from the sources...; docs/internals.md §12).
-// Where the process is the gdalwarp program, its command line says them all: the mosaic is then
+// What the gdalwarp program was asked, for outputs GDAL hands IDEM without gdalwarp's options
+// (docs/internals.md §12):
+// - a plain mosaic of several sources (no reprojection, grid, -ot, -to or cutline; every source
+//   north-up with the same bands, CRS and resolution) reaches a driver without Create as
+//   gdalbuildvrt's VRT, which has none of the options that gdalwarp, writing a format with Create
+//   (or a COG with grid options), applies (nodata, resampling, -wo, metadata copied from the
+//   sources...);
+// - several sources warped otherwise reach it as the temporary GeoTIFF gdalwarp warped them into,
+//   which for a COG with grid options is not the grid gdalwarp -of COG warps onto (§11).
+// Where the process is the gdalwarp program, its command line says them all: the output is then
 // written by GDALWarp() with those options, as gdalwarp would have written it.
-class GdalwarpMosaic {
+class GdalwarpCommand {
  public:
   // gdalwarp's call for the VRT `mosaic`, to be written in `format`, read from this process's
   // command line (or, for `gdal-idem key`, from IDEM_INTERNAL_GDALWARP_COMMAND); nullptr when
   // the process is not gdalwarp (with a warning when GDAL's GDALWarp() called the driver: its
   // options cannot be seen). When the command cannot be read or its sources are not the VRT's, a
   // warning says so and nullptr is returned: the mosaic is then written from the VRT.
-  static std::unique_ptr<GdalwarpMosaic> of_this_process(GDALDataset* mosaic, const char* format);
+  static std::unique_ptr<GdalwarpCommand> of_this_process(GDALDataset* mosaic, const char* format);
+  // gdalwarp's call that warps into `destination` (the absolute real path of the output,
+  // /vsiidem/ taken off), read the same way: for a warp GDAL hands over as a warped VRT, or
+  // several sources it warped into a temporary file first. nullptr when the process is not
+  // gdalwarp, its command cannot be read (a debug message says why) or names another
+  // destination.
+  static std::unique_ptr<GdalwarpCommand> of_this_process_warping_into(
+      const std::string& destination);
   // The same from gdalwarp's arguments (argv[0] first) and the names of the VRT's sources, in
   // order. Throws idem::Error(k_usage) saying what could not be read. Exposed for tests.
-  static std::unique_ptr<GdalwarpMosaic> of_command(const std::vector<std::string>& argv,
-                                                    const std::vector<std::string>& source_names);
+  static std::unique_ptr<GdalwarpCommand> of_command(const std::vector<std::string>& argv,
+                                                     const std::vector<std::string>& source_names);
 
   // gdalwarp's options as given, less -of, -co, -overwrite and -q (the run adds its own).
   const std::vector<std::string>& arguments() const { return m_arguments; }
   // What the key records: the options less those that change nothing in the output (-wm,
   // -multi, -wo NUM_THREADS=).
   std::vector<std::string> key_arguments() const;
-  // The sources, opened (once) as gdalwarp opened them, from the VRT `mosaic`'s; they live as long
-  // as this object. Throws idem::Error(k_source) when one cannot be opened.
+  // Whether the options hold `name` (-te...).
+  bool has_option(const char* name) const;
+  // The sources the command names (of_this_process_warping_into()).
+  const std::vector<std::string>& source_names() const { return m_source_names; }
+  // The sources, opened (once) as gdalwarp opened them: for a mosaic, from the VRT `mosaic`'s,
+  // else by the names the command gives, with its -oo and -if; they live as long as this object.
+  // Throws idem::Error(k_source) when one cannot be opened.
   std::vector<GDALDataset*> open_sources(GDALDataset* mosaic);
 
  private:
   std::vector<std::string> m_arguments;
+  std::vector<std::string> m_source_names;
+  CPLStringList m_open_options;
+  CPLStringList m_input_drivers;
   std::vector<GDALDataset*> m_sources;
   std::vector<GDALDatasetUniquePtr> m_opened;
 };

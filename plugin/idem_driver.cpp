@@ -114,6 +114,8 @@ class IdemCreator {
                       GDALProgressFunc progress, void* progress_data);
 
  private:
+  void read_gdalwarp_command(GDALDataset* source, GDALDriver* format_driver,
+                             KeyOptions& key_options);
   void set_destination(const char* filename, GDALDriver* format_driver);
   void check_the_work() const;
   ClaimRequest claim_request() const;
@@ -150,8 +152,9 @@ class IdemCreator {
   WorkDescription m_work;
   KeptSources m_kept_sources;  // opened for the key, reused by the warp
   CogWarpPlan m_cog;           // a warp into COG run as gdalwarp -of COG runs it (cog_warp.hpp)
-  // gdalwarp's plain mosaic, written as gdalwarp writes it (gdalwarp_rules.hpp).
-  std::unique_ptr<GdalwarpMosaic> m_mosaic;
+  // The gdalwarp program's command, for what it hands IDEM without its options
+  // (gdalwarp_rules.hpp).
+  std::unique_ptr<GdalwarpCommand> m_gdalwarp;
   std::vector<std::string> m_gdalwarp_arguments;  // what GDALWarp() runs with, when it runs
   std::chrono::steady_clock::time_point m_lap = std::chrono::steady_clock::now();
 };
@@ -193,19 +196,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   key_options.destination = m_destination;
   key_options.digest_policy = m_options.digest_policy;
   key_options.include_gdal_version = m_options.include_gdal_version;
-  // gdalwarp hands a driver without Create its plain mosaic of several sources as gdalbuildvrt's
-  // VRT, without the options it applies when it writes a format with Create itself (all but COG,
-  // which it writes from a copy, and VRT): where its command line can be read, the mosaic is
-  // written as gdalwarp writes it (docs/internals.md §12).
-  if (is_vrt_in_memory(source) && dynamic_cast<VRTWarpedDataset*>(source) == nullptr &&
-      format_driver->GetMetadataItem(GDAL_DCAP_CREATE) != nullptr &&
-      !EQUAL(format_driver->GetDescription(), "COG") &&
-      !EQUAL(format_driver->GetDescription(), "VRT")) {
-    m_mosaic = GdalwarpMosaic::of_this_process(source, format_driver->GetDescription());
-    if (m_mosaic) {
-      key_options.gdalwarp_mosaic = m_mosaic->key_arguments();
-    }
-  }
+  read_gdalwarp_command(source, format_driver, key_options);
 
   const std::vector<GDALDataset*> read_through = datasets_read_through(source);
   write_pending_changes_of_sources(read_through);
@@ -233,7 +224,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   m_work = describe_work(source, key_options);
   digest_cache.report();
   check_destination_is_not_a_source(m_destination, source_files);
-  if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG")) {
+  if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG") && !m_work.runs_gdalwarp) {
     m_cog = plan_cog_warp(source, m_work, m_kept_sources, [&](const std::string& xml) {
       return canonical_vrt_text(xml, key_options);
     });
@@ -251,7 +242,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   // found an output at the destination: the answer is then likely "completed", and the reading
   // would be wasted.
   PreparedWarpPtr prepared_warp;
-  bool read_warp_ahead = m_work.is_warp && !m_work.cog_warp &&
+  bool read_warp_ahead = m_work.is_warp && !m_work.cog_warp && !m_work.runs_gdalwarp &&
                          !EQUAL(format_driver->GetDescription(), "VRT") &&
                          !vsiidem_unlink_pending(m_destination);
   const std::function<void()> read_warp = [&] {
@@ -292,6 +283,54 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   }
 }
 
+// gdalwarp hands a driver without Create its plain mosaic of several sources as gdalbuildvrt's
+// VRT, without the options it applies when it writes a format with Create itself (all but VRT and
+// COG, which it writes from a copy, unless COG's grid options make it warp), and its other warps
+// of several sources as the temporary file it warped them into, not onto a COG's grid: where the
+// process is the gdalwarp program, its command line is read, and the output is written as
+// gdalwarp writes it (docs/internals.md §12), keyed with its options.
+void IdemCreator::read_gdalwarp_command(GDALDataset* source, GDALDriver* format_driver,
+                                        KeyOptions& key_options) {
+  const bool is_cog = EQUAL(format_driver->GetDescription(), "COG");
+  const bool cog_grid = is_cog && cog_grid_options_in(m_options.passthrough);
+  if (is_vrt_in_memory(source) && dynamic_cast<VRTWarpedDataset*>(source) == nullptr &&
+      ((format_driver->GetMetadataItem(GDAL_DCAP_CREATE) != nullptr && !is_cog &&
+        !EQUAL(format_driver->GetDescription(), "VRT")) ||
+       cog_grid)) {
+    m_gdalwarp = GdalwarpCommand::of_this_process(source, format_driver->GetDescription());
+  } else if (cog_grid && looks_materialised(source, m_destination)) {
+    m_gdalwarp = GdalwarpCommand::of_this_process_warping_into(m_destination);
+    if (m_gdalwarp) {
+      key_options.gdalwarp_sources = m_gdalwarp->open_sources(source);
+    }
+  } else if (dynamic_cast<VRTWarpedDataset*>(source) != nullptr &&
+             (is_cog || (format_driver->GetMetadataItem(GDAL_DCAP_CREATE) != nullptr &&
+                         !EQUAL(format_driver->GetDescription(), "GTiff") &&
+                         !EQUAL(format_driver->GetDescription(), "VRT")))) {
+    // Under the gdalwarp program, a warp that gdalwarp runs otherwise than the warped VRT says
+    // runs with its options, read from its command line: into COG with COG's grid options, or
+    // from GDAL 3.9 onto an explicit grid (docs/internals.md §11), instead of options found again
+    // from the VRT; with -setci into a format with Create but GeoTIFF, which the VRT cannot show
+    // (§9, §12).
+    m_gdalwarp = GdalwarpCommand::of_this_process_warping_into(m_destination);
+    constexpr int k_cog_resampling_release = 3090000;  // 3.9.0
+    const auto runs_its_own_way = [&](const GdalwarpCommand& command) {
+      if (!is_cog) {
+        return command.has_option("-setci");
+      }
+      return cog_grid || (atoi(GDALVersionInfo("VERSION_NUM")) >= k_cog_resampling_release &&
+                          (command.has_option("-te") || command.has_option("-tr") ||
+                           command.has_option("-ts")));
+    };
+    if (m_gdalwarp && !(m_gdalwarp->source_names().size() == 1 && runs_its_own_way(*m_gdalwarp))) {
+      m_gdalwarp.reset();
+    }
+  }
+  if (m_gdalwarp) {
+    key_options.gdalwarp_arguments = m_gdalwarp->key_arguments();
+  }
+}
+
 // The destination as the ledger names it (absolute real path), refused before any claim when it
 // cannot be published atomically or written.
 void IdemCreator::set_destination(const char* filename, GDALDriver* format_driver) {
@@ -312,12 +351,14 @@ void IdemCreator::set_destination(const char* filename, GDALDriver* format_drive
 
 // What the user must know about the work described, or what refuses it, before it is claimed.
 void IdemCreator::check_the_work() const {
-  if (m_work.source_was_materialised && m_work.cog_grid) {
+  if (m_work.source_was_materialised && m_work.cog_grid && !m_work.runs_gdalwarp) {
     throw Error(ErrorKind::k_usage,
                 "gdalwarp -of COG warps several sources straight into the grid that the COG "
                 "grid options (TILING_SCHEME, TARGET_SRS) give, but GDAL warped them into a "
-                "temporary file before calling IDEM. Build a VRT of the sources first "
-                "(gdalbuildvrt mosaic.vrt a.tif b.tif) and warp mosaic.vrt.");
+                "temporary file before calling IDEM, and IDEM cannot see the warp's options "
+                "where it cannot read the gdalwarp program's command line (gdal.Warp). Build "
+                "a VRT of the sources first (gdalbuildvrt mosaic.vrt a.tif b.tif, or "
+                "gdal.BuildVRT) and warp mosaic.vrt.");
   }
   if (m_work.source_was_materialised) {
     CPLError(CE_Warning, CPLE_AppDefined,
@@ -363,10 +404,10 @@ GDALDataset* IdemCreator::skip_if_current(const LedgerRow& row, bool waited) {
   std::string store_etag;
   GDALDatasetUniquePtr existing;
   if (completed_output_is_current(row, m_destination, &store_etag, &existing) &&
-      // A COG's grid options choose its grid, not the work's, and so does gdalwarp for its
-      // mosaic (GDALWarp() rounds the sources' extents its own way); a Zarr of several bands
+      // A COG's grid options choose its grid, not the work's, and so does gdalwarp when it
+      // runs (GDALWarp() rounds a mosaic's extent its own way); a Zarr of several bands
       // opens as a container of arrays, without bands.
-      (m_work.cog_grid || m_work.gdalwarp_mosaic || existing->GetRasterCount() == 0 ||
+      (m_work.cog_grid || m_work.runs_gdalwarp || existing->GetRasterCount() == 0 ||
        (existing->GetRasterXSize() == m_work.grid.x_size &&
         existing->GetRasterYSize() == m_work.grid.y_size))) {
     if (!store_etag.empty() &&
@@ -568,11 +609,11 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
                                 m_cog.arguments->List() + m_cog.arguments->size());
     request.gdalwarp_arguments = &m_gdalwarp_arguments;
     request.gdalwarp_sources = {m_cog.source};
-  } else if (m_mosaic && m_work.gdalwarp_mosaic) {
-    m_gdalwarp_arguments = m_mosaic->arguments();
+  } else if (m_gdalwarp && m_work.runs_gdalwarp) {
+    m_gdalwarp_arguments = m_gdalwarp->arguments();
     m_gdalwarp_arguments.emplace_back("-q");  // gdalwarp's own messages are the caller's
     request.gdalwarp_arguments = &m_gdalwarp_arguments;
-    request.gdalwarp_sources = m_mosaic->open_sources(what.source);
+    request.gdalwarp_sources = m_gdalwarp->open_sources(what.source);
   }
   request.progress = relay.function();
   request.progress_data = relay.data();
@@ -667,32 +708,6 @@ std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& cla
                     "nothing was published");
       }
       throw;
-    }
-  }
-}
-
-// The completion, sent again on a new connection while the ledger cannot be reached (its
-// database or pooler restarting): the work is done and published, and a completion is fenced
-// and idempotent under its token (sent again after one that did commit, it answers true), so
-// a restart of the database costs a tile nothing. For up to a minute, or the lease if shorter;
-// then the error stands, the claim is released (or runs out) and the retry does the work again.
-bool complete_through_reconnects(WorkerLedger& ledger, const std::string& key,
-                                 const std::string& token, const OutputFingerprint& fingerprint,
-                                 std::chrono::seconds lease) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::min(lease, std::chrono::seconds(60));
-  auto pause = std::chrono::milliseconds(100);
-  for (;;) {
-    try {
-      return ledger.complete(key, token, fingerprint);
-    } catch (const LedgerUnreachable& error) {
-      if (std::chrono::steady_clock::now() + pause > deadline) {
-        throw;
-      }
-      CPLDebug("IDEM", "completing again in %lld ms: %s", static_cast<long long>(pause.count()),
-               error.what());
-      std::this_thread::sleep_for(pause);  // a backoff before the next connection
-      pause = std::min(pause * 2, std::chrono::milliseconds(2000));
     }
   }
 }

@@ -120,20 +120,8 @@ void add_read_through(GDALDataset* dataset, std::vector<GDALDataset*>& held, int
   }
   if (is_vrt_in_memory(dataset) && dynamic_cast<VRTWarpedDataset*>(dataset) == nullptr) {
     for (int i = 1; i <= dataset->GetRasterCount(); ++i) {
-      auto* band = dynamic_cast<VRTSourcedRasterBand*>(dataset->GetRasterBand(i));
-      if (band == nullptr) {
-        continue;
-      }
-      for (VRTSource* vrt_source : compat::vrt_band_sources(band)) {
-        if (!vrt_source->IsSimpleSource()) {
-          continue;
-        }
-        auto* simple = static_cast<VRTSimpleSource*>(vrt_source);
-        GDALRasterBand* from = simple->GetRasterBand();
-        if (from != nullptr && from->GetDataset() != nullptr) {
-          found.push_back(from->GetDataset());
-        }
-      }
+      const std::vector<GDALDataset*> read = band_source_datasets(dataset->GetRasterBand(i));
+      found.insert(found.end(), read.begin(), read.end());
     }
   }
   for (GDALDataset* next : found) {
@@ -148,6 +136,24 @@ void add_read_through(GDALDataset* dataset, std::vector<GDALDataset*>& held, int
 }
 
 }  // namespace
+
+std::vector<GDALDataset*> band_source_datasets(GDALRasterBand* band) {
+  std::vector<GDALDataset*> datasets;
+  auto* sourced = dynamic_cast<VRTSourcedRasterBand*>(band);
+  if (sourced == nullptr) {
+    return datasets;
+  }
+  for (VRTSource* vrt_source : compat::vrt_band_sources(sourced)) {
+    if (!vrt_source->IsSimpleSource()) {
+      continue;
+    }
+    GDALRasterBand* from = static_cast<VRTSimpleSource*>(vrt_source)->GetRasterBand();
+    if (from != nullptr && from->GetDataset() != nullptr) {
+      datasets.push_back(from->GetDataset());
+    }
+  }
+  return datasets;
+}
 
 // Refuse before claiming when the output cannot be written, so no claim is left behind.
 void check_destination_directory(const std::string& destination) {

@@ -52,6 +52,10 @@ void check_destination_is_not_a_source(const std::string& destination,
 
 std::vector<GDALDataset*> datasets_read_through(GDALDataset* source);
 
+// The datasets a VRT band's simple sources read, in the band's order (a dataset read twice is
+// listed twice); none for a band that is not a VRT's.
+std::vector<GDALDataset*> band_source_datasets(GDALRasterBand* band);
+
 // One open for update may hold changes not yet written to its files (pixels in GDAL's block
 // cache, a georeferencing set but not saved): they are written now, so that the key, which
 // identifies the files' bytes, and the warp, which reads the files, see what GDAL would read

@@ -65,6 +65,46 @@ JsonValue creation_options_json(const KeyOptions& options) {
   return result;
 }
 
+JsonValue string_array(const std::vector<std::string>& texts) {
+  JsonValue array = JsonValue::array();
+  for (const std::string& text : texts) {
+    array.push_back(JsonValue::string(text));
+  }
+  return array;
+}
+
+std::string vrt_directory(GDALDataset* src) {
+  const std::string description = src->GetDescription();
+  if (description.empty() || description[0] == '<') {
+    return std::string();  // in memory: relative paths are relative to the working directory
+  }
+  VSIStatBufL info;
+  if (VSIStatL(description.c_str(), &info) != 0) {
+    return std::string();
+  }
+  return CPLGetPath(description.c_str());
+}
+
+TargetGrid target_grid(GDALDataset* src) {
+  TargetGrid grid;
+  grid.x_size = src->GetRasterXSize();
+  grid.y_size = src->GetRasterYSize();
+  grid.has_geotransform = compat::get_geotransform(src, grid.geotransform) == CE_None;
+  if (const OGRSpatialReference* srs = src->GetSpatialRef()) {
+    char* wkt = nullptr;
+    if (srs->exportToWkt(&wkt) == OGRERR_NONE && wkt != nullptr) {
+      grid.srs_wkt = wkt;
+    }
+    CPLFree(wkt);
+    // Asked of the CRS object the dataset has (cheap), instead of parsing the WKT again later
+    // for the tile index and the footprint.
+    grid.web_mercator = is_web_mercator(*srs);
+  }
+  return grid;
+}
+
+}  // namespace
+
 // gdalwarp's temporary GTiff for a multi-source warp that reprojects: "<destination as
 // given>.tmp.tif" up to GDAL 3.11.0, "<directory>/<destination's file name>_<pid>_<counter>"
 // (CPLGenerateTempFilename) since 3.11.1. A mosaic that does not reproject is handed over as a
@@ -102,38 +142,6 @@ bool looks_materialised(GDALDataset* src, const std::string& destination) {
           EQUAL(CPLGetFilename(stem.c_str()), CPLGetFilename(destination.c_str())));
 #endif
 }
-
-std::string vrt_directory(GDALDataset* src) {
-  const std::string description = src->GetDescription();
-  if (description.empty() || description[0] == '<') {
-    return std::string();  // in memory: relative paths are relative to the working directory
-  }
-  VSIStatBufL info;
-  if (VSIStatL(description.c_str(), &info) != 0) {
-    return std::string();
-  }
-  return CPLGetPath(description.c_str());
-}
-
-TargetGrid target_grid(GDALDataset* src) {
-  TargetGrid grid;
-  grid.x_size = src->GetRasterXSize();
-  grid.y_size = src->GetRasterYSize();
-  grid.has_geotransform = compat::get_geotransform(src, grid.geotransform) == CE_None;
-  if (const OGRSpatialReference* srs = src->GetSpatialRef()) {
-    char* wkt = nullptr;
-    if (srs->exportToWkt(&wkt) == OGRERR_NONE && wkt != nullptr) {
-      grid.srs_wkt = wkt;
-    }
-    CPLFree(wkt);
-    // Asked of the CRS object the dataset has (cheap), instead of parsing the WKT again later
-    // for the tile index and the footprint.
-    grid.web_mercator = is_web_mercator(*srs);
-  }
-  return grid;
-}
-
-}  // namespace
 
 std::string compute_key(const std::string& namespace_name, const std::string& canonical_json) {
   return sha256_hex(namespace_name + ":v" + std::to_string(k_algo_version) + ":" + canonical_json);
@@ -204,21 +212,18 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     // §11), which outputs of earlier releases were not: keyed apart from them.
     if (description.is_warp && canonical_format(options.format) == "COG") {
       description.vrt_canonical = vrt.dump();
-      description.cog_warp =
-          options.warp_as_gdalwarp_cog || cog_grid_options_in(options.creation_options);
+      description.cog_warp = options.warp_as_gdalwarp_cog || options.gdalwarp_arguments ||
+                             cog_grid_options_in(options.creation_options);
       if (description.cog_warp) {
         work.set("cog_warp", JsonValue::string("gdalwarp"));
       }
     }
     work.set("vrt", std::move(vrt));
     description.vrt_xml = xml[0];
-    if (!description.is_warp && options.gdalwarp_mosaic) {
-      JsonValue arguments = JsonValue::array();
-      for (const std::string& argument : *options.gdalwarp_mosaic) {
-        arguments.push_back(JsonValue::string(argument));
-      }
-      work.set("gdalwarp_mosaic", std::move(arguments));
-      description.gdalwarp_mosaic = true;
+    if (options.gdalwarp_arguments) {
+      work.set(description.is_warp ? "gdalwarp_warp" : "gdalwarp_mosaic",
+               string_array(*options.gdalwarp_arguments));
+      description.runs_gdalwarp = true;
     }
     // gdalwarp's configuration option that changes the pixels of an RPC warp (docs/internals.md
     // §10); keyed only when set to its non-default value, so other keys do not change.
@@ -232,7 +237,19 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     description.source_was_materialised = looks_materialised(src, options.destination);
     work.set("kind",
              JsonValue::string(description.source_was_materialised ? "materialised" : "copy"));
-    work.set("source", identity_of_dataset(src, source_options));
+    if (description.source_was_materialised && options.gdalwarp_arguments &&
+        !options.gdalwarp_sources.empty()) {
+      // Run again from the gdalwarp program's sources: they, not GDAL's temporary file, are read.
+      work.set("gdalwarp_warp", string_array(*options.gdalwarp_arguments));
+      JsonValue sources = JsonValue::array();
+      for (GDALDataset* dataset : options.gdalwarp_sources) {
+        sources.push_back(identity_of_dataset(dataset, source_options));
+      }
+      work.set("sources", std::move(sources));
+      description.runs_gdalwarp = true;
+    } else {
+      work.set("source", identity_of_dataset(src, source_options));
+    }
   }
 
   description.grid = target_grid(src);

@@ -29,10 +29,14 @@ struct KeyOptions {
   // Set by the plugin when a warp into COG without grid options runs as gdalwarp -of COG runs
   // it all the same (keyed "cog_warp", as with grid options).
   bool warp_as_gdalwarp_cog = false;
-  // Set by the plugin when a plain mosaic (a VRT made in memory, not warped) is written by
-  // GDALWarp() with the gdalwarp program's own options (keyed "gdalwarp_mosaic": these options,
-  // less those that change nothing in the output), which outputs of earlier releases were not.
-  std::optional<std::vector<std::string>> gdalwarp_mosaic;
+  // Set by the plugin when the output is written by GDALWarp() with the gdalwarp program's own
+  // options (less those that change nothing in the output), which outputs of earlier releases
+  // were not: a plain mosaic (a VRT made in memory, not warped; keyed "gdalwarp_mosaic"), a warp
+  // into COG (a warped VRT; keyed "gdalwarp_warp" and "cog_warp"), or, with `gdalwarp_sources`,
+  // several sources GDAL warped into a temporary file before calling the driver (keyed
+  // "gdalwarp_warp", and the sources in place of the temporary file).
+  std::optional<std::vector<std::string>> gdalwarp_arguments;
+  std::vector<GDALDataset*> gdalwarp_sources;
 };
 
 // The target grid of the work, for the ledger's footprint and tile columns.
@@ -63,9 +67,13 @@ struct WorkDescription {
   bool cog_grid = false;
   bool cog_warp = false;
   std::string vrt_canonical;
-  // A plain mosaic written by GDALWarp() with gdalwarp's options (KeyOptions::gdalwarp_mosaic).
-  bool gdalwarp_mosaic = false;
+  // Written by GDALWarp() with gdalwarp's options (KeyOptions::gdalwarp_arguments).
+  bool runs_gdalwarp = false;
 };
+
+// Whether `src` is the GTiff gdalwarp warped several sources into before calling the driver of
+// `destination` (docs/internals.md §3).
+bool looks_materialised(GDALDataset* src, const std::string& destination);
 
 // Whether COG creation options make the COG driver choose the grid itself: TARGET_SRS, or a
 // TILING_SCHEME other than CUSTOM (the other grid options act only with one of those).

@@ -360,39 +360,39 @@ TEST_F(WarpEngineTest, FailureOfTheInnerDriverIsReported) {
 }  // namespace
 
 // gdalwarp's call for a plain mosaic, read from its command line (plugin/gdalwarp_rules.hpp).
-TEST(GdalwarpMosaic, ReadsTheOptionsOfGdalwarpOnly) {
-  using idem::GdalwarpMosaic;
+TEST(GdalwarpCommand, ReadsTheOptionsOfGdalwarpOnly) {
+  using idem::GdalwarpCommand;
   const std::vector<std::string> sources{"a.tif", "b.tif"};
-  EXPECT_EQ(GdalwarpMosaic::of_command({}, sources), nullptr);
-  EXPECT_EQ(GdalwarpMosaic::of_command({"/usr/bin/python3", "-c", "gdal.Warp()"}, sources),
+  EXPECT_EQ(GdalwarpCommand::of_command({}, sources), nullptr);
+  EXPECT_EQ(GdalwarpCommand::of_command({"/usr/bin/python3", "-c", "gdal.Warp()"}, sources),
             nullptr);
-  const auto mosaic = GdalwarpMosaic::of_command({"/usr/bin/gdalwarp",
-                                                  "--config",
-                                                  "IDEM_LEDGER",
-                                                  "sqlite:x",
-                                                  "--config",
-                                                  "A=B",
-                                                  "-q",
-                                                  "-overwrite",
-                                                  "-of",
-                                                  "IDEM",
-                                                  "-co",
-                                                  "FORMAT=GTiff",
-                                                  "-srcnodata",
-                                                  "0",
-                                                  "-wm",
-                                                  "64",
-                                                  "-multi",
-                                                  "-wo",
-                                                  "NUM_THREADS=2",
-                                                  "-cvmd",
-                                                  "x y",
-                                                  "a.tif",
-                                                  "-dstnodata",
-                                                  "-9999",
-                                                  "b.tif",
-                                                  "/vsiidem/out.tif"},
-                                                 sources);
+  const auto mosaic = GdalwarpCommand::of_command({"/usr/bin/gdalwarp",
+                                                   "--config",
+                                                   "IDEM_LEDGER",
+                                                   "sqlite:x",
+                                                   "--config",
+                                                   "A=B",
+                                                   "-q",
+                                                   "-overwrite",
+                                                   "-of",
+                                                   "IDEM",
+                                                   "-co",
+                                                   "FORMAT=GTiff",
+                                                   "-srcnodata",
+                                                   "0",
+                                                   "-wm",
+                                                   "64",
+                                                   "-multi",
+                                                   "-wo",
+                                                   "NUM_THREADS=2",
+                                                   "-cvmd",
+                                                   "x y",
+                                                   "a.tif",
+                                                   "-dstnodata",
+                                                   "-9999",
+                                                   "b.tif",
+                                                   "/vsiidem/out.tif"},
+                                                  sources);
   ASSERT_NE(mosaic, nullptr);
   EXPECT_EQ(mosaic->arguments(),
             (std::vector<std::string>{"-srcnodata", "0", "-wm", "64", "-multi", "-wo",
@@ -401,9 +401,10 @@ TEST(GdalwarpMosaic, ReadsTheOptionsOfGdalwarpOnly) {
             (std::vector<std::string>{"-srcnodata", "0", "-cvmd", "x y", "-dstnodata", "-9999"}));
 }
 
-TEST(GdalwarpMosaic, RefusesACommandWhoseSourcesAreNotTheMosaics) {
+TEST(GdalwarpCommand, RefusesACommandWhoseSourcesAreNotTheMosaics) {
   try {
-    idem::GdalwarpMosaic::of_command({"gdalwarp", "a.tif", "c.tif", "out.tif"}, {"a.tif", "b.tif"});
+    idem::GdalwarpCommand::of_command({"gdalwarp", "a.tif", "c.tif", "out.tif"},
+                                      {"a.tif", "b.tif"});
     FAIL() << "other sources must be refused";
   } catch (const idem::Error& error) {
     EXPECT_EQ(error.kind(), idem::ErrorKind::k_usage);
@@ -411,16 +412,48 @@ TEST(GdalwarpMosaic, RefusesACommandWhoseSourcesAreNotTheMosaics) {
   }
 }
 
-TEST(GdalwarpMosaic, ReadsAnOptfileAsGdalReadsIt) {
+TEST(GdalwarpCommand, ReadsAnOptfileAsGdalReadsIt) {
   char pattern[] = "/tmp/idem_optfile_XXXXXX";
   const int fd = mkstemp(pattern);
   ASSERT_GE(fd, 0);
   const std::string text = "# comment -nomd\n-cvmd \"two words\" a.tif\n";
   ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
   close(fd);
-  const auto mosaic = idem::GdalwarpMosaic::of_command(
+  const auto mosaic = idem::GdalwarpCommand::of_command(
       {"gdalwarp", "--optfile", pattern, "b.tif", "out.tif"}, {"a.tif", "b.tif"});
   unlink(pattern);
   ASSERT_NE(mosaic, nullptr);
   EXPECT_EQ(mosaic->arguments(), (std::vector<std::string>{"-cvmd", "two words"}));
+}
+
+// gdalwarp's call warping into the output, as `gdal-idem key` tells it (each argument
+// URL-escaped): for the output it names only.
+TEST(GdalwarpCommand, ReadsTheWarpIntoTheOutputItNames) {
+  const CPLConfigOptionSetter told(
+      "IDEM_INTERNAL_GDALWARP_COMMAND",
+      "gdalwarp -q -of IDEM -co FORMAT=COG -oo NUM_THREADS=1 -if GTiff -t_srs EPSG%3A3857 "
+      "-te 1 2 3 4 a.tif b%20c.tif /vsiidem//data/out.tif",
+      false);
+  const auto command = idem::GdalwarpCommand::of_this_process_warping_into("/data/out.tif");
+  ASSERT_NE(command, nullptr);
+  EXPECT_EQ(command->source_names(), (std::vector<std::string>{"a.tif", "b c.tif"}));
+  EXPECT_EQ(command->arguments(),
+            (std::vector<std::string>{"-oo", "NUM_THREADS=1", "-if", "GTiff", "-t_srs", "EPSG:3857",
+                                      "-te", "1", "2", "3", "4"}));
+  EXPECT_TRUE(command->has_option("-te"));
+  EXPECT_FALSE(command->has_option("-ts"));
+  EXPECT_EQ(idem::GdalwarpCommand::of_this_process_warping_into("/data/other.tif"), nullptr);
+  try {
+    command->open_sources(nullptr);
+    FAIL() << "a source that does not exist must be refused";
+  } catch (const idem::Error& error) {
+    EXPECT_EQ(error.kind(), idem::ErrorKind::k_source);
+    EXPECT_NE(std::string(error.what()).find("a.tif"), std::string::npos) << error.what();
+  }
+}
+
+TEST(GdalwarpCommand, IsNoneOutsideGdalwarp) {
+  const CPLConfigOptionSetter told("IDEM_INTERNAL_GDALWARP_COMMAND",
+                                   "gdal_translate -of IDEM a.tif /vsiidem//data/out.tif", false);
+  EXPECT_EQ(idem::GdalwarpCommand::of_this_process_warping_into("/data/out.tif"), nullptr);
 }

@@ -178,7 +178,8 @@ class LoadAttempt {
         test_pause("before_complete");
         OutputFingerprint fingerprint;
         fingerprint.size = result.feature_count;
-        if (!m_ledger.complete(m_work.key, m_token, fingerprint, result.feature_count)) {
+        if (!complete_through_reconnects(m_ledger, m_work.key, m_token, fingerprint,
+                                         m_request.lease, result.feature_count)) {
           throw Error(ErrorKind::k_ledger,
                       "the load was committed but the claim had been taken over by another "
                       "worker, so this attempt's completion was refused; that worker records "

@@ -63,6 +63,27 @@ void test_pause(const char* point) {
   }
 }
 
+bool complete_through_reconnects(WorkerLedger& ledger, const std::string& key,
+                                 const std::string& token, const OutputFingerprint& fingerprint,
+                                 std::chrono::seconds lease, std::optional<int64_t> feature_count) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::min(lease, std::chrono::seconds(60));
+  auto pause = std::chrono::milliseconds(100);
+  for (;;) {
+    try {
+      return ledger.complete(key, token, fingerprint, feature_count);
+    } catch (const LedgerUnreachable& error) {
+      if (std::chrono::steady_clock::now() + pause > deadline) {
+        throw;
+      }
+      CPLDebug("IDEM", "completing again in %lld ms: %s", static_cast<long long>(pause.count()),
+               error.what());
+      std::this_thread::sleep_for(pause);  // a backoff before the next connection
+      pause = std::min(pause * 2, std::chrono::milliseconds(2000));
+    }
+  }
+}
+
 LeaseKeeper::LeaseKeeper(WorkerLedger& ledger, std::string work_key, std::string token,
                          std::chrono::seconds lease, std::optional<Clock::time_point> held_since,
                          Start start_mode)

@@ -29,6 +29,17 @@ std::string worker_host_name();
 // file on arrival. Not for production use.
 void test_pause(const char* point);
 
+// The fenced completion of `key` under `token`, sent again on a new connection while the ledger
+// cannot be reached (its database or pooler restarting): the work is done and published, and a
+// completion is fenced and idempotent under its token (sent again after one that did commit, it
+// answers true), so a restart of the database costs the work nothing. For up to a minute, or the
+// lease if shorter; then LedgerUnreachable stands, and the claim is released (or runs out) and
+// the retry does the work again. Returns WorkerLedger::complete()'s answer.
+bool complete_through_reconnects(WorkerLedger& ledger, const std::string& key,
+                                 const std::string& token, const OutputFingerprint& fingerprint,
+                                 std::chrono::seconds lease,
+                                 std::optional<int64_t> feature_count = std::nullopt);
+
 // Renews a claim every third of its lease from a background thread. Once a renewal fails (the
 // claim was taken over, or the ledger is unreachable) lost() stays true: the work's progress
 // callback then returns FALSE and nothing is published.
