@@ -58,12 +58,49 @@ def test_several_sources_are_warped_as_gdalwarp_does(tmp_path, sqlite_ledger):
     assert (out.stat().st_ino, out.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     assert len(sqlite_ledger.completed()) == 1
 
-    # The key holds the sources, not GDAL's temporary file: another source is other work.
+    # The key holds the sources, beside GDAL's temporary file: another source is other work.
     make_source(b, size=128, origin=(501280.0, 4650000.0), seed=3)
     run(["gdalwarp", "-q", "-overwrite", "-of", "COG", *warp, a, b, direct], check=True)
     run(cmd, env=env, check=True)
     assert_same_pixels(out, direct)
     assert len(sqlite_ledger.completed()) == 2
+
+
+def write_cutline(path, east):
+    path.write_text(json.dumps({
+        "type": "FeatureCollection",
+        "crs": {"type": "name", "properties": {"name": "urn:ogc:def:crs:EPSG::32633"}},
+        "features": [{"type": "Feature", "properties": {}, "geometry": {
+            "type": "Polygon", "coordinates": [[[500100, 4649900], [east, 4649700],
+                                                [east, 4649000], [500200, 4649100],
+                                                [500100, 4649900]]]}}]}))
+
+
+def test_several_sources_with_a_changed_cutline_are_rebuilt(tmp_path, sqlite_ledger):
+    # The command names the cutline; what it holds decides pixels: the same command after the
+    # cutline changed is other work, not a skip onto the first output.
+    a = make_source(tmp_path / "a.tif", size=128)
+    b = make_source(tmp_path / "b.tif", size=128, origin=(501280.0, 4650000.0), seed=2)
+    cutline = tmp_path / "cutline.geojson"
+    warp = ["-t_srs", "EPSG:3857", "-cutline", str(cutline), "-co",
+            "TILING_SCHEME=GoogleMapsCompatible"]
+    out = tmp_path / "out.tif"
+    cmd = ["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-co", "FORMAT=COG", *warp, a, b,
+           f"/vsiidem/{out}"]
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    direct = tmp_path / "direct.tif"
+    write_cutline(cutline, 502400)
+    run(cmd, env=env, check=True)
+    run(["gdalwarp", "-q", "-overwrite", "-of", "COG", *warp, a, b, direct], check=True)
+    assert_same_pixels(out, direct)
+
+    write_cutline(cutline, 501900)
+    run(["gdalwarp", "-q", "-overwrite", "-of", "COG", *warp, a, b, direct], check=True)
+    run(cmd, env=env, check=True)
+    assert len(sqlite_ledger.completed()) == 2
+    assert_same_pixels(out, direct)
+    [work] = [json.loads(row["work_json"]) for row in sqlite_ledger.completed()][-1:]
+    assert "cutline" in work and "materialised" in work
 
 
 def test_several_sources_warped_before_idem_by_gdal_warp_are_refused(tmp_path, sqlite_ledger):

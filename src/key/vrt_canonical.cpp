@@ -195,6 +195,22 @@ class VrtCanonicaliser {
     if (EQUAL(tag, "SourceFilename") || EQUAL(tag, "SourceDataset") || EQUAL(tag, "DEMPath")) {
       return source_element(node, std::move(result));
     }
+    if (m_geoloc != nullptr && EQUAL(tag, "MDI")) {
+      const std::string key = attribute(node, "key");
+      if (EQUAL(key.c_str(), "X_DATASET") || EQUAL(key.c_str(), "Y_DATASET")) {
+        return geoloc_array_element(node, key.substr(0, 1), std::move(result));
+      }
+    }
+    // Where a warp's source is, for geolocation arrays named relative to it.
+    if (EQUAL(tag, "GDALWarpOptions")) {
+      const CPLXMLNode* source = CPLGetXMLNode(node, "SourceDataset");
+      m_warp_source = source != nullptr ? resolved_source_name(source, m_options.vrt_dir) : "";
+    }
+    const bool is_geoloc = EQUAL(tag, "GeoLocTransformer");
+    const CPLXMLNode* const outer_geoloc = m_geoloc;
+    if (is_geoloc) {
+      m_geoloc = node;
+    }
     const bool is_srs = tag_in(tag, k_srs_tags);
     if (is_srs) {
       if (const auto question = crs_question(node)) {
@@ -249,6 +265,9 @@ class VrtCanonicaliser {
         children.push_back(element(child, depth + 1));
       }
     }
+    if (is_geoloc) {
+      m_geoloc = outer_geoloc;
+    }
     if (EQUAL(tag, "GDALWarpOptions")) {
       normalise_warp_options(node, options);
     }
@@ -272,23 +291,27 @@ class VrtCanonicaliser {
   }
 
  private:
-  JsonValue source_element(const CPLXMLNode* node, JsonValue result) {
-    const std::string resolved = resolved_source_name(node, m_options.vrt_dir);
+  // What the dataset `resolved` holds, once per name. Only a warp's source (`keep_open`:
+  // GDALWarpOptions has one) stays open for the warp to reuse; a mosaic VRT can name thousands
+  // of files, which must not all stay open at once. A source the caller holds without files (a
+  // MEM dataset) is taken from its handle.
+  const JsonValue& identity(const std::string& resolved, bool keep_open) {
     auto cached = m_identities.find(resolved);
     if (cached == m_identities.end()) {
       SourceIdentityOptions options = m_options.sources;
       GDALDataset* held =
           options.kept_sources != nullptr ? options.kept_sources->find(resolved) : nullptr;
-      if (!EQUAL(node->pszValue, "SourceDataset") &&
-          (held == nullptr || !held_not_reopened(held))) {
-        // Only a warp's source (GDALWarpOptions has one) stays open for the warp to reuse; a
-        // mosaic VRT can name thousands of files, which must not all stay open at once. A
-        // source the caller holds without files (a MEM dataset) is taken from its handle.
+      if (!keep_open && (held == nullptr || !held_not_reopened(held))) {
         options.kept_sources = nullptr;
       }
       cached = m_identities.emplace(resolved, identity_of_source(resolved, options)).first;
     }
-    result.set("source", cached->second);
+    return cached->second;
+  }
+
+  JsonValue source_element(const CPLXMLNode* node, JsonValue result) {
+    result.set("source", identity(resolved_source_name(node, m_options.vrt_dir),
+                                  EQUAL(node->pszValue, "SourceDataset")));
     // Attributes other than where the path is anchored (e.g. shared="0") go in as written.
     JsonValue attributes = JsonValue::object();
     for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
@@ -301,6 +324,35 @@ class VrtCanonicaliser {
     if (!attributes.members().empty()) {
       result.set("attr", std::move(attributes));
     }
+    return result;
+  }
+
+  // A geolocation array (X_DATASET or Y_DATASET of a GeoLocTransformer: -geoloc, -to
+  // SRC_GEOLOC_ARRAY=) says where each source pixel lands, so it decides pixels as a source
+  // does: keyed by what it holds, not by its name. The name is resolved as GDAL resolves it
+  // (GDALCreateGeoLocTransformerEx): relative to the source's directory when
+  // X_DATASET_RELATIVE_TO_SOURCE says so, otherwise opened as written.
+  JsonValue geoloc_array_element(const CPLXMLNode* node, const std::string& axis,
+                                 JsonValue result) {
+    std::string name = CPLString(text_of(node)).Trim();
+    const CPLXMLNode* metadata = CPLGetXMLNode(m_geoloc, "Metadata");
+    bool relative = false;
+    for (const CPLXMLNode* item = metadata != nullptr ? metadata->psChild : nullptr;
+         item != nullptr; item = item->psNext) {
+      if (item->eType == CXT_Element && EQUAL(item->pszValue, "MDI") &&
+          EQUAL(attribute(item, "key").c_str(), (axis + "_DATASET_RELATIVE_TO_SOURCE").c_str())) {
+        relative = CPLTestBool(CPLString(text_of(item)).Trim());
+      }
+    }
+    const char* own_source = CPLGetXMLValue(m_geoloc, "SourceDataset", nullptr);
+    const std::string base = own_source != nullptr ? own_source : m_warp_source;
+    if (relative && !base.empty()) {
+      name = CPLProjectRelativeFilename(CPLGetDirname(base.c_str()), name.c_str());
+    }
+    JsonValue attributes = JsonValue::object();
+    attributes.set("key", JsonValue::string(axis + "_DATASET"));
+    result.set("attr", std::move(attributes));
+    result.set("source", identity(name, false));
     return result;
   }
 
@@ -407,6 +459,8 @@ class VrtCanonicaliser {
 
   const VrtCanonicalOptions& m_options;
   std::map<std::string, JsonValue> m_identities;
+  std::string m_warp_source;             // the SourceDataset of the warp being walked
+  const CPLXMLNode* m_geoloc = nullptr;  // the GeoLocTransformer being walked, if any
 };
 
 }  // namespace

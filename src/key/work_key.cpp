@@ -50,6 +50,32 @@ std::string canonical_format(const std::string& format) {
   return driver != nullptr ? std::string(driver->GetDescription()) : format;
 }
 
+// The cutline a gdalwarp command names (-cutline), keyed by what its files hold: it decides
+// pixels as the sources do, and the command holds only its name. Null when the command names
+// none, or one without files of its own (a database): the warp GDAL already ran through it is
+// then all that shows it (see describe_work).
+JsonValue cutline_identity(const std::vector<std::string>& arguments,
+                           const SourceIdentityOptions& options) {
+  for (std::size_t i = 0; i + 1 < arguments.size(); ++i) {
+    const char* name = arguments[i].c_str();
+    if (!EQUAL(name, "-cutline") && !EQUAL(name, "--cutline")) {
+      continue;
+    }
+    const char* cutline = arguments[i + 1].c_str();
+    const GDALDatasetUniquePtr dataset(
+        GDALDataset::Open(cutline, GDAL_OF_VECTOR | GDAL_OF_VERBOSE_ERROR));
+    if (!dataset) {
+      throw Error(ErrorKind::k_source, std::string("cannot open the cutline '") + cutline +
+                                           "' the gdalwarp command names");
+    }
+    if (CPLStringList(dataset->GetFileList()).size() == 0) {
+      return JsonValue::null();
+    }
+    return identity_of_dataset(dataset.get(), options);
+  }
+  return JsonValue::null();
+}
+
 JsonValue creation_options_json(const KeyOptions& options) {
   JsonValue result = JsonValue::object();
   for (const auto& [raw_name, value] : options.creation_options) {
@@ -246,6 +272,14 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
         sources.push_back(identity_of_dataset(dataset, source_options));
       }
       work.set("sources", std::move(sources));
+      // What GDAL warped from them too: the command holds only the names of the other files
+      // that decide pixels (a cutline, -to RPC_DEM=, geolocation arrays), and this warp shows
+      // what they held. The cutline is also keyed by its own files, which show it exactly.
+      work.set("materialised", identity_of_dataset(src, source_options));
+      JsonValue cutline = cutline_identity(*options.gdalwarp_arguments, source_options);
+      if (cutline.type() != JsonValue::Type::k_null) {
+        work.set("cutline", std::move(cutline));
+      }
       description.runs_gdalwarp = true;
     } else {
       work.set("source", identity_of_dataset(src, source_options));
