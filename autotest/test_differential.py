@@ -8,10 +8,13 @@ The session's summary line says how many calls were compared and how many matche
 marked `known:` in the data file is a difference listed in docs/keys.md, and fails the day it
 stops differing, so that its entry goes too."""
 
+import inspect
 import json
 import os
 import pathlib
+import re
 import shlex
+import subprocess
 
 import numpy as np
 import pytest
@@ -109,6 +112,11 @@ def sources(tmp_path_factory):
     ds = None
     paths["rgba"] = root / "rgba.tif"
 
+    ds = byte_source("ovr.tif")
+    ds.BuildOverviews("AVERAGE", [2, 4])
+    ds = None
+    paths["ovr"] = root / "ovr.tif"
+
     ds = byte_source("mask.tif")
     ds.CreateMaskBand(gdal.GMF_PER_DATASET)
     mask = np.full((size, size), 255, np.uint8)
@@ -154,6 +162,52 @@ def sources(tmp_path_factory):
     ds = None
     paths["gcp"] = root / "gcp.tif"
 
+    # Geolocation arrays (absolute names: the calls run from elsewhere), and a source located
+    # by them, without a geotransform.
+    y, x = np.mgrid[0:size, 0:size].astype(np.float64)
+    for name, values in (("lon.tif", 15 + x * 0.0002 + y * 0.00004),
+                         ("lat.tif", 42 - y * 0.0002 + x * 0.00002)):
+        ds = gtiff.Create(str(root / name), size, size, 1, gdal.GDT_Float64)
+        ds.GetRasterBand(1).WriteArray(values)
+        ds = None
+    ds = gtiff.Create(str(root / "geoloc.tif"), size, size, 1, gdal.GDT_Byte)
+    ds.GetRasterBand(1).WriteArray((_pattern(size, 0, 13) % 256).astype(np.uint8))
+    wgs84 = osr.SpatialReference()
+    wgs84.ImportFromEPSG(4326)
+    ds.SetMetadata({"X_DATASET": str(root / "lon.tif"), "X_BAND": "1",
+                    "Y_DATASET": str(root / "lat.tif"), "Y_BAND": "1", "PIXEL_OFFSET": "0",
+                    "LINE_OFFSET": "0", "PIXEL_STEP": "1", "LINE_STEP": "1",
+                    "SRS": wgs84.ExportToWkt()}, "GEOLOCATION")
+    ds = None
+    paths["geoloc"] = root / "geoloc.tif"
+
+    # RPCs (no geotransform): the line follows latitude, the sample longitude.
+    def rpc_terms(**terms):
+        names = ["1", "L", "P", "H"]  # the first terms of RPC00B's 20
+        return " ".join(repr(terms.get(names[i], 0.0) if i < 4 else 0.0) for i in range(20))
+
+    ds = gtiff.Create(str(root / "rpc.tif"), size, size, 1, gdal.GDT_Byte)
+    ds.GetRasterBand(1).WriteArray((_pattern(size, 0, 17) % 256).astype(np.uint8))
+    ds.SetMetadata({
+        "LINE_OFF": "128", "SAMP_OFF": "128", "LAT_OFF": "45", "LONG_OFF": "10",
+        "HEIGHT_OFF": "0", "LINE_SCALE": "128", "SAMP_SCALE": "128", "LAT_SCALE": "0.01",
+        "LONG_SCALE": "0.01", "HEIGHT_SCALE": "100",
+        "LINE_NUM_COEFF": rpc_terms(P=-1.0), "LINE_DEN_COEFF": rpc_terms(**{"1": 1.0}),
+        "SAMP_NUM_COEFF": rpc_terms(L=1.0), "SAMP_DEN_COEFF": rpc_terms(**{"1": 1.0}),
+    }, "RPC")
+    ds = None
+    paths["rpc"] = root / "rpc.tif"
+
+    # Two subdatasets (gdal_translate -sds).
+    ds = gdal.GetDriverByName("netCDF").CreateMultiDimensional(str(root / "two.nc"))
+    group = ds.GetRootGroup()
+    dims = [group.CreateDimension(name, None, None, 64) for name in ("y", "x")]
+    for name, seed in (("a", 19), ("b", 23)):
+        array = group.CreateMDArray(name, dims, gdal.ExtendedDataType.Create(gdal.GDT_Float32))
+        array.Write((_pattern(64, 0, seed)).astype(np.float32))
+    ds = None
+    paths["sds"] = root / "two.nc"
+
     cutline = root / "cutline.geojson"
     cutline.write_text(json.dumps({
         "type": "FeatureCollection",
@@ -189,11 +243,18 @@ def python_call(program, fmt, arguments, sources, output, idem):
     # The IDEM call's creation options are FORMAT= and then the call's own.
     fmt_args = (f"format='IDEM', creationOptions=['FORMAT={fmt}'] + options" if idem
                 else f"format={fmt!r}, creationOptions=options")
-    code = ("from osgeo import gdal\ngdal.UseExceptions()\n"
+    # With `options` a string, the bindings ignore every other keyword argument (format and
+    # creation options too): the format goes into the string, as a user has to put it there.
+    fmt_words = ["-of", "IDEM", "-co", f"FORMAT={fmt}"] if idem else ["-of", fmt]
+    code = ("import shlex\nfrom osgeo import gdal\ngdal.UseExceptions()\n"
             f"kwargs = {kwargs}\n"
             "options = kwargs.pop('creationOptions', [])\n"
             f"source = kwargs.pop('sources', {sources['src']!r})\n"
-            f"gdal.{program}({target!r}, source, {fmt_args}, **kwargs)\n")
+            "if isinstance(kwargs.get('options'), str):\n"
+            f"    kwargs['options'] += ' ' + shlex.join({fmt_words!r})\n"
+            f"    gdal.{program}({target!r}, source, **kwargs)\n"
+            "else:\n"
+            f"    gdal.{program}({target!r}, source, {fmt_args}, **kwargs)\n")
     return ["/usr/bin/python3", "-c", code]
 
 
@@ -219,7 +280,24 @@ def tree_state(path):
     return state
 
 
-def band_description(band):
+def metadata(item, path):
+    """The metadata of a dataset or band in every domain (xml: domains as their text), with the
+    output's own name (that a format records, ENVI's description) as "<output>"; not
+    DERIVED_SUBDATASETS, which GDAL makes up on reading from the file's name."""
+    domains = set(item.GetMetadataDomainList() or []) - {"DERIVED_SUBDATASETS"}
+
+    def named(value):
+        return value.replace(str(path), "<output>") if isinstance(value, str) else value
+
+    found = {}
+    for domain in sorted(domains | {""}):
+        values = item.GetMetadata(domain)
+        found[domain] = ({k: named(v) for k, v in values.items()} if isinstance(values, dict)
+                         else [named(v) for v in values])
+    return found
+
+
+def band_description(band, path):
     table = band.GetColorTable()
     return {
         "type": gdal.GetDataTypeName(band.DataType),
@@ -231,7 +309,7 @@ def band_description(band):
         "scale": band.GetScale(),
         "offset": band.GetOffset(),
         "unit": band.GetUnitType(),
-        "metadata": band.GetMetadata(),
+        "metadata": metadata(band, path),
         "mask_flags": band.GetMaskFlags(),
         "overviews": band.GetOverviewCount(),
     }
@@ -256,11 +334,12 @@ def differences(actual_path, expected_path):
         found.append("CRS")
     if actual.GetGCPCount() != expected.GetGCPCount():
         found.append(f"GCP count {actual.GetGCPCount()} != {expected.GetGCPCount()}")
-    if actual.GetMetadata() != expected.GetMetadata():
-        found.append(f"metadata {actual.GetMetadata()} != {expected.GetMetadata()}")
+    if metadata(actual, actual_path) != metadata(expected, expected_path):
+        found.append(f"metadata {metadata(actual, actual_path)} != "
+                     f"{metadata(expected, expected_path)}")
     for i in range(1, actual.RasterCount + 1):
         a, e = actual.GetRasterBand(i), expected.GetRasterBand(i)
-        da, de = band_description(a), band_description(e)
+        da, de = band_description(a, actual_path), band_description(e, expected_path)
         for name in da:
             if da[name] != de[name]:
                 found.append(f"band {i} {name}: {da[name]!r} != {de[name]!r}")
@@ -309,16 +388,23 @@ def test_differential(request, sources, tmp_path, program, fmt, arguments, notes
     ledger = make_ledger("sqlite", tmp_path)
     env = env_with(IDEM_LEDGER=ledger.dsn)
     call(program, fmt, arguments, sources, direct, False, env_with(), tmp_path)
+    # gdal_translate -sds writes one output per subdataset, out_1.ext, out_2.ext..., and no out.
+    names = [direct.name]
+    if "-sds" in shlex.split(arguments):
+        names = sorted(p.name for p in direct.parent.iterdir() if p.name.startswith("out_"))
+        assert len(names) > 1, names
     try:
         call(program, fmt, arguments, sources, output, True, env, tmp_path)
-        found = differences(output, direct)
+        found = [f"{name}: {difference}" if len(names) > 1 else difference
+                 for name in names
+                 for difference in differences(output.parent / name, direct.parent / name)]
         if not found:
-            before = tree_state(output)
+            before = [tree_state(output.parent / name) for name in names]
             call(program, fmt, arguments, sources, output, True, env, tmp_path)
-            if tree_state(output) != before:
+            if [tree_state(output.parent / name) for name in names] != before:
                 found.append("the rerun touched the output instead of skipping")
-            elif len(ledger.completed()) != 1:
-                found.append(f"{len(ledger.completed())} completed rows instead of 1")
+            elif len(ledger.completed()) != len(names):
+                found.append(f"{len(ledger.completed())} completed rows instead of {len(names)}")
     except AssertionError as failure:  # a call that failed: its command and message
         found = [f"a call failed: {failure}"]
     record({"case": case, "matched": not found, "known": known})
@@ -327,3 +413,47 @@ def test_differential(request, sources, tmp_path, program, fmt, arguments, notes
                       f"docs/keys.md: {notes}"
         pytest.xfail(f"{notes}: {'; '.join(found)[:2000]}")
     assert not found, "; ".join(found)
+
+
+# ---------------------------------------------------------------- what the cases cover
+
+# Options of the documented surface that no case needs to name, and why.
+NOT_NAMED = {
+    "gdalwarp": {"-of": "every call names the format", "-co": "every IDEM call gives one",
+                 "-q": "every call is quiet", "-overwrite": "every gdalwarp call overwrites"},
+    "gdal_translate": {"-of": "every call names the format", "-co": "every IDEM call gives one",
+                       "-q": "every call is quiet"},
+    "Warp": {"format": "every call names the format"},
+    "Translate": {"format": "every call names the format"},
+}
+
+
+def documented_options(program):
+    """The options the running GDAL's usage text names (`-scale_X` for `-scale_1`...)."""
+    usage = subprocess.run([program, "--help"], capture_output=True, text=True, check=False)
+    return set(re.findall(r"(?<![\w-])-[A-Za-z][A-Za-z0-9_]*", usage.stdout + usage.stderr))
+
+
+def cases_of(program):
+    return [param.values[2] for param in CASES if param.values[0] == program]
+
+
+@pytest.mark.parametrize("program", ["gdalwarp", "gdal_translate"])
+def test_every_documented_option_has_a_case(program):
+    arguments = " ".join(cases_of(program))
+    missing = []
+    for option in sorted(documented_options(program) - set(NOT_NAMED[program])):
+        pattern = re.escape(option).replace("_X", r"_\d+")
+        if not re.search(rf"(?<![\w-]){pattern}(?!\w)", arguments):
+            missing.append(option)
+    assert not missing, f"{program} options without a case in {CASES_FILE.name}: {missing}"
+
+
+@pytest.mark.parametrize("program, options", [("Warp", gdal.WarpOptions),
+                                              ("Translate", gdal.TranslateOptions)])
+def test_every_keyword_argument_has_a_case(program, options):
+    arguments = " ".join(cases_of(program))
+    missing = [name for name in inspect.signature(options).parameters
+               if name not in NOT_NAMED[program]
+               and not re.search(rf"[\"']{name}[\"']\s*:", arguments)]
+    assert not missing, f"gdal.{program} keyword arguments without a case: {missing}"

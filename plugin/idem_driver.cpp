@@ -147,6 +147,7 @@ class IdemCreator {
   PreDelete& m_pre_delete;
   IdemOptions m_options;
   std::string m_destination;  // absolute real path
+  std::string m_given_name;   // the output as the caller named it, without /vsiidem/
   bool m_via_vsiidem = false;
   WorkerLedger* m_ledger = nullptr;  // shared_ledger(): lives for the process
   WorkDescription m_work;
@@ -342,6 +343,7 @@ void IdemCreator::set_destination(const char* filename, GDALDriver* format_drive
                                         "/vsigs/, /vsiaz/, ...) can be published atomically");
   }
   m_destination = absolute_path(real_path);
+  m_given_name = real_path;
   check_destination_is_a_file(filename, m_destination, format_driver);
   check_object_output_is_a_file(m_destination, format_driver);
   if (!m_options.dry_run) {
@@ -648,6 +650,7 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
   if (CPLGetLastErrorType() == CE_Failure) {
     throw Error(ErrorKind::k_io, std::string("writing the output failed: ") + CPLGetLastErrorMsg());
   }
+  name_output_in_header(what.format_driver, output.temp_path(), m_given_name);
   return shape;
 }
 

@@ -236,6 +236,38 @@ void check_destination_is_not_a_source(const std::string& destination,
 // VRT made in memory (gdal_translate's, gdal.Translate's, gdal.BuildVRT('', ...)), through any
 // depth of VRTs made in memory.
 
+void name_output_in_header(GDALDriver* format_driver, const std::string& temp_path,
+                           const std::string& given_name) {
+  if (!EQUAL(format_driver->GetDescription(), "ENVI")) {
+    return;
+  }
+  // The header is <name>.hdr, or <name>.<ext>.hdr with SUFFIX=ADD (GDAL 3.6 to 3.13).
+  const std::string written = "description = {\n" + temp_path + "}\n";
+  for (const std::string& header :
+       {std::string(CPLResetExtension(temp_path.c_str(), "hdr")), temp_path + ".hdr"}) {
+    VSIStatBufL info;
+    GByte* bytes = nullptr;
+    vsi_l_offset size = 0;
+    if (VSIStatExL(header.c_str(), &info, VSI_STAT_EXISTS_FLAG) != 0 ||
+        !VSIIngestFile(nullptr, header.c_str(), &bytes, &size, 1024 * 1024)) {
+      continue;
+    }
+    std::string text(reinterpret_cast<const char*>(bytes), static_cast<std::size_t>(size));
+    VSIFree(bytes);
+    const std::size_t at = text.find(written);
+    if (at == std::string::npos) {
+      continue;
+    }
+    text.replace(at, written.size(), "description = {\n" + given_name + "}\n");
+    VSILFILE* file = VSIFOpenL(header.c_str(), "wb");
+    const bool written_whole =
+        file != nullptr && VSIFWriteL(text.data(), 1, text.size(), file) == text.size();
+    if (file == nullptr || VSIFCloseL(file) != 0 || !written_whole) {
+      throw Error(ErrorKind::k_io, "cannot rewrite the ENVI header " + header);
+    }
+  }
+}
+
 std::vector<GDALDataset*> datasets_read_through(GDALDataset* source) {
   std::vector<GDALDataset*> held;
   if (source == nullptr) {

@@ -52,6 +52,14 @@ void check_destination_is_not_a_source(const std::string& destination,
 
 std::vector<GDALDataset*> datasets_read_through(GDALDataset* source);
 
+// ENVI writes the name it was created under into its header (`description = {...}`): for IDEM,
+// the attempt's temporary path. The direct call records the name it was given, so the header of
+// a closed, unpublished output written at `temp_path` is made to name `given_name` (the output as
+// the caller named it, without /vsiidem/). Nothing to do for other drivers, or a header that
+// does not name `temp_path`; throws idem::Error(k_io) when the header cannot be rewritten.
+void name_output_in_header(GDALDriver* format_driver, const std::string& temp_path,
+                           const std::string& given_name);
+
 // The datasets a VRT band's simple sources read, in the band's order (a dataset read twice is
 // listed twice); none for a band that is not a VRT's.
 std::vector<GDALDataset*> band_source_datasets(GDALRasterBand* band);
