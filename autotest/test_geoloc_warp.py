@@ -127,3 +127,31 @@ def test_several_sources_into_cog_are_rebuilt_after_their_arrays_changed(tmp_pat
     run(cmd, env=env, cwd=tmp_path, check=True)
     assert len(sqlite_ledger.completed()) == 2
     assert np.array_equal(read_pixels(out), second)
+
+
+def test_a_vrt_of_a_warp_through_changed_arrays_is_rebuilt(tmp_path, sqlite_ledger):  # noqa: F811
+    # The warp is a VRT file, read through another VRT: the arrays its transformer reads are
+    # among the datasets the outer VRT's source identity holds.
+    write_arrays(tmp_path)
+    write_source(tmp_path, {"X_DATASET": "lon.tif", "Y_DATASET": "lat.tif",
+                            "X_DATASET_RELATIVE_TO_SOURCE": "YES",
+                            "Y_DATASET_RELATIVE_TO_SOURCE": "YES"})
+    run(["gdalwarp", "-q", "-geoloc", "-t_srs", "EPSG:4326", "-of", "VRT", "data.tif",
+         "warped.vrt"], cwd=tmp_path, check=True)
+    gdal.BuildVRT(str(tmp_path / "outer.vrt"), [str(tmp_path / "warped.vrt")]).FlushCache()
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    out = tmp_path / "out.tif"
+
+    def translate():
+        run(["gdal_translate", "-q", "-of", "IDEM", "outer.vrt", "/vsiidem/" + str(out)],
+            env=env, cwd=tmp_path, check=True)
+        run(["gdal_translate", "-q", "outer.vrt", "direct.tif"], cwd=tmp_path, check=True)
+        return read_pixels(tmp_path / "direct.tif")
+
+    first = translate()
+    assert np.array_equal(read_pixels(out), first)
+    write_arrays(tmp_path, bump=0.003)
+    second = translate()
+    assert np.count_nonzero(second != first) > 100
+    assert len(sqlite_ledger.completed()) == 2
+    assert np.array_equal(read_pixels(out), second)

@@ -156,3 +156,31 @@ def test_changed_dem_is_rebuilt_not_skipped(scene, tmp_path, sqlite_ledger):  # 
     assert len(sqlite_ledger.completed()) == 2
     assert differing(out, direct) == 0
     assert np.count_nonzero(read_pixels(out) != first) > 0
+
+
+def test_a_vrt_of_a_warp_with_a_changed_dem_is_rebuilt(scene, tmp_path, sqlite_ledger):  # noqa: F811
+    # The warp is a VRT file, read through another VRT: its DEM is among the datasets the outer
+    # VRT's source identity holds.
+    work = tmp_path / "work"
+    work.mkdir()
+    os.symlink(scene / "src.tif", work / "src.tif")
+    write_dem(work / "dem.tif", wall=4000.0)
+    gdalwarp(["-et", "0", "-to", f"RPC_DEM={work / 'dem.tif'}", *WINDOW], work / "warped.vrt",
+             work, fmt="VRT")
+    gdal.BuildVRT(str(work / "outer.vrt"), [str(work / "warped.vrt")]).FlushCache()
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    out = tmp_path / "out.tif"
+
+    def translate():
+        run(["gdal_translate", "-q", "-of", "IDEM", "outer.vrt", "/vsiidem/" + str(out)],
+            env=env, cwd=work, check=True)
+        run(["gdal_translate", "-q", "outer.vrt", "direct.tif"], cwd=work, check=True)
+        return read_pixels(work / "direct.tif")
+
+    first = translate()
+    assert np.array_equal(read_pixels(out), first)
+    write_dem(work / "dem.tif", wall=4000.0, ground=300.0)
+    second = translate()
+    assert np.count_nonzero(second != first) > 100
+    assert len(sqlite_ledger.completed()) == 2
+    assert np.array_equal(read_pixels(out), second)

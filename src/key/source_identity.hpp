@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/canonical_json.hpp"
+#include "cpl_minixml.h"
 #include "key/source_digest.hpp"
 
 class GDALDataset;
@@ -60,6 +61,14 @@ JsonValue source_digest_json(const SourceDigest& digest);
 // an identity_of_source() of it then finds it); the one already kept under that name if any.
 // Throws idem::Error(k_source) naming the source when it cannot be opened.
 GDALDataset* open_and_keep_source(const std::string& name, KeptSources& kept);
+
+// The geolocation array a GeoLocTransformer element (-geoloc, -to SRC_GEOLOC_ARRAY=) names for
+// `axis` ("X" or "Y": its X_DATASET or Y_DATASET), resolved as GDAL resolves it
+// (GDALCreateGeoLocTransformerEx, 3.6 to 3.13): relative to the directory of the transformer's
+// SourceDataset, or else of `warp_source`, when <axis>_DATASET_RELATIVE_TO_SOURCE says so;
+// otherwise as written. "" when it names none.
+std::string geoloc_array_name(const CPLXMLNode* geoloc_transformer, const std::string& axis,
+                              const std::string& warp_source);
 
 // Identity of the dataset named `name` (a path or GDAL connection string), opened read-only
 // (and kept in options.kept_sources when set). Throws idem::Error(k_source) naming the source

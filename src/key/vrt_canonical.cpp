@@ -198,7 +198,7 @@ class VrtCanonicaliser {
     if (m_geoloc != nullptr && EQUAL(tag, "MDI")) {
       const std::string key = attribute(node, "key");
       if (EQUAL(key.c_str(), "X_DATASET") || EQUAL(key.c_str(), "Y_DATASET")) {
-        return geoloc_array_element(node, key.substr(0, 1), std::move(result));
+        return geoloc_array_element(key.substr(0, 1), std::move(result));
       }
     }
     // Where a warp's source is, for geolocation arrays named relative to it.
@@ -329,30 +329,12 @@ class VrtCanonicaliser {
 
   // A geolocation array (X_DATASET or Y_DATASET of a GeoLocTransformer: -geoloc, -to
   // SRC_GEOLOC_ARRAY=) says where each source pixel lands, so it decides pixels as a source
-  // does: keyed by what it holds, not by its name. The name is resolved as GDAL resolves it
-  // (GDALCreateGeoLocTransformerEx): relative to the source's directory when
-  // X_DATASET_RELATIVE_TO_SOURCE says so, otherwise opened as written.
-  JsonValue geoloc_array_element(const CPLXMLNode* node, const std::string& axis,
-                                 JsonValue result) {
-    std::string name = CPLString(text_of(node)).Trim();
-    const CPLXMLNode* metadata = CPLGetXMLNode(m_geoloc, "Metadata");
-    bool relative = false;
-    for (const CPLXMLNode* item = metadata != nullptr ? metadata->psChild : nullptr;
-         item != nullptr; item = item->psNext) {
-      if (item->eType == CXT_Element && EQUAL(item->pszValue, "MDI") &&
-          EQUAL(attribute(item, "key").c_str(), (axis + "_DATASET_RELATIVE_TO_SOURCE").c_str())) {
-        relative = CPLTestBool(CPLString(text_of(item)).Trim());
-      }
-    }
-    const char* own_source = CPLGetXMLValue(m_geoloc, "SourceDataset", nullptr);
-    const std::string base = own_source != nullptr ? own_source : m_warp_source;
-    if (relative && !base.empty()) {
-      name = CPLProjectRelativeFilename(CPLGetDirname(base.c_str()), name.c_str());
-    }
+  // does: keyed by what it holds, not by its name, resolved as GDAL resolves it.
+  JsonValue geoloc_array_element(const std::string& axis, JsonValue result) {
     JsonValue attributes = JsonValue::object();
     attributes.set("key", JsonValue::string(axis + "_DATASET"));
     result.set("attr", std::move(attributes));
-    result.set("source", identity(name, false));
+    result.set("source", identity(geoloc_array_name(m_geoloc, axis, m_warp_source), false));
     return result;
   }
 
