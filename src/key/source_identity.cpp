@@ -274,6 +274,14 @@ class IdentityCollector {
             add_source(name, depth + 1);
           }
         }
+      } else if (EQUAL(child->pszValue, "Step")) {
+        for (const CPLXMLNode* argument = child->psChild; argument != nullptr;
+             argument = argument->psNext) {
+          const std::string name = processing_step_dataset_name(child, argument, vrt_dir);
+          if (!name.empty()) {
+            add_source(name, depth + 1);
+          }
+        }
       } else if (EQUAL(child->pszValue, "GDALWarpOptions")) {
         const CPLXMLNode* source = CPLGetXMLNode(child, "SourceDataset");
         add_vrt_sources(child->psChild, vrt_dir, depth,
@@ -383,6 +391,28 @@ std::string geoloc_array_name(const CPLXMLNode* geoloc_transformer, const std::s
     return CPLProjectRelativeFilename(CPLGetDirname(base.c_str()), name.c_str());
   }
   return name;
+}
+
+std::string processing_step_dataset_name(const CPLXMLNode* step, const CPLXMLNode* argument,
+                                         const std::string& vrt_dir) {
+  if (argument->eType != CXT_Element || !EQUAL(argument->pszValue, "Argument")) {
+    return std::string();
+  }
+  const std::string name = CPLString(CPLGetXMLValue(argument, "name", "")).tolower();
+  if (name.find("dataset_filename") == std::string::npos) {
+    return std::string();
+  }
+  const std::string value = element_text(argument);
+  bool relative = false;
+  for (const CPLXMLNode* other = step->psChild; other != nullptr; other = other->psNext) {
+    if (other->eType == CXT_Element && EQUAL(other->pszValue, "Argument") &&
+        EQUAL(CPLGetXMLValue(other, "name", ""), "relativeToVRT")) {
+      relative = CPLTestBool(element_text(other).c_str());
+    }
+  }
+  return relative && !vrt_dir.empty()
+             ? std::string(CPLProjectRelativeFilename(vrt_dir.c_str(), value.c_str()))
+             : value;
 }
 
 JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions& options) {

@@ -70,6 +70,13 @@ GDALDataset* open_and_keep_source(const std::string& name, KeptSources& kept);
 std::string geoloc_array_name(const CPLXMLNode* geoloc_transformer, const std::string& axis,
                               const std::string& warp_source);
 
+// The dataset an Argument of a VRTProcessedDataset's Step names (gain_dataset_filename_N,
+// offset_dataset_filename_N, trimming_dataset_filename: GDAL 3.9 and later), relative to
+// `vrt_dir` when the step's relativeToVRT argument says so, as GDAL resolves it; "" for an
+// argument that names no dataset.
+std::string processing_step_dataset_name(const CPLXMLNode* step, const CPLXMLNode* argument,
+                                         const std::string& vrt_dir);
+
 // Identity of the dataset named `name` (a path or GDAL connection string), opened read-only
 // (and kept in options.kept_sources when set). Throws idem::Error(k_source) naming the source
 // when it cannot be opened or read.

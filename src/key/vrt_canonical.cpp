@@ -195,6 +195,17 @@ class VrtCanonicaliser {
     if (EQUAL(tag, "SourceFilename") || EQUAL(tag, "SourceDataset") || EQUAL(tag, "DEMPath")) {
       return source_element(node, std::move(result));
     }
+    if (m_step != nullptr && EQUAL(tag, "Argument")) {
+      // A dataset a processing step reads (gain, offset, trimming) decides pixels as a source.
+      const std::string name = processing_step_dataset_name(m_step, node, m_options.vrt_dir);
+      if (!name.empty()) {
+        JsonValue attributes = JsonValue::object();
+        attributes.set("name", JsonValue::string(attribute(node, "name")));
+        result.set("attr", std::move(attributes));
+        result.set("source", identity(name, false));
+        return result;
+      }
+    }
     if (m_geoloc != nullptr && EQUAL(tag, "MDI")) {
       const std::string key = attribute(node, "key");
       if (EQUAL(key.c_str(), "X_DATASET") || EQUAL(key.c_str(), "Y_DATASET")) {
@@ -210,6 +221,10 @@ class VrtCanonicaliser {
     const CPLXMLNode* const outer_geoloc = m_geoloc;
     if (is_geoloc) {
       m_geoloc = node;
+    }
+    const bool is_step = EQUAL(tag, "Step");
+    if (is_step) {
+      m_step = node;
     }
     const bool is_srs = tag_in(tag, k_srs_tags);
     if (is_srs) {
@@ -267,6 +282,9 @@ class VrtCanonicaliser {
     }
     if (is_geoloc) {
       m_geoloc = outer_geoloc;
+    }
+    if (is_step) {
+      m_step = nullptr;
     }
     if (EQUAL(tag, "GDALWarpOptions")) {
       normalise_warp_options(node, options);
@@ -443,6 +461,7 @@ class VrtCanonicaliser {
   std::map<std::string, JsonValue> m_identities;
   std::string m_warp_source;             // the SourceDataset of the warp being walked
   const CPLXMLNode* m_geoloc = nullptr;  // the GeoLocTransformer being walked, if any
+  const CPLXMLNode* m_step = nullptr;    // the processing Step being walked, if any
 };
 
 }  // namespace
