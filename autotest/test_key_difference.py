@@ -188,8 +188,8 @@ def test_key_of_a_plain_mosaic_holds_gdalwarps_options(tmp_path, key_output):
 def test_key_of_a_warp_the_gdalwarp_program_runs_holds_its_options(tmp_path, key_output):
     """A warp into COG with grid options, or with -setci into a format but GeoTIFF, is run with
     the gdalwarp program's own options, which the key records (`gdal-idem key` predicts each);
-    several sources warped before IDEM is called are keyed by the sources, not GDAL's temporary
-    file. gdal.Warp's arguments cannot be seen: another key."""
+    several sources warped before IDEM is called are keyed by the sources beside GDAL's
+    temporary file. gdal.Warp's arguments cannot be seen: another key."""
     a = write_raster(tmp_path / "a.tif", bands=3)
     b = write_raster(tmp_path / "b.tif", bands=3, origin=(500400.0, 4600000.0), seed=4)
     tiling = ["-co", "FORMAT=COG", "-co", "TILING_SCHEME=GoogleMapsCompatible"]
@@ -213,6 +213,19 @@ def test_key_of_a_warp_the_gdalwarp_program_runs_holds_its_options(tmp_path, key
     assert gdal_warp_key(a, key_output, dstSRS="EPSG:3857",
                          creationOptions=["FORMAT=COG", "TILING_SCHEME=GoogleMapsCompatible"]) \
         != keys["cog"]
+
+
+@pytest.mark.parametrize("program", ["gdal_translate", "gdalwarp"])
+def test_key_of_a_command_with_options_in_capitals_is_the_runs(key_source, key_output, program):
+    """GDAL takes options whatever their case; so does `gdal-idem key`, which opens the sources
+    with the command's open options and input drivers (-OO, -IF) as the program does."""
+    args = ["-OF", "IDEM", "-OO", "NUM_THREADS=2", "-IF", "GTiff", "-CO", "FORMAT=GTiff",
+            key_source, key_output]
+    if program == "gdalwarp":
+        args = ["-T_SRS", "EPSG:3857", "-TR", "30", "30", *args]
+    assert cli_key([program, *args]) == dry_run_key(program, args)
+    lower = [a.lower() if a.startswith("-") else a for a in args]
+    assert cli_key([program, *lower]) == dry_run_key(program, args)
 
 
 def test_key_differs_for_source_crs_that_really_differs(key_source, key_output):

@@ -306,11 +306,6 @@ std::vector<std::string> without_general_options(const std::vector<std::string>&
   return arguments;
 }
 
-bool is_option(const std::string& argument, const char* name) {
-  return EQUAL(argument.c_str(), name) || (argument.size() > 2 && argument[0] == '-' &&
-                                           argument[1] == '-' && EQUAL(argument.c_str() + 1, name));
-}
-
 // Whether `argv` is the gdalwarp program's.
 bool is_gdalwarp(const std::vector<std::string>& argv) {
   return !argv.empty() && std::string(CPLGetFilename(argv[0].c_str())) == "gdalwarp";
@@ -423,13 +418,11 @@ std::unique_ptr<GdalwarpCommand> GdalwarpCommand::of_this_process_warping_into(
   auto command = std::make_unique<GdalwarpCommand>();
   command->m_arguments = options_to_run(call.options);
   command->m_source_names = call.sources;
-  for (size_t i = 0; i + 1 < call.options.size(); ++i) {
-    if (is_option(call.options[i], "-oo")) {
-      command->m_open_options.AddString(call.options[i + 1].c_str());
-    } else if (is_option(call.options[i], "-if")) {
-      command->m_input_drivers.AddString(call.options[i + 1].c_str());
-    }
-    i += option_value_count(GdalProgram::k_gdalwarp, call.options, i);
+  for (const std::string& value : option_values(GdalProgram::k_gdalwarp, call.options, "-oo")) {
+    command->m_open_options.AddString(value.c_str());
+  }
+  for (const std::string& value : option_values(GdalProgram::k_gdalwarp, call.options, "-if")) {
+    command->m_input_drivers.AddString(value.c_str());
   }
   return command;
 }

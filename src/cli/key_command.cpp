@@ -29,24 +29,11 @@ namespace idem::cli {
 
 namespace {
 
-std::string output_format(const std::vector<std::string>& options) {
-  std::string format;
-  for (size_t i = 0; i + 1 < options.size(); ++i) {
-    if (options[i] == "-of" || options[i] == "-f") {
-      format = options[i + 1];
-    }
-  }
-  return format;
-}
-
-std::vector<std::string> open_options(const std::vector<std::string>& options) {
-  std::vector<std::string> result;
-  for (size_t i = 0; i + 1 < options.size(); ++i) {
-    if (options[i] == "-oo") {
-      result.push_back(options[i + 1]);
-    }
-  }
-  return result;
+// The last -of (or ogr2ogr's -f) of the command, as GDAL takes it.
+std::string output_format(GdalProgram program, const std::vector<std::string>& options) {
+  const std::vector<std::string> formats =
+      option_values(program, options, program == GdalProgram::k_ogr2ogr ? "-f" : "-of");
+  return formats.empty() ? std::string() : formats.back();
 }
 
 struct DatasetCloser {
@@ -58,14 +45,21 @@ struct DatasetCloser {
 };
 using DatasetHandle = std::unique_ptr<void, DatasetCloser>;
 
-DatasetHandle open_source(const std::string& path, const std::vector<std::string>& oo) {
-  CPLStringList open_opts;
-  for (const auto& option : oo) {
-    open_opts.AddString(option.c_str());
+// A source opened as the program opens it: with the command's open options (-oo) and, when it
+// names some, only the drivers it allows (-if).
+DatasetHandle open_source(const std::string& path, GdalProgram program,
+                          const std::vector<std::string>& options) {
+  CPLStringList open_options;
+  for (const auto& option : option_values(program, options, "-oo")) {
+    open_options.AddString(option.c_str());
+  }
+  CPLStringList drivers;
+  for (const auto& driver : option_values(program, options, "-if")) {
+    drivers.AddString(driver.c_str());
   }
   CPLErrorReset();
-  GDALDatasetH dataset = GDALOpenEx(path.c_str(), GDAL_OF_RASTER | GDAL_OF_VERBOSE_ERROR, nullptr,
-                                    open_opts.List(), nullptr);
+  GDALDatasetH dataset = GDALOpenEx(path.c_str(), GDAL_OF_RASTER | GDAL_OF_VERBOSE_ERROR,
+                                    drivers.List(), open_options.List(), nullptr);
   if (dataset == nullptr) {
     throw Error(ErrorKind::k_source,
                 "cannot open the source " + path + ": " + CPLGetLastErrorMsg());
@@ -216,7 +210,7 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
   }
 
   SplitArguments parsed = split_program_arguments(program, tokens);
-  if (CPLString(output_format(parsed.options)).toupper() != "IDEM") {
+  if (CPLString(output_format(program, parsed.options)).toupper() != "IDEM") {
     throw UsageError{
         "the command does not write through IDEM: add -of IDEM (and write the "
         "output as /vsiidem/PATH)"};
@@ -260,7 +254,7 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
     std::vector<DatasetHandle> sources;
     std::vector<GDALDatasetH> handles;
     for (const auto& path : parsed.positionals) {
-      sources.push_back(open_source(path, open_options(parsed.options)));
+      sources.push_back(open_source(path, program, parsed.options));
       handles.push_back(sources.back().get());
     }
     GDALWarpAppOptions* options = GDALWarpAppOptionsNew(option_list.List(), nullptr);
@@ -268,7 +262,7 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
                       handles.data(), options, &usage_error);
     GDALWarpAppOptionsFree(options);
   } else {
-    DatasetHandle source = open_source(parsed.positionals[0], open_options(parsed.options));
+    DatasetHandle source = open_source(parsed.positionals[0], program, parsed.options);
     GDALTranslateOptions* options = GDALTranslateOptionsNew(option_list.List(), nullptr);
     result = GDALTranslate(destination.c_str(), source.get(), options, &usage_error);
     GDALTranslateOptionsFree(options);

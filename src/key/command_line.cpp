@@ -156,8 +156,27 @@ size_t numeric_pairs(const std::vector<std::string>& tokens, size_t i, size_t mo
 
 }  // namespace
 
+bool is_option(const std::string& argument, const char* name) {
+  return EQUAL(argument.c_str(), name) || (argument.size() > 2 && argument[0] == '-' &&
+                                           argument[1] == '-' && EQUAL(argument.c_str() + 1, name));
+}
+
+std::vector<std::string> option_values(GdalProgram program, const std::vector<std::string>& options,
+                                       const char* name) {
+  std::vector<std::string> values;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const size_t count = option_value_count(program, options, i);
+    if (count >= 1 && i + 1 < options.size() && is_option(options[i], name)) {
+      values.push_back(options[i + 1]);
+    }
+    i += count;
+  }
+  return values;
+}
+
 size_t option_value_count(GdalProgram program, const std::vector<std::string>& tokens, size_t i) {
-  const std::string& option = tokens[i];
+  // GDAL's parsers take options whatever their case (-OO, -TR), 3.6 to 3.13.
+  const std::string option = CPLString(tokens[i]).tolower();
   switch (program) {
     case GdalProgram::k_gdalwarp:
       if (option == "-tr") {  // -tr xres yres, or -tr square (3.8)

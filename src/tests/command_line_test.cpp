@@ -32,6 +32,25 @@ TEST(CommandLine, WarpValuesThatLookLikeOptionsOrFilesStayWithTheirOption) {
                     "-srcnodata", "-9999", "-co", "FORMAT=GTiff", "-r", "cubic"}));
 }
 
+TEST(CommandLine, OptionValuesAreTakenAsGdalTakesThem) {
+  // Whatever the case; a value that reads like the option is another option's value.
+  EXPECT_EQ(option_values(GdalProgram::k_gdal_translate,
+                          {"-mo", "-oo", "-OO", "A=1", "-Mo", "-oo", "-oo", "C=3"}, "-oo"),
+            (Tokens{"A=1", "C=3"}));
+  EXPECT_EQ(option_values(GdalProgram::k_gdalwarp,
+                          {"-te", "1", "2", "3", "4", "-if", "GTiff", "-of", "IDEM"}, "-if"),
+            (Tokens{"GTiff"}));
+  EXPECT_EQ(option_values(GdalProgram::k_ogr2ogr, {"-lco", "SCHEMA=x", "-nln", "-lco"}, "-lco"),
+            (Tokens{"SCHEMA=x"}));
+  EXPECT_TRUE(option_values(GdalProgram::k_gdalwarp, {"-oo"}, "-oo").empty());
+}
+
+TEST(CommandLine, OptionsAreTakenWhateverTheirCase) {
+  const SplitArguments parsed =
+      split(GdalProgram::k_gdalwarp, {"-TR", "10", "10", "-OF", "IDEM", "a.tif", "b.tif"});
+  EXPECT_EQ(parsed.positionals, (Tokens{"a.tif", "b.tif"}));
+}
+
 TEST(CommandLine, WarpRefineGcpsTakesAnOptionalSecondValue) {
   EXPECT_EQ(
       split(GdalProgram::k_gdalwarp, {"-refine_gcps", "0.5", "10", "a.tif", "b.tif"}).positionals,

@@ -27,6 +27,7 @@
 #include "cpl_string.h"
 #include "gdal_priv.h"
 #include "gdal_utils.h"
+#include "key/command_line.hpp"
 #include "ledger/caller_transaction.hpp"
 #include "ledger/ledger.hpp"
 #include "work/lease.hpp"
@@ -136,15 +137,8 @@ struct DatasetClose {
 };
 using DatasetHandle = std::unique_ptr<void, DatasetClose>;
 
-std::vector<std::string> values_of(const std::vector<std::string>& options,
-                                   const std::string& option) {
-  std::vector<std::string> result;
-  for (size_t i = 0; i + 1 < options.size(); ++i) {
-    if (options[i] == option) {
-      result.push_back(options[i + 1]);
-    }
-  }
-  return result;
+std::vector<std::string> values_of(const std::vector<std::string>& options, const char* option) {
+  return option_values(GdalProgram::k_ogr2ogr, options, option);
 }
 
 bool has_layer_schema_option(const std::vector<std::string>& options) {
