@@ -221,6 +221,25 @@ def assert_same_pixels(a, b):
     assert differing == 0, f"{differing} pixels differ between {a} and {b}"
 
 
+def assert_translation_rebuilt_after(change, source, out, ledger, env, cwd):
+    """gdal_translate of `source` (run from `cwd`) through IDEM into `out` and directly, before and
+    after `change()`, which must change the direct call's pixels: the IDEM call after it is other
+    work, rebuilt (a second completed row) with the direct call's pixels, not a skip."""
+    def translate():
+        run(["gdal_translate", "-q", "-of", "IDEM", str(source), "/vsiidem/" + str(out)],
+            env=env, cwd=cwd, check=True)
+        run(["gdal_translate", "-q", str(source), "direct.tif"], cwd=cwd, check=True)
+        return read_pixels(os.path.join(cwd, "direct.tif"))
+
+    first = translate()
+    assert np.array_equal(read_pixels(out), first)
+    change()
+    second = translate()
+    assert np.count_nonzero(second != first) > 100
+    assert len(ledger.completed()) == 2
+    assert np.array_equal(read_pixels(out), second)
+
+
 def temp_dirs_beside(path):
     directory = os.path.dirname(str(path))
     return [n for n in os.listdir(directory) if n.startswith(".idem-tmp-")]

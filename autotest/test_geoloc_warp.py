@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from osgeo import gdal, osr
 
-from idem_testlib import env_with, file_state, read_pixels, run, sqlite_ledger  # noqa: F401
+from idem_testlib import (assert_translation_rebuilt_after, env_with, file_state,  # noqa: F401
+                          read_pixels, run, sqlite_ledger)
 
 gdal.UseExceptions()
 
@@ -139,19 +140,6 @@ def test_a_vrt_of_a_warp_through_changed_arrays_is_rebuilt(tmp_path, sqlite_ledg
     run(["gdalwarp", "-q", "-geoloc", "-t_srs", "EPSG:4326", "-of", "VRT", "data.tif",
          "warped.vrt"], cwd=tmp_path, check=True)
     gdal.BuildVRT(str(tmp_path / "outer.vrt"), [str(tmp_path / "warped.vrt")]).FlushCache()
-    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
-    out = tmp_path / "out.tif"
-
-    def translate():
-        run(["gdal_translate", "-q", "-of", "IDEM", "outer.vrt", "/vsiidem/" + str(out)],
-            env=env, cwd=tmp_path, check=True)
-        run(["gdal_translate", "-q", "outer.vrt", "direct.tif"], cwd=tmp_path, check=True)
-        return read_pixels(tmp_path / "direct.tif")
-
-    first = translate()
-    assert np.array_equal(read_pixels(out), first)
-    write_arrays(tmp_path, bump=0.003)
-    second = translate()
-    assert np.count_nonzero(second != first) > 100
-    assert len(sqlite_ledger.completed()) == 2
-    assert np.array_equal(read_pixels(out), second)
+    assert_translation_rebuilt_after(lambda: write_arrays(tmp_path, bump=0.003), "outer.vrt",
+                                     tmp_path / "out.tif", sqlite_ledger,
+                                     env_with(IDEM_LEDGER=sqlite_ledger.dsn), tmp_path)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from osgeo import gdal
 
-from idem_testlib import (env_with, make_source, read_pixels, run,  # noqa: F401
-                          sqlite_ledger)
+from idem_testlib import (assert_translation_rebuilt_after, env_with,  # noqa: F401
+                          make_source, sqlite_ledger)
 
 gdal.UseExceptions()
 
@@ -49,19 +49,6 @@ def test_a_changed_gain_dataset_is_rebuilt_not_skipped(tmp_path, sqlite_ledger, 
     if through == "another_vrt":
         gdal.BuildVRT(str(tmp_path / "outer.vrt"), [str(tmp_path / "processed.vrt")]).FlushCache()
         source = "outer.vrt"
-    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
-    out = tmp_path / "out.tif"
-
-    def translate():
-        run(["gdal_translate", "-q", "-of", "IDEM", source, "/vsiidem/" + str(out)], env=env,
-            cwd=tmp_path, check=True)
-        run(["gdal_translate", "-q", source, "direct.tif"], cwd=tmp_path, check=True)
-        return read_pixels(tmp_path / "direct.tif")
-
-    first = translate()
-    assert np.array_equal(read_pixels(out), first)
-    write_scene(tmp_path, gain=2.0)
-    second = translate()
-    assert np.count_nonzero(second != first) > 100
-    assert len(sqlite_ledger.completed()) == 2
-    assert np.array_equal(read_pixels(out), second)
+    assert_translation_rebuilt_after(lambda: write_scene(tmp_path, gain=2.0), source,
+                                     tmp_path / "out.tif", sqlite_ledger,
+                                     env_with(IDEM_LEDGER=sqlite_ledger.dsn), tmp_path)

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from osgeo import gdal, osr
 
-from idem_testlib import env_with, file_state, read_pixels, run, sqlite_ledger  # noqa: F401
+from idem_testlib import (assert_translation_rebuilt_after, env_with, file_state,  # noqa: F401
+                          read_pixels, run, sqlite_ledger)
 
 gdal.UseExceptions()
 
@@ -168,19 +169,6 @@ def test_a_vrt_of_a_warp_with_a_changed_dem_is_rebuilt(scene, tmp_path, sqlite_l
     gdalwarp(["-et", "0", "-to", f"RPC_DEM={work / 'dem.tif'}", *WINDOW], work / "warped.vrt",
              work, fmt="VRT")
     gdal.BuildVRT(str(work / "outer.vrt"), [str(work / "warped.vrt")]).FlushCache()
-    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
-    out = tmp_path / "out.tif"
-
-    def translate():
-        run(["gdal_translate", "-q", "-of", "IDEM", "outer.vrt", "/vsiidem/" + str(out)],
-            env=env, cwd=work, check=True)
-        run(["gdal_translate", "-q", "outer.vrt", "direct.tif"], cwd=work, check=True)
-        return read_pixels(work / "direct.tif")
-
-    first = translate()
-    assert np.array_equal(read_pixels(out), first)
-    write_dem(work / "dem.tif", wall=4000.0, ground=300.0)
-    second = translate()
-    assert np.count_nonzero(second != first) > 100
-    assert len(sqlite_ledger.completed()) == 2
-    assert np.array_equal(read_pixels(out), second)
+    assert_translation_rebuilt_after(lambda: write_dem(work / "dem.tif", wall=4000.0, ground=300.0),
+                                     "outer.vrt", tmp_path / "out.tif", sqlite_ledger,
+                                     env_with(IDEM_LEDGER=sqlite_ledger.dsn), work)
