@@ -249,7 +249,7 @@ void name_output_in_header(GDALDriver* format_driver, const std::string& temp_pa
     GByte* bytes = nullptr;
     vsi_l_offset size = 0;
     if (VSIStatExL(header.c_str(), &info, VSI_STAT_EXISTS_FLAG) != 0 ||
-        !VSIIngestFile(nullptr, header.c_str(), &bytes, &size, 1024 * 1024)) {
+        !VSIIngestFile(nullptr, header.c_str(), &bytes, &size, -1)) {
       continue;
     }
     std::string text(reinterpret_cast<const char*>(bytes), static_cast<std::size_t>(size));
