@@ -13,6 +13,7 @@
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "gdal_priv.h"
+#include "key/command_line.hpp"
 #include "key/source_identity.hpp"
 #include "key/tile_grid.hpp"
 #include "key/vrt_canonical.hpp"
@@ -52,28 +53,26 @@ std::string canonical_format(const std::string& format) {
 
 // The cutline a gdalwarp command names (-cutline), keyed by what its files hold: it decides
 // pixels as the sources do, and the command holds only its name. Null when the command names
-// none, or one without files of its own (a database): the warp GDAL already ran through it is
-// then all that shows it (see describe_work).
+// none, or one that is not a dataset with files of its own (a database, or from GDAL 3.9 a WKT
+// geometry, which the command holds itself): the warp GDAL already ran through it then shows it
+// (see describe_work).
 JsonValue cutline_identity(const std::vector<std::string>& arguments,
                            const SourceIdentityOptions& options) {
-  for (std::size_t i = 0; i + 1 < arguments.size(); ++i) {
-    const char* name = arguments[i].c_str();
-    if (!EQUAL(name, "-cutline") && !EQUAL(name, "--cutline")) {
-      continue;
-    }
-    const char* cutline = arguments[i + 1].c_str();
-    const GDALDatasetUniquePtr dataset(
-        GDALDataset::Open(cutline, GDAL_OF_VECTOR | GDAL_OF_VERBOSE_ERROR));
-    if (!dataset) {
-      throw Error(ErrorKind::k_source, std::string("cannot open the cutline '") + cutline +
-                                           "' the gdalwarp command names");
-    }
-    if (CPLStringList(dataset->GetFileList()).size() == 0) {
-      return JsonValue::null();
-    }
-    return identity_of_dataset(dataset.get(), options);
+  const std::vector<std::string> cutlines =
+      option_values(GdalProgram::k_gdalwarp, arguments, "-cutline");
+  if (cutlines.empty()) {
+    return JsonValue::null();
   }
-  return JsonValue::null();
+  GDALDatasetUniquePtr dataset;
+  {
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    CPLErrorStateBackuper keep_error_state;
+    dataset.reset(GDALDataset::Open(cutlines.back().c_str(), GDAL_OF_VECTOR));
+  }
+  if (!dataset || CPLStringList(dataset->GetFileList()).size() == 0) {
+    return JsonValue::null();
+  }
+  return identity_of_dataset(dataset.get(), options);
 }
 
 JsonValue creation_options_json(const KeyOptions& options) {
