@@ -231,11 +231,6 @@ void check_destination_is_not_a_source(const std::string& destination,
   }
 }
 
-// The datasets the CreateCopy source reads its pixels through, as the caller holds them: the
-// source itself (unless it is a VRT made in memory), a warped VRT's source, and the sources of a
-// VRT made in memory (gdal_translate's, gdal.Translate's, gdal.BuildVRT('', ...)), through any
-// depth of VRTs made in memory.
-
 void name_output_in_header(GDALDriver* format_driver, const std::string& temp_path,
                            const std::string& given_name) {
   if (!EQUAL(format_driver->GetDescription(), "ENVI")) {
@@ -267,6 +262,11 @@ void name_output_in_header(GDALDriver* format_driver, const std::string& temp_pa
     }
   }
 }
+
+// The datasets the CreateCopy source reads its pixels through, as the caller holds them: the
+// source itself (unless it is a VRT made in memory), a warped VRT's source, and the sources of a
+// VRT made in memory (gdal_translate's, gdal.Translate's, gdal.BuildVRT('', ...)), through any
+// depth of VRTs made in memory.
 
 std::vector<GDALDataset*> datasets_read_through(GDALDataset* source) {
   std::vector<GDALDataset*> held;
