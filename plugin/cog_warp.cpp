@@ -292,12 +292,16 @@ std::optional<CPLStringList> gdalwarp_arguments_for(GDALDataset* source,
   return std::nullopt;
 }
 
+bool gdalwarp_resamples_onto_cog_grid() {
+  constexpr int k_first_release = 3090000;  // 3.9.0
+  return atoi(GDALVersionInfo("VERSION_NUM")) >= k_first_release;
+}
+
 std::optional<CPLStringList> cog_resampling_arguments(GDALDataset* source,
                                                       const std::string& vrt_xml,
                                                       const std::string& vrt_canonical,
                                                       const CanonicalVrt& canonical) {
-  constexpr int k_first_release = 3090000;  // 3.9.0
-  if (atoi(GDALVersionInfo("VERSION_NUM")) < k_first_release || source == nullptr ||
+  if (!gdalwarp_resamples_onto_cog_grid() || source == nullptr ||
       WarpedVrtXml(vrt_xml).warp_value("ResampleAlg") != "NearestNeighbour") {
     return std::nullopt;
   }

@@ -40,6 +40,10 @@ CPLStringList cog_warp_arguments(GDALDataset* source, const std::string& vrt_xml
 // warp otherwise than IDEM's own warp. From GDAL 3.9 it warps onto an explicit grid (-te, -tr,
 // -ts) without -r with the COG's resampling (cubic unless a palette). nullopt otherwise, and
 // when no arguments make the warp (IDEM's own warp is then gdalwarp's).
+// Whether the running GDAL's gdalwarp warps into COG onto an explicit grid (-te, -tr, -ts) with
+// the COG's resampling when -r is not given: from GDAL 3.9.
+bool gdalwarp_resamples_onto_cog_grid();
+
 std::optional<CPLStringList> cog_resampling_arguments(GDALDataset* source,
                                                       const std::string& vrt_xml,
                                                       const std::string& vrt_canonical,

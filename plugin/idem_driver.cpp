@@ -292,34 +292,33 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
 // gdalwarp writes it (docs/internals.md §12), keyed with its options.
 void IdemCreator::read_gdalwarp_command(GDALDataset* source, GDALDriver* format_driver,
                                         KeyOptions& key_options) {
-  const bool is_cog = EQUAL(format_driver->GetDescription(), "COG");
+  const char* const format = format_driver->GetDescription();
+  const bool is_cog = EQUAL(format, "COG");
   const bool cog_grid = is_cog && cog_grid_options_in(m_options.passthrough);
+  // A format gdalwarp writes with Create itself (COG and VRT it writes from a copy).
+  const bool created_by_gdalwarp = format_driver->GetMetadataItem(GDAL_DCAP_CREATE) != nullptr &&
+                                   !is_cog && !EQUAL(format, "VRT");
   if (is_vrt_in_memory(source) && dynamic_cast<VRTWarpedDataset*>(source) == nullptr &&
-      ((format_driver->GetMetadataItem(GDAL_DCAP_CREATE) != nullptr && !is_cog &&
-        !EQUAL(format_driver->GetDescription(), "VRT")) ||
-       cog_grid)) {
-    m_gdalwarp = GdalwarpCommand::of_this_process(source, format_driver->GetDescription());
+      (created_by_gdalwarp || cog_grid)) {
+    m_gdalwarp = GdalwarpCommand::of_this_process(source, format);
   } else if (cog_grid && looks_materialised(source, m_destination)) {
     m_gdalwarp = GdalwarpCommand::of_this_process_warping_into(m_destination);
     if (m_gdalwarp) {
       key_options.gdalwarp_sources = m_gdalwarp->open_sources(source);
     }
   } else if (dynamic_cast<VRTWarpedDataset*>(source) != nullptr &&
-             (is_cog || (format_driver->GetMetadataItem(GDAL_DCAP_CREATE) != nullptr &&
-                         !EQUAL(format_driver->GetDescription(), "GTiff") &&
-                         !EQUAL(format_driver->GetDescription(), "VRT")))) {
+             (is_cog || (created_by_gdalwarp && !EQUAL(format, "GTiff")))) {
     // Under the gdalwarp program, a warp that gdalwarp runs otherwise than the warped VRT says
     // runs with its options, read from its command line: into COG with COG's grid options, or
     // from GDAL 3.9 onto an explicit grid (docs/internals.md §11), instead of options found again
     // from the VRT; with -setci into a format with Create but GeoTIFF, which the VRT cannot show
     // (§9, §12).
     m_gdalwarp = GdalwarpCommand::of_this_process_warping_into(m_destination);
-    constexpr int k_cog_resampling_release = 3090000;  // 3.9.0
     const auto runs_its_own_way = [&](const GdalwarpCommand& command) {
       if (!is_cog) {
         return command.has_option("-setci");
       }
-      return cog_grid || (atoi(GDALVersionInfo("VERSION_NUM")) >= k_cog_resampling_release &&
+      return cog_grid || (gdalwarp_resamples_onto_cog_grid() &&
                           (command.has_option("-te") || command.has_option("-tr") ||
                            command.has_option("-ts")));
     };
