@@ -34,7 +34,7 @@ struct KeyOptions {
   // were not: a plain mosaic (a VRT made in memory, not warped; keyed "gdalwarp_mosaic"), a warp
   // into COG (a warped VRT; keyed "gdalwarp_warp" and "cog_warp"), or, with `gdalwarp_sources`,
   // several sources GDAL warped into a temporary file before calling the driver (keyed
-  // "gdalwarp_warp", and the sources in place of the temporary file).
+  // "gdalwarp_warp" and "sources", beside the temporary file as "materialised").
   std::optional<std::vector<std::string>> gdalwarp_arguments;
   std::vector<GDALDataset*> gdalwarp_sources;
 };
