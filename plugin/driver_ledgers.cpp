@@ -26,9 +26,32 @@ namespace {
 // After a fork the parent's connections are abandoned, never closed: closing a PostgreSQL
 // connection from the child would end the parent's session.
 
+// A ledger's digest cache that records nothing in the ledger (a dry run writes nothing there,
+// invariant I4): digests are looked up in the ledger, and those this process computed are kept in
+// memory, so a source shared by a batch of dry runs is hashed once.
+class LookupOnlyDigestCache final : public DigestCache {
+ public:
+  explicit LookupOnlyDigestCache(std::unique_ptr<Ledger> ledger) : m_ledger(std::move(ledger)) {}
+  std::optional<std::string> get(const std::string& path, const FileIdentity& identity) override {
+    if (auto computed = m_computed.get(path, identity)) {
+      return computed;
+    }
+    return m_ledger->digest_cache().get(path, identity);
+  }
+  void put(const std::string& path, const FileIdentity& identity,
+           const std::string& digest) override {
+    m_computed.put(path, identity, digest);
+  }
+
+ private:
+  std::unique_ptr<Ledger> m_ledger;
+  InMemoryDigestCache m_computed;
+};
+
 struct SharedLedgers {
   std::mutex mutex;
   std::map<std::string, Ledger*>* ledgers = new std::map<std::string, Ledger*>();
+  std::map<std::string, DigestCache*>* lookups = new std::map<std::string, DigestCache*>();
   pid_t owner = getpid();
 };
 
@@ -64,16 +87,38 @@ void start_opening_ledger_ahead() {
 
 }  // namespace
 
-WorkerLedger& shared_ledger(const std::string& dsn) {
+namespace {
+
+// The shared ledgers of this process, after a fork a new set (the parent's are left alone).
+SharedLedgers& own_shared_ledgers() {
   SharedLedgers& shared = shared_ledgers();
-  std::lock_guard<std::mutex> lock(shared.mutex);
   if (shared.owner != getpid()) {
-    shared.ledgers = new std::map<std::string, Ledger*>();  // the parent's are left alone
+    shared.ledgers = new std::map<std::string, Ledger*>();
+    shared.lookups = new std::map<std::string, DigestCache*>();
     shared.owner = getpid();
   }
+  return shared;
+}
+
+}  // namespace
+
+WorkerLedger& shared_ledger(const std::string& dsn) {
+  std::lock_guard<std::mutex> lock(shared_ledgers().mutex);
+  SharedLedgers& shared = own_shared_ledgers();
   auto found = shared.ledgers->find(dsn);
   if (found == shared.ledgers->end()) {
     found = shared.ledgers->emplace(dsn, Ledger::open(dsn).release()).first;
+  }
+  return *found->second;
+}
+
+DigestCache& shared_lookup_digest_cache(const std::string& dsn) {
+  std::lock_guard<std::mutex> lock(shared_ledgers().mutex);
+  SharedLedgers& shared = own_shared_ledgers();
+  auto found = shared.lookups->find(dsn);
+  if (found == shared.lookups->end()) {
+    found =
+        shared.lookups->emplace(dsn, new LookupOnlyDigestCache(Ledger::open_read_only(dsn))).first;
   }
   return *found->second;
 }

@@ -10,6 +10,9 @@ namespace idem {
 
 // The process's ledger for `dsn`, opened on first use; it lives for the process.
 WorkerLedger& shared_ledger(const std::string& dsn);
+// The digest cache of the ledger for `dsn` opened read-only (Ledger::open_read_only), for dry
+// runs: digests are looked up, never recorded. Opened on first use; it lives for the process.
+DigestCache& shared_lookup_digest_cache(const std::string& dsn);
 // /vsiidem/'s use hook: the first use in a process starts opening IDEM_LEDGER's ledger ahead
 // (Ledger::preopen), and each later use moves it on.
 void note_vsiidem_use();

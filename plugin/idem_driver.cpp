@@ -46,8 +46,10 @@
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
 #include "work/atomic_output.hpp"
+#include "work/destination_guard.hpp"
 #include "work/lease.hpp"
 #include "work/output_check.hpp"
+#include "work/source_watch.hpp"
 
 namespace idem {
 
@@ -118,6 +120,7 @@ class IdemCreator {
                              KeyOptions& key_options);
   void set_destination(const char* filename, GDALDriver* format_driver);
   void check_the_work() const;
+  DestinationRules destination_rules(const std::vector<SourceFile>& source_files) const;
   ClaimRequest claim_request() const;
   GDALDataset* skip_if_current(const LedgerRow& row, bool waited);
   GDALDataset* dry_run(const WorkDescription& work);
@@ -143,6 +146,7 @@ class IdemCreator {
                                                LeaseKeeper& keeper);
   void record_completion(const std::string& token, AtomicOutput& output, const LeaseKeeper& keeper,
                          const std::vector<std::string>& published);
+  void take_back(AtomicOutput& output, const OutputFingerprint& fingerprint);
 
   PreDelete& m_pre_delete;
   IdemOptions m_options;
@@ -152,6 +156,7 @@ class IdemCreator {
   WorkerLedger* m_ledger = nullptr;  // shared_ledger(): lives for the process
   WorkDescription m_work;
   KeptSources m_kept_sources;  // opened for the key, reused by the warp
+  SourceWatch m_source_watch;  // the key's local source files, as they were read (invariant I3)
   CogWarpPlan m_cog;           // a warp into COG run as gdalwarp -of COG runs it (cog_warp.hpp)
   // The gdalwarp program's command, for what it hands IDEM without its options
   // (gdalwarp_rules.hpp).
@@ -180,6 +185,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     progress = GDALDummyProgress;
   }
   m_options = parse_options(creation_options);
+  refuse_updating_options(m_options.passthrough);
   GDALDriver* format_driver = find_format_driver(m_options.format);
   CPLStringList passthrough;
   for (const auto& [key, value] : m_options.passthrough) {
@@ -203,12 +209,13 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   write_pending_changes_of_sources(read_through);
   keep_sources_without_files(source, read_through, m_kept_sources);
   if (m_options.dry_run) {
-    // A dry run hashes its sources into memory, unless told to use the ledger's persistent
-    // digest cache (`gdal-idem pending` does: a source shared by a batch is hashed once).
+    // A dry run hashes its sources into memory, unless told to look digests up in the ledger's
+    // persistent cache (`gdal-idem pending` does: a source the real runs hashed is not hashed
+    // again). It records none there: the ledger is opened read-only (invariant I4).
     InMemoryDigestCache cache;
     key_options.digest_cache = &cache;
     if (EQUAL(CPLGetConfigOption("IDEM_DRY_RUN_DIGEST_CACHE", "MEMORY"), "LEDGER")) {
-      key_options.digest_cache = &shared_ledger(m_options.ledger_dsn).digest_cache();
+      key_options.digest_cache = &shared_lookup_digest_cache(m_options.ledger_dsn);
     }
     m_work = describe_work(source, key_options);
     return dry_run(m_work);
@@ -220,11 +227,11 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   CountingDigestCache digest_cache(m_ledger->digest_cache());
   key_options.digest_cache = &digest_cache;
   key_options.kept_sources = &m_kept_sources;
-  std::vector<std::string> source_files;
+  std::vector<SourceFile> source_files;
   key_options.source_files = &source_files;
   m_work = describe_work(source, key_options);
   digest_cache.report();
-  check_destination_is_not_a_source(m_destination, source_files);
+  check_destination(m_destination, destination_rules(source_files));
   if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG") && !m_work.runs_gdalwarp) {
     m_cog = plan_cog_warp(source, m_work, m_kept_sources, [&](const std::string& xml) {
       return canonical_vrt_text(xml, key_options);
@@ -235,6 +242,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     }
   }
   CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", lap_ms(m_lap));
+  m_source_watch = SourceWatch(source_files);
   check_the_work();
   ClaimRequest request = claim_request();
 
@@ -345,9 +353,23 @@ void IdemCreator::set_destination(const char* filename, GDALDriver* format_drive
   m_given_name = real_path;
   check_destination_is_a_file(filename, m_destination, format_driver);
   check_object_output_is_a_file(m_destination, format_driver);
+  check_destination(m_destination, destination_rules({}));
   if (!m_options.dry_run) {
     check_destination_directory(m_destination);
   }
+}
+
+// Invariant I2's rules for this call: its ledger, its sources. A directory at the destination is
+// allowed here only because check_destination_is_a_file() lets through none but a dataset of the
+// format (a directory dataset).
+DestinationRules IdemCreator::destination_rules(const std::vector<SourceFile>& source_files) const {
+  DestinationRules rules;
+  rules.ledger_dsn = m_options.ledger_dsn;
+  for (const SourceFile& file : source_files) {
+    rules.source_files.push_back(file.path);
+  }
+  rules.directory_dataset = true;
+  return rules;
 }
 
 // What the user must know about the work described, or what refuses it, before it is claimed.
@@ -688,6 +710,7 @@ std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& cla
     }
     keeper.poll();  // the upload or rename reports no progress
     test_pause("before_commit");
+    m_source_watch.check();  // the pixels are of the sources the key names (invariant I3)
     // The new files replace what GDAL's pre-delete recorded; a file of the replaced output
     // that the new one does not have (a stale sidecar) is removed now, before the completion.
     try {
@@ -739,13 +762,15 @@ void IdemCreator::record_completion(const std::string& token, AtomicOutput& outp
   if (replaced_meanwhile()) {
     throw Error(ErrorKind::k_ledger, replaced);
   }
+  try {
+    m_source_watch.check();  // once more, just before the completion (invariant I3)
+  } catch (const Error&) {
+    take_back(output, *fingerprint);
+    throw;
+  }
   if (!complete_through_reconnects(*m_ledger, m_work.key, token, *fingerprint, m_options.lease)) {
     // Fenced: this attempt's files do not stay where another worker's completion is recorded.
-    if (output.is_object()) {
-      remove_own_object(*m_ledger, m_destination, *fingerprint);
-    } else {
-      output.roll_back();
-    }
+    take_back(output, *fingerprint);
     throw Error(ErrorKind::k_ledger,
                 "the claim on this work had been taken over by another worker, so this "
                 "attempt's completion was refused and what it published was taken back; that "
@@ -758,6 +783,16 @@ void IdemCreator::record_completion(const std::string& token, AtomicOutput& outp
   }
   if (!output.is_object()) {
     output.settle();
+  }
+}
+
+// What this attempt published, taken back before it is recorded: an object it uploaded is
+// removed unless a completion records those bytes; local files are exchanged back.
+void IdemCreator::take_back(AtomicOutput& output, const OutputFingerprint& fingerprint) {
+  if (output.is_object()) {
+    remove_own_object(*m_ledger, m_destination, fingerprint);
+  } else {
+    output.roll_back();
   }
 }
 

@@ -206,31 +206,6 @@ void check_object_output_is_a_file(const std::string& destination, GDALDriver* f
   }
 }
 
-// An output written over one of its own sources would replace its input, and every rerun would
-// work on its own output: refused before any claim, comparing real paths and device + inode.
-void check_destination_is_not_a_source(const std::string& destination,
-                                       const std::vector<std::string>& source_files) {
-  struct stat output {};
-  const bool local = !is_vsi_path(destination);
-  const bool output_exists = local && ::stat(destination.c_str(), &output) == 0;
-  char* resolved = local ? ::realpath(destination.c_str(), nullptr) : nullptr;
-  const std::string real_destination = resolved != nullptr ? resolved : destination;
-  std::free(resolved);
-  for (const std::string& file : source_files) {
-    struct stat input {};
-    bool same = absolute_path(file) == destination || file == real_destination;
-    if (!same && output_exists && !is_vsi_path(file) && ::stat(file.c_str(), &input) == 0) {
-      same = input.st_dev == output.st_dev && input.st_ino == output.st_ino;
-    }
-    if (same) {
-      throw Error(ErrorKind::k_usage, "the output " + destination + " is one of the sources (" +
-                                          file +
-                                          "): the work would replace its own input; "
-                                          "write the output to another path");
-    }
-  }
-}
-
 void name_output_in_header(GDALDriver* format_driver, const std::string& temp_path,
                            const std::string& given_name) {
   if (!EQUAL(format_driver->GetDescription(), "ENVI")) {

@@ -45,11 +45,6 @@ void check_object_output_is_a_file(const std::string& destination, GDALDriver* f
 void check_destination_is_a_file(const char* filename, const std::string& destination,
                                  GDALDriver* format_driver);
 
-// An output written over one of its own sources would replace its input, and every rerun would
-// work on its own output: refused before any claim, comparing real paths and device + inode.
-void check_destination_is_not_a_source(const std::string& destination,
-                                       const std::vector<std::string>& source_files);
-
 std::vector<GDALDataset*> datasets_read_through(GDALDataset* source);
 
 // ENVI writes the name it was created under into its header (`description = {...}`): for IDEM,

@@ -49,6 +49,7 @@
 #include "vsiidem_state.hpp"
 #include "vsiidem_write.hpp"
 #include "work/atomic_output.hpp"
+#include "work/destination_guard.hpp"
 #include "work/lease.hpp"
 
 namespace idem {
@@ -135,6 +136,18 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_handle(const char* filename, co
     }
     std::string target = real;
     bool looked_missing = false;
+    if (local_path(real)) {
+      // A FIFO, socket or device is never a dataset's file: opening one for reading (GDAL's
+      // pre-delete identifies what is at an output) would block or consume it.
+      struct stat there {};
+      if (::stat(real.c_str(), &there) == 0 && !S_ISREG(there.st_mode) && !S_ISDIR(there.st_mode)) {
+        errno = EPERM;
+        if (set_error) {
+          VSIError(VSIE_FileError, "%s: not a regular file", filename);
+        }
+        return nullptr;
+      }
+    }
     {
       auto& shared = state();
       std::lock_guard<std::mutex> lock(shared.m_mutex);
@@ -183,6 +196,19 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
              real.c_str());
     errno = EROFS;
     return nullptr;
+  }
+  if (!is_object_store_path(real)) {
+    // Invariant I2: never a link, a special file or the ledger, whichever driver writes.
+    try {
+      DestinationRules rules;
+      rules.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
+      rules.directory_dataset = true;  // a directory is refused below, with EISDIR
+      check_destination(real, rules);
+    } catch (const Error& error) {
+      CPLError(CE_Failure, CPLE_NotSupported, "/vsiidem/: %s", error.what());
+      errno = EPERM;
+      return nullptr;
+    }
   }
   auto& shared = state();
   // Held while the temporary file is set up, so two opens of one path share one entry; released
@@ -607,7 +633,7 @@ std::vector<std::string> vsiidem_resolve_pre_delete(uint64_t adoption, bool publ
                path.c_str());
       continue;
     }
-    const int result = local_path(path) ? ::unlink(path.c_str()) : VSIUnlink(path.c_str());
+    const int result = remove_observed(path, *pending.observed);
     {
       std::lock_guard<std::mutex> lock(shared.m_mutex);
       ++shared.m_changes;

@@ -31,6 +31,7 @@
 #include "base/gdal_compat.hpp"
 #include "base/object_store.hpp"
 #include "base/paths.hpp"
+#include "base/safe_delete.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -178,7 +179,8 @@ ObservedFile local_identity(const VSIStatBufL& info) {
 std::optional<ObservedFile> current_identity(const std::string& real) {
   if (local_path(real)) {
     VSIStatBufL info;
-    if (::stat64(real.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    // Never through a link: a link at the name is not a file a deferred unlink may remove.
+    if (::lstat64(real.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
       return std::nullopt;
     }
     return local_identity(info);
@@ -199,6 +201,28 @@ bool still_observed(const std::string& path, const PendingUnlink& pending) {
   }
   const std::optional<ObservedFile> now = current_identity(path);
   return now && *now == *pending.observed;
+}
+
+int remove_observed(const std::string& path, const ObservedFile& observed) {
+  if (!local_path(path)) {
+    return VSIUnlink(path.c_str());
+  }
+  // Invariant I1: through the one delete owner, only while it is still the file observed.
+  KnownFile file{path, observed.size, observed.mtime_ns, static_cast<dev_t>(observed.device),
+                 static_cast<ino_t>(observed.inode)};
+  switch (delete_known_file(file)) {
+    case DeleteOutcome::k_deleted:
+      return 0;
+    case DeleteOutcome::k_absent:
+      errno = ENOENT;
+      return -1;
+    case DeleteOutcome::k_not_ours:
+      errno = EPERM;
+      return -1;
+    case DeleteOutcome::k_failed:
+      break;
+  }
+  return -1;
 }
 
 bool in_dataset_group(const std::string& destination, const std::string& path) {

@@ -111,6 +111,11 @@ struct PendingUnlink {
 // Whether the file at `path` is the one the deferred unlink saw (nothing unknown is deleted).
 bool still_observed(const std::string& path, const PendingUnlink& pending);
 
+// Removes the file the deferred unlink observed at `path` (a local file through the one delete
+// owner, safe_delete.hpp: never through a link, only while it is still that file): 0, or -1 with
+// errno (EPERM when another file is there now).
+int remove_observed(const std::string& path, const ObservedFile& observed);
+
 // Whether `path` is one of the files of the dataset at `destination` as GDAL names them: the
 // destination itself, or a file beside it whose name is the destination's stem and a dot
 // (a.tif -> a.tif.aux.xml, a.tif.ovr, a.tfw, a.aux.xml).
@@ -339,7 +344,7 @@ class VsiIdemState {
       if (hook && !call_hook(hook, path)) {
         continue;  // the hook keeps the file (its ledger rows could not be removed)
       }
-      const int result = local_path(path) ? ::unlink(path.c_str()) : VSIUnlink(path.c_str());
+      const int result = remove_observed(path, *pending.observed);
       {
         std::lock_guard<std::mutex> lock(m_mutex);
         ++m_changes;

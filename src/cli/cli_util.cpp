@@ -86,26 +86,8 @@ std::unique_ptr<Ledger> open_ledger(const GlobalOptions& global) {
   return Ledger::open_existing(global.ledger_dsn);
 }
 
-void refuse_ledger_as_output(const std::string& output, const GlobalOptions& global) {
-  const std::optional<std::string> ledger_path = Ledger::sqlite_path_of(global.ledger_dsn);
-  if (!ledger_path) {
-    return;
-  }
-  const std::string ledger = absolute_path(*ledger_path);
-  const std::string target = absolute_path(output);
-  bool same = false;
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-    const std::string member = ledger + suffix;
-    struct stat a {};
-    struct stat b {};
-    same = same || target == member ||
-           (::stat(member.c_str(), &a) == 0 && ::stat(target.c_str(), &b) == 0 &&
-            a.st_dev == b.st_dev && a.st_ino == b.st_ino);
-  }
-  if (same) {
-    throw UsageError{output + " is the ledger database itself (" + ledger_label(global) +
-                     "); writing there would replace the ledger: choose another file"};
-  }
+std::unique_ptr<Ledger> open_ledger_read_only(const GlobalOptions& global) {
+  return Ledger::open_read_only(global.ledger_dsn);
 }
 
 std::string ledger_label(const GlobalOptions& global) {

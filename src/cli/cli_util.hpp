@@ -26,9 +26,8 @@ std::string format_age(double seconds);
 
 // Ledger to use, opened; k_ledger errors propagate (exit 2).
 std::unique_ptr<Ledger> open_ledger(const GlobalOptions& global);
-// Throws UsageError when `output` (a file a command is about to write or delete) is the SQLite
-// ledger database or one of its -wal/-shm/-journal files: no command writes over the ledger.
-void refuse_ledger_as_output(const std::string& output, const GlobalOptions& global);
+// The same for a command that only reads (invariant I4, Ledger::open_read_only).
+std::unique_ptr<Ledger> open_ledger_read_only(const GlobalOptions& global);
 // The DSN as shown in messages (password masked).
 std::string ledger_label(const GlobalOptions& global);
 

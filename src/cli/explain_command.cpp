@@ -228,7 +228,7 @@ int run_explain(const Args& args, const GlobalOptions& global) {
   if (last_output ? !keys.empty() : keys.size() != 2) {
     throw UsageError{k_synopsis};
   }
-  auto ledger = open_ledger(global);
+  auto ledger = open_ledger_read_only(global);
   LedgerRow a;
   LedgerRow b;
   if (last_output) {

@@ -18,6 +18,7 @@
 #include "ogr_geometry.h"
 #include "ogr_spatialref.h"
 #include "ogrsf_frmts.h"
+#include "work/destination_guard.hpp"
 
 namespace idem::cli {
 
@@ -146,7 +147,9 @@ int run_export(const Args& args, const GlobalOptions& global) {
   if (!destination) {
     throw UsageError{k_synopsis};
   }
-  refuse_ledger_as_output(*destination, global);
+  DestinationRules rules;
+  rules.ledger_dsn = global.ledger_dsn;
+  check_destination(*destination, rules);
   const std::string extension = CPLString(CPLGetExtension(destination->c_str())).tolower();
   const char* driver_name = extension == "gpkg"                             ? "GPKG"
                             : extension == "geojson" || extension == "json" ? "GeoJSON"
@@ -159,7 +162,7 @@ int run_export(const Args& args, const GlobalOptions& global) {
   if (driver == nullptr) {
     throw UsageError{std::string("this GDAL has no ") + driver_name + " driver"};
   }
-  auto ledger = open_ledger(global);
+  auto ledger = open_ledger_read_only(global);
   const std::vector<LedgerRow> rows = ledger->rows(filter);
 
   VSIStatBufL existing;

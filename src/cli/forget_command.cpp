@@ -2,43 +2,110 @@
 // ledger rows first, then (with --delete-output) their outputs and sidecars; never the reverse,
 // so a crash in between leaves an output the ledger no longer vouches for, never a row that
 // vouches for a missing output.
+#include <cerrno>
 #include <cstdio>
-#include <set>
+#include <cstring>
+#include <map>
 
-#include "base/held_messages.hpp"
+#include "base/canonical_json.hpp"
+#include "base/object_store.hpp"
+#include "base/safe_delete.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
-#include "gdal_priv.h"
+#include "work/output_check.hpp"
 
 namespace idem::cli {
 
 namespace {
 
-// Every file of the output's dataset (sidecars included), primary last.
-std::vector<std::string> dataset_files(const std::string& uri) {
-  std::vector<std::string> files;
-  const GDALDatasetUniquePtr dataset =
-      open_quietly(uri, GDAL_OF_RASTER | GDAL_OF_VECTOR | GDAL_OF_READONLY);
-  if (dataset) {
-    const CPLStringList list(dataset->GetFileList());
-    for (int i = 0; i < list.size(); ++i) {
-      if (uri != list[i]) {
-        files.emplace_back(list[i]);
-      }
-    }
-  } else {
-    for (const char* suffix : {".aux.xml", ".ovr", ".msk"}) {
-      VSIStatBufL info;
-      if (VSIStatL((uri + suffix).c_str(), &info) == 0) {
-        files.push_back(uri + suffix);
-      }
-    }
+// What removing a forgotten output did: the files deleted, and why anything was kept.
+struct Removal {
+  std::string output;
+  std::vector<std::string> deleted;
+  std::string kept_because;
+};
+
+// Removes the files the completion `row` recorded (its sidecars, then the primary), each only
+// while it is still the file recorded (invariant I1: never what the dataset now at the path
+// lists, which for a VRT is its sources and for a tile may be a neighbour's file).
+void remove_recorded_output(const LedgerRow& row, Removal& removal) {
+  if (!row.fingerprint) {
+    removal.kept_because = "no completion recorded its files";
+    return;
   }
-  files.push_back(uri);
-  return files;
+  const OutputFingerprint& recorded = *row.fingerprint;
+  std::vector<std::string> changed;
+  const auto remove_local = [&](const KnownFile& file) {
+    switch (delete_known_file(file)) {
+      case DeleteOutcome::k_deleted:
+        removal.deleted.push_back(file.path);
+        break;
+      case DeleteOutcome::k_absent:
+        break;
+      case DeleteOutcome::k_not_ours:
+        changed.push_back(file.path + " is not the file recorded");
+        break;
+      case DeleteOutcome::k_failed:
+        changed.push_back(file.path + ": " + std::strerror(errno));
+        break;
+    }
+  };
+  const auto remove_object = [&](const std::string& path, const OutputFingerprint& expected) {
+    const auto headers = object_headers(path, true);
+    if (!headers) {
+      return;
+    }
+    if (!headers_match(path, *headers, expected)) {
+      changed.push_back(path + " is not the object recorded");
+    } else if (VSIUnlink(path.c_str()) == 0) {
+      removal.deleted.push_back(path);
+    }
+  };
+  const bool object = is_object_store_path(row.output_uri);
+  const std::optional<JsonValue> members =
+      recorded.members ? JsonValue::parse(*recorded.members) : std::nullopt;
+  if (members && members->is_array()) {
+    for (const JsonValue& member : members->items()) {
+      const JsonValue* path = member.find("path");
+      const JsonValue* size = member.find("size");
+      const JsonValue* mtime = member.find("mtime_ns");
+      const JsonValue* etag = member.find("etag");
+      if (path == nullptr || size == nullptr || member.find("tree_sha256") != nullptr) {
+        changed.push_back("a directory recorded in the output is kept");
+        continue;
+      }
+      if (object && etag != nullptr) {
+        OutputFingerprint expected;
+        expected.size = std::stoll(size->text());
+        expected.etag = etag->text();
+        remove_object(path->text(), expected);
+      } else if (!object && mtime != nullptr) {
+        remove_local(KnownFile{path->text(), std::stoll(size->text()), std::stoll(mtime->text()),
+                               std::nullopt, std::nullopt});
+      }
+    }
+  } else if (!recorded.members) {
+    changed.push_back("its sidecars were not recorded (completed by an older release)");
+  }
+  if (object) {
+    remove_object(row.output_uri, recorded);
+  } else {
+    remove_local(
+        KnownFile{row.output_uri, recorded.size,
+                  recorded.mtime_ns != 0 ? std::optional<int64_t>(recorded.mtime_ns) : std::nullopt,
+                  std::nullopt, std::nullopt});
+  }
+  if (!changed.empty()) {
+    removal.kept_because = CPLString(changed.front());
+    for (size_t i = 1; i < changed.size(); ++i) {
+      removal.kept_because += "; " + changed[i];
+    }
+  } else if (removal.deleted.empty()) {
+    removal.kept_because = "not found";
+  }
 }
 
 constexpr const char* k_forget_synopsis =
@@ -112,19 +179,21 @@ int run_forget(const Args& args, const GlobalOptions& global) {
   const std::vector<LedgerRow> forgotten = ledger->forget_rows(filter);
   Progress progress(!global.quiet && delete_output && !forgotten.empty());
 
-  struct Removal {
-    std::string output;
-    std::vector<std::string> deleted;
-    std::string kept_because;
-  };
   std::vector<Removal> removals;
   if (delete_output) {
-    std::set<std::string> outputs;
+    // One removal an output: the newest completion forgotten names the files there now.
+    std::map<std::string, const LedgerRow*> outputs;
     for (const LedgerRow& row : forgotten) {
-      outputs.insert(row.output_uri);
+      const LedgerRow*& newest = outputs[row.output_uri];
+      if (row.fingerprint && (newest == nullptr || !newest->fingerprint ||
+                              row.completed_at.value_or(0) > newest->completed_at.value_or(0))) {
+        newest = &row;
+      } else if (newest == nullptr) {
+        newest = &row;
+      }
     }
     size_t done = 0;
-    for (const std::string& output : outputs) {
+    for (const auto& [output, row] : outputs) {
       Removal removal{output, {}, {}};
       Ledger::RowFilter still;
       still.output_uri = output;
@@ -133,20 +202,7 @@ int run_forget(const Args& args, const GlobalOptions& global) {
       if (!others.empty()) {
         removal.kept_because = "still recorded by key " + others.front().work_key.substr(0, 12);
       } else {
-        for (const std::string& file : dataset_files(output)) {
-          try {
-            refuse_ledger_as_output(file, global);
-          } catch (const UsageError&) {
-            removal.kept_because = "it is the ledger database";
-            continue;
-          }
-          if (VSIUnlink(file.c_str()) == 0) {
-            removal.deleted.push_back(file);
-          }
-        }
-        if (removal.deleted.empty()) {
-          removal.kept_because = "not found";
-        }
+        remove_recorded_output(*row, removal);
       }
       removals.push_back(std::move(removal));
       progress.update(++done, outputs.size());

@@ -26,7 +26,7 @@ int run_inflight(const Args& args, const GlobalOptions& global) {
     }
   }
   filter.expired_only = !all;
-  auto ledger = open_ledger(global);
+  auto ledger = open_ledger_read_only(global);
   const std::vector<LedgerRow> rows = ledger->rows(filter);
   const double now = ledger->now();
   int64_t stale = 0;

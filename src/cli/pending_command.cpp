@@ -492,7 +492,7 @@ Ledger& PendingFilter::ledger_for(const std::string& dsn) {
     throw PassThrough{failed->second};
   }
   try {
-    return *m_ledgers.emplace(dsn, Ledger::open(dsn)).first->second;
+    return *m_ledgers.emplace(dsn, Ledger::open_read_only(dsn)).first->second;
   } catch (const Error& error) {
     const std::string label =
         dsn.empty() ? "sqlite:" + Ledger::default_sqlite_path() : Ledger::redact_dsn(dsn);

@@ -12,6 +12,8 @@
 
 #include "base/canonical_json.hpp"
 #include "base/object_store.hpp"
+#include "base/paths.hpp"
+#include "base/safe_delete.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
 #include "cpl_conv.h"
@@ -39,21 +41,17 @@ std::string parent_of(const std::string& uri) {
 }
 
 // Newest modification time of a directory and of what it holds (one level down, which is how
-// AtomicOutput lays its files out): a live writer keeps touching its file.
+// AtomicOutput lays its files out): a live writer keeps touching its file. Nothing is followed:
+// a link's own time counts, not its target's.
 double newest_mtime(const std::string& directory) {
-  VSIStatBufL info;
   double newest = 0;
-  if (VSIStatL(directory.c_str(), &info) == 0) {
-    newest = static_cast<double>(info.st_mtime);
+  if (const auto look = look_without_following(directory)) {
+    newest = double(look->mtime_ns / 1000000000);  // whole seconds, as the clock below
   }
-  const CPLStringList entries(VSIReadDir(directory.c_str()));
-  for (int i = 0; i < entries.size(); ++i) {
-    const std::string name = entries[i];
-    if (name == "." || name == "..") {
-      continue;
-    }
-    if (VSIStatL((directory + "/" + name).c_str(), &info) == 0) {
-      newest = std::max(newest, static_cast<double>(info.st_mtime));
+  for (const std::string& name :
+       directory_entries(directory).value_or(std::vector<std::string>())) {
+    if (const auto look = look_without_following(directory + "/" + name)) {
+      newest = std::max(newest, double(look->mtime_ns / 1000000000));
     }
   }
   return newest;
@@ -72,9 +70,8 @@ std::vector<Orphan> find_orphans(const std::set<std::string>& directories,
   std::vector<Orphan> orphans;
   const std::string prefix = k_temp_prefix;
   for (const std::string& directory : directories) {
-    const CPLStringList entries(VSIReadDir(directory.c_str()));
-    for (int i = 0; i < entries.size(); ++i) {
-      const std::string name = entries[i];
+    for (const std::string& name :
+         directory_entries(directory).value_or(std::vector<std::string>())) {
       if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) {
         continue;
       }
@@ -82,8 +79,9 @@ std::vector<Orphan> find_orphans(const std::set<std::string>& directories,
         continue;  // a live claim's own temporary directory
       }
       const std::string path = (directory == "/" ? "" : directory) + "/" + name;
-      VSIStatBufL info;
-      if (VSIStatL(path.c_str(), &info) != 0 || !VSI_ISDIR(info.st_mode)) {
+      // Only a real directory: a link named like one of IDEM's is not IDEM's (invariant I1).
+      const auto look = look_without_following(path);
+      if (!look || !look->directory) {
         continue;
       }
       const double age = now_local - newest_mtime(path);
@@ -206,7 +204,9 @@ int run_reap(const Args& args, const GlobalOptions& global) {
       find_orphans(directories, live_tokens, min_temp_age, static_cast<double>(std::time(nullptr)));
   std::vector<std::string> removed_failed;
   for (size_t i = 0; i < orphans.size(); ++i) {
-    if (!dry_run && VSIRmdirRecursive(orphans[i].path.c_str()) != 0) {
+    const DeleteOutcome outcome =
+        dry_run ? DeleteOutcome::k_deleted : delete_own_directory(orphans[i].path);
+    if (outcome != DeleteOutcome::k_deleted && outcome != DeleteOutcome::k_absent) {
       removed_failed.push_back(orphans[i].path);
     }
     progress.update(0.5 + 0.5 * double(i + 1) / double(orphans.size()));

@@ -19,7 +19,7 @@ int run_status(const Args& args, const GlobalOptions& global) {
       throw UsageError{"unknown argument '" + args[i] + "'; " + k_synopsis};
     }
   }
-  auto ledger = open_ledger(global);
+  auto ledger = open_ledger_read_only(global);
   const LedgerCounts counts = ledger->counts(filter);
   const double now = ledger->now();
   const double oldest_claimed_at = counts.oldest_in_flight_claimed_at.value_or(now);

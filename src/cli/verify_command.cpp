@@ -181,7 +181,7 @@ int run_verify(const Args& args, const GlobalOptions& global) {
       throw UsageError{"unknown argument '" + args[i] + "'; " + k_synopsis};
     }
   }
-  auto ledger = open_ledger(global);
+  auto ledger = dry_run ? open_ledger_read_only(global) : open_ledger(global);
   Progress progress(!global.quiet);
   // The total is only for the progress bar (one count query; skipped with -q).
   const int64_t total = global.quiet ? 0 : ledger->counts(filter).completed;

@@ -341,17 +341,23 @@ std::string content_digest_of_file(const std::string& path) {
   return ParallelContentDigest(fd.get(), path, info.st_size).run();
 }
 
-std::string digest_local_file(const std::string& path, DigestCache* cache) {
+std::string digest_local_file(const std::string& path, DigestCache* cache, FileIdentity* read_as) {
   struct stat info;
   const FileDescriptor fd = open_regular_file(path, info);
   const FileIdentity before = identity_from_stat(info);
+  if (read_as != nullptr) {
+    *read_as = before;
+  }
   if (auto cached = cached_digest(cache, path, before)) {
     return *cached;
   }
   std::string digest = ParallelContentDigest(fd.get(), path, before.size).run();
-  if (::fstat(fd.get(), &info) == 0 && identity_from_stat(info) == before) {
-    cache_digest(cache, path, before, digest);
+  if (::fstat(fd.get(), &info) != 0 || !(identity_from_stat(info) == before)) {
+    throw Error(ErrorKind::k_source, "the source file '" + path +
+                                         "' changed while IDEM read it; run again once it is "
+                                         "written");
   }
+  cache_digest(cache, path, before, digest);
   return digest;
 }
 
@@ -360,8 +366,12 @@ SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy poli
   SourceDigest result;
   if (!is_object_store_path(path)) {
     result.method = k_content_digest_method;
-    result.value =
-        is_vsi_path(path) ? content_digest_of_vsi_file(path) : digest_local_file(path, cache);
+    if (is_vsi_path(path)) {
+      result.value = content_digest_of_vsi_file(path);
+    } else {
+      result.read_as.emplace();
+      result.value = digest_local_file(path, cache, &*result.read_as);
+    }
     return result;
   }
   const ObjectHeaders headers = required_object_headers(path);

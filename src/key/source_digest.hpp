@@ -33,15 +33,20 @@ constexpr const char* k_content_digest_method = "sha256_tree";
 std::string content_digest_of_file(const std::string& path);
 
 // content_digest_of_file for a local file, through `cache` (may be null) keyed by its
-// FileIdentity. A file that changes while it is hashed is not cached. The cache holds
-// "sha256_tree:<hex>"; any other value is a miss.
-std::string digest_local_file(const std::string& path, DigestCache* cache);
+// FileIdentity. A file that changes while it is hashed is refused (idem::Error(k_source)): its
+// digest would be of no one version. The cache holds "sha256_tree:<hex>"; any other value is a
+// miss. `read_as` (if given) gets the identity of the file the digest is of.
+std::string digest_local_file(const std::string& path, DigestCache* cache,
+                              FileIdentity* read_as = nullptr);
 
 // How a source file is identified in the key.
 struct SourceDigest {
   std::string method;  // k_content_digest_method, "x-amz-checksum-sha256" or "etag"
   std::string value;
   int64_t size = -1;  // bytes; part of the identity for header-based methods
+  // A local file: the identity (device, inode, size, times) of the file the digest is of, for
+  // invariant I3's check that the work read that file (work/source_watch.hpp).
+  std::optional<FileIdentity> read_as;
 };
 
 // Identify one source file under `policy`:

@@ -335,11 +335,11 @@ class IdentityCollector {
     if (!m_seen_files.insert(dedup_key(path)).second) {
       return;
     }
+    SourceDigest digest = digest_source_file(path, m_options.policy, m_options.cache);
     if (m_options.seen_files != nullptr) {
-      m_options.seen_files->push_back(path);
+      m_options.seen_files->push_back(SourceFile{path, digest.read_as});
     }
-    m_files.push_back(
-        source_digest_json(digest_source_file(path, m_options.policy, m_options.cache)));
+    m_files.push_back(source_digest_json(digest));
   }
 
   JsonValue::Array take_files() { return std::move(m_files); }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "base/canonical_json.hpp"
@@ -33,11 +34,17 @@ class KeptSources {
   std::map<std::string, GDALDataset*> m_datasets;
 };
 
+// A file a work reads, as it was identified: `read_as` for local files (SourceDigest::read_as).
+struct SourceFile {
+  std::string path;
+  std::optional<FileIdentity> read_as;
+};
+
 struct SourceIdentityOptions {
   SourceDigestPolicy policy = SourceDigestPolicy::k_auto;
   DigestCache* cache = nullptr;
-  KeptSources* kept_sources = nullptr;             // null: each source is closed once identified
-  std::vector<std::string>* seen_files = nullptr;  // when set, every file identified is added
+  KeptSources* kept_sources = nullptr;            // null: each source is closed once identified
+  std::vector<SourceFile>* seen_files = nullptr;  // when set, every file identified is added
 };
 
 // A VRT made in memory (its description empty or its own XML): no file holds its XML.

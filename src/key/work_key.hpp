@@ -22,10 +22,10 @@ struct KeyOptions {
   std::vector<std::pair<std::string, std::string>> creation_options;  // pass-through, as given
   std::string destination;  // real output path/URI, made absolute
   SourceDigestPolicy digest_policy = SourceDigestPolicy::k_auto;
-  bool include_gdal_version = false;                 // IDEM_KEY_GDAL_VERSION
-  DigestCache* digest_cache = nullptr;               // may be null: no caching
-  KeptSources* kept_sources = nullptr;               // may be null: sources closed once identified
-  std::vector<std::string>* source_files = nullptr;  // when set, every source file is added
+  bool include_gdal_version = false;                // IDEM_KEY_GDAL_VERSION
+  DigestCache* digest_cache = nullptr;              // may be null: no caching
+  KeptSources* kept_sources = nullptr;              // may be null: sources closed once identified
+  std::vector<SourceFile>* source_files = nullptr;  // when set, every source file is added
   // Set by the plugin when a warp into COG without grid options runs as gdalwarp -of COG runs
   // it all the same (keyed "cog_warp", as with grid options).
   bool warp_as_gdalwarp_cog = false;

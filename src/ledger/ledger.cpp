@@ -268,6 +268,20 @@ std::unique_ptr<Ledger> Ledger::open_existing(const std::string& dsn) {
   return open(dsn);
 }
 
+std::unique_ptr<Ledger> Ledger::open_read_only(const std::string& dsn) {
+  const std::optional<std::string> path = sqlite_path_of(dsn);
+  if (!path) {
+    return ledger_detail::open_postgres_ledger(dsn, true);
+  }
+  struct stat info {};
+  if (::stat(path->c_str(), &info) != 0) {
+    throw Error(ErrorKind::k_usage, "there is no ledger at " + *path +
+                                        ": check --ledger or IDEM_LEDGER (sqlite:PATH); "
+                                        "`gdal-idem init` creates a new one");
+  }
+  return ledger_detail::open_sqlite_ledger(*path, true);
+}
+
 void Ledger::preopen(const std::string& dsn) {
   if (backend_of(dsn) == "postgresql") {
     ledger_detail::preopen_postgres_ledger(dsn);
@@ -277,6 +291,43 @@ void Ledger::preopen(const std::string& dsn) {
 void Ledger::advance_preopened() {
   ledger_detail::advance_postgres_preopens();
 }
+
+namespace ledger_detail {
+
+void check_schema_version(const std::string& label, const std::string& backend,
+                          const std::vector<int>& applied, bool read_only) {
+  const std::vector<Migration> known = migrations(backend);
+  const int newest_known = known.empty() ? 0 : known.back().version;
+  const int newest_applied =
+      applied.empty() ? 0 : *std::max_element(applied.begin(), applied.end());
+  if (newest_applied > newest_known) {
+    throw Error(ErrorKind::k_ledger,
+                "the ledger " + label + " has schema version " + std::to_string(newest_applied) +
+                    ", newer than this release of gdal-idem knows (" +
+                    std::to_string(newest_known) +
+                    "): it was migrated by a newer release; upgrade gdal-idem on this machine");
+  }
+  if (!read_only) {
+    return;
+  }
+  if (applied.empty()) {
+    throw Error(ErrorKind::k_ledger, label +
+                                         " is not an IDEM ledger (it has no schema_version "
+                                         "table): check --ledger or IDEM_LEDGER; nothing was "
+                                         "changed");
+  }
+  for (const Migration& migration : known) {
+    if (!migration.requires_extension &&
+        std::find(applied.begin(), applied.end(), migration.version) == applied.end()) {
+      throw Error(ErrorKind::k_ledger,
+                  "the ledger " + label + " is at schema version " +
+                      std::to_string(newest_applied) + " and lacks migration " + migration.name +
+                      ", which this release reads: run `gdal-idem init` to migrate it");
+    }
+  }
+}
+
+}  // namespace ledger_detail
 
 std::vector<Migration> migrations(const std::string& backend) {
   std::string directory;

@@ -280,6 +280,13 @@ class Ledger : public WorkerLedger, public OperatorLedger {
   // SQLite DSN whose file is missing throws idem::Error(k_usage) naming the path, and creates
   // nothing.
   static std::unique_ptr<Ledger> open_existing(const std::string& dsn);
+  // Invariant I4, "a read-only command opens the ledger read-only" (docs/concepts.md): for the
+  // commands that only read it (status, inflight, explain, export, verify --dry-run, pending).
+  // SQLite is opened with SQLITE_OPEN_READONLY (no file created, no WAL switch, no migration);
+  // PostgreSQL is not migrated. A file or database that is not an IDEM ledger, one whose schema
+  // is older than this release reads (run `gdal-idem init`), or newer than it knows, is refused
+  // with idem::Error(k_ledger) and left as it was. Every open refuses a newer schema.
+  static std::unique_ptr<Ledger> open_read_only(const std::string& dsn);
   // The file of a SQLite DSN ("" gives the default one); nullopt for PostgreSQL.
   static std::optional<std::string> sqlite_path_of(const std::string& dsn);
   // Start opening a PostgreSQL ledger's connection (connect, then ask its schema) without waiting

@@ -25,8 +25,15 @@ class CallerTransactionCompletion {
                                        std::optional<int64_t> feature_count) = 0;
 };
 
-std::unique_ptr<Ledger> open_sqlite_ledger(const std::string& path);
-std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn);
+std::unique_ptr<Ledger> open_sqlite_ledger(const std::string& path, bool read_only = false);
+std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn, bool read_only = false);
+
+// The one schema check of every open (Ledger::open_read_only): throws Error(k_ledger) when the
+// ledger `label` of `backend` ("sqlite", "postgresql"), whose applied migrations are `applied`, is
+// newer than this release knows, or, opened `read_only`, is not a ledger at all or lacks a
+// migration this release needs (conditional ones aside).
+void check_schema_version(const std::string& label, const std::string& backend,
+                          const std::vector<int>& applied, bool read_only);
 void preopen_postgres_ledger(const std::string& dsn);
 
 // Whether to connect with gssencmode=disable: the DSN (nor PGGSSENCMODE, nor a service) does not

@@ -26,8 +26,9 @@
 
 namespace idem::ledger_detail {
 
-PostgresLedger::PostgresLedger(const std::string& dsn)
-    : m_dsn(dsn),
+PostgresLedger::PostgresLedger(const std::string& dsn, bool read_only)
+    : m_read_only(read_only),
+      m_dsn(dsn),
       m_redacted(Ledger::redact_dsn(dsn)),
       m_secrets(dsn_secrets(dsn)),
       m_digest_cache(*this) {
@@ -384,8 +385,8 @@ std::map<std::string, std::string> PostgresDigestCache::get_many(
   return m_ledger.digest_get_many(entries);
 }
 
-std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn) {
-  return std::make_unique<PostgresLedger>(dsn);
+std::unique_ptr<Ledger> open_postgres_ledger(const std::string& dsn, bool read_only) {
+  return std::make_unique<PostgresLedger>(dsn, read_only);
 }
 
 ConnectParameters connect_parameters(const std::string& dsn, bool skip_gss) {

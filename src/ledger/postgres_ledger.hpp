@@ -48,7 +48,8 @@ class PostgresDigestCache : public DigestCache {
 
 class PostgresLedger : public Ledger, public CallerTransactionCompletion {
  public:
-  explicit PostgresLedger(const std::string& dsn);
+  // `read_only`: the schema is read, never migrated (Ledger::open_read_only).
+  explicit PostgresLedger(const std::string& dsn, bool read_only = false);
 
   // Start connecting, and asking the schema query once connected, without waiting for the server
   // (postgres_preopen.cpp); the constructor takes the connection and the answer.
@@ -198,6 +199,7 @@ class PostgresLedger : public Ledger, public CallerTransactionCompletion {
     }
   }
 
+  bool m_read_only = false;  // never migrates (Ledger::open_read_only)
   std::string m_dsn;
   std::string m_redacted;
   std::vector<std::string> m_secrets;

@@ -213,7 +213,8 @@ bool PostgresLedger::footprint_column_lost() {
 // schema).
 void PostgresLedger::open_schema() {
   const SchemaState state = read_schema_state(false);
-  if (applicable_migrations(state, nullptr).empty()) {
+  check_schema_version(m_redacted, "postgresql", state.versions, m_read_only);
+  if (m_read_only || applicable_migrations(state, nullptr).empty()) {
     use_schema(state);
     return;
   }

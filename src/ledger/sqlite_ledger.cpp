@@ -126,10 +126,25 @@ class SqliteDigestCache : public DigestCache {
 
 class SqliteLedger final : public Ledger {
  public:
-  explicit SqliteLedger(const std::string& path)
+  SqliteLedger(const std::string& path, bool read_only)
       : m_path(path),
-        m_db(path, "SQLite ledger " + path, std::chrono::milliseconds(k_busy_timeout_ms)),
+        m_db(path, "SQLite ledger " + path, std::chrono::milliseconds(k_busy_timeout_ms),
+             read_only),
         m_digest_cache(*this) {
+    // Looked at before anything is written: a database that is not a ledger (a GeoPackage named
+    // by mistake) is refused as it was, and so is a schema newer than this release.
+    const std::vector<int> applied = applied_versions();
+    if (!read_only && applied.empty() && holds_tables()) {
+      throw Error(ErrorKind::k_ledger,
+                  path +
+                      " is an SQLite database that is not an IDEM ledger (it holds other "
+                      "tables and no schema_version): check --ledger or IDEM_LEDGER; nothing "
+                      "was changed");
+    }
+    ledger_detail::check_schema_version("sqlite:" + path, "sqlite", applied, read_only);
+    if (read_only) {
+      return;  // no WAL switch, no migration (invariant I4)
+    }
     m_db.exec_waiting("PRAGMA journal_mode = WAL");
     // WAL + NORMAL: durable across process crashes; a power loss may roll back the last commits
     // (the work is then redone), never corrupts.
@@ -462,6 +477,11 @@ class SqliteLedger final : public Ledger {
         .bind(6, identity.ctime_ns);
   }
 
+  bool holds_tables() {
+    Query query(m_db, "SELECT 1 FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'");
+    return query.step();
+  }
+
   bool has_schema_version_table() {
     Query query(m_db,
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' "
@@ -604,8 +624,8 @@ void SqliteDigestCache::put(const std::string& path, const FileIdentity& identit
 
 namespace ledger_detail {
 
-std::unique_ptr<Ledger> open_sqlite_ledger(const std::string& path) {
-  return std::make_unique<SqliteLedger>(path);
+std::unique_ptr<Ledger> open_sqlite_ledger(const std::string& path, bool read_only) {
+  return std::make_unique<SqliteLedger>(path, read_only);
 }
 
 }  // namespace ledger_detail

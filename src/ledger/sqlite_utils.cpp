@@ -28,15 +28,14 @@ void make_directories(const std::string& path) {
 }  // namespace
 
 Database::Database(const std::string& path, std::string context,
-                   std::chrono::milliseconds busy_timeout)
+                   std::chrono::milliseconds busy_timeout, bool read_only)
     : m_context(std::move(context)), m_busy_timeout(busy_timeout) {
-  if (path != ":memory:" && path.find('/') != std::string::npos) {
+  if (!read_only && path != ":memory:" && path.find('/') != std::string::npos) {
     make_directories(path);
   }
   sqlite3* raw = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &raw,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int access = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, access | SQLITE_OPEN_NOMUTEX, nullptr);
   m_db.reset(raw);
   if (rc != SQLITE_OK) {
     throw Error(ErrorKind::k_ledger,

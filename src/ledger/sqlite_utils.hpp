@@ -19,7 +19,9 @@ namespace idem::sqlite {
 class Database {
  public:
   // Opens (creating the file and its directories) `path`; `context` names it in every message.
-  Database(const std::string& path, std::string context, std::chrono::milliseconds busy_timeout);
+  // `read_only`: SQLITE_OPEN_READONLY, nothing created.
+  Database(const std::string& path, std::string context, std::chrono::milliseconds busy_timeout,
+           bool read_only = false);
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
 

@@ -20,6 +20,8 @@
 #include "base/error.hpp"
 #include "base/object_store.hpp"
 #include "base/paths.hpp"
+#include "base/safe_delete.hpp"
+#include "work/destination_guard.hpp"
 #include "work/lease.hpp"
 
 namespace idem {
@@ -87,20 +89,10 @@ void fsync_tree(const std::string& path) {
   }
 }
 
-// Best effort, never throws: used by the destructor and on failure paths.
+// Best effort, never throws: the temporary directory this attempt made (or an abandoned one of
+// the same work), through the one delete owner (safe_delete.hpp): never through a link.
 void remove_tree(const std::string& path) {
-  struct stat info {};
-  if (::lstat(path.c_str(), &info) != 0) {
-    return;
-  }
-  if (S_ISDIR(info.st_mode)) {
-    for (const auto& name : directory_entries(path).value_or(std::vector<std::string>())) {
-      remove_tree(join_path(path, name));
-    }
-    ::rmdir(path.c_str());
-  } else {
-    ::unlink(path.c_str());
-  }
+  delete_own_directory(path);
 }
 
 }  // namespace
@@ -356,9 +348,15 @@ void AtomicOutput::place(const std::string& from, const std::string& to) {
   // A directory dataset (Zarr) replaces the directory of the one it replaces, exchanged with it
   // as a file is; a file never replaces a directory.
   const bool directories = S_ISDIR(ours.st_mode);
-  if (::lstat(to.c_str(), &there) == 0 && S_ISDIR(there.st_mode) && !directories) {
+  const bool occupied = ::lstat(to.c_str(), &there) == 0;
+  if (occupied && S_ISDIR(there.st_mode) && !directories) {
     throw Error(ErrorKind::k_io, "cannot rename " + from + " to " + to +
                                      ": a directory is in the way at " + to + ", remove it");
+  }
+  // Invariant I2 at the last step every publish takes: only a regular file (or a directory
+  // dataset's directory) is ever replaced; a link, device, FIFO or socket stays as it is.
+  if (occupied && !S_ISREG(there.st_mode) && !S_ISDIR(there.st_mode)) {
+    throw Error(ErrorKind::k_usage, describe_not_replaceable(to, there.st_mode));
   }
   Placed placed{from,
                 to,
@@ -422,7 +420,13 @@ void AtomicOutput::roll_back() noexcept {
       continue;  // no longer ours: another worker's file is there, and stays
     }
     if (it->held.empty()) {
-      remove_tree(it->final_path);
+      // This attempt's own file (or directory dataset), while it is still the one it placed.
+      if (S_ISDIR(now.st_mode)) {
+        delete_own_directory(it->final_path);
+      } else {
+        delete_known_file(
+            KnownFile{it->final_path, std::nullopt, std::nullopt, it->device, it->inode});
+      }
     } else if (::renameat2(AT_FDCWD, it->held.c_str(), AT_FDCWD, it->final_path.c_str(),
                            RENAME_EXCHANGE) != 0) {
       ::rename(it->held.c_str(), it->final_path.c_str());

@@ -1,0 +1,520 @@
+"""The safety invariants (docs/concepts.md, "What IDEM promises about your files"), each attacked
+with generated cases rather than the one case a review found:
+
+- I1, IDEM deletes only what it made or recorded: links, special files and foreign files are
+  planted wherever `reap` and `forget --delete-output` look, and a hash of the whole tree (links
+  not followed) must be unchanged outside IDEM's own files;
+- I2, IDEM writes only where a new regular file may be written: every spelling of the ledger's
+  files, of a source, of a link and of special files is given as the output of the driver and of
+  a plain driver writing through /vsiidem/; creation options that update an existing file are
+  found in the running GDAL's option lists and each must be refused;
+- I3, a completion records only what was read: a source rewritten while the work runs, or
+  replaced under a handle the caller holds, records nothing;
+- I4, a read-only command opens the ledger read-only: non-ledger files, a missing path and a
+  newer schema are refused, byte for byte unchanged.
+
+Workers stop at pause points and go on when the test creates their resume file."""
+
+import hashlib
+import itertools
+import json
+import os
+import re
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+
+import pytest
+from osgeo import gdal, ogr
+
+from idem_testlib import (GDAL_IDEM, PausedWorker, assert_same_pixels, env_with, make_ledger,
+                          make_source, run)
+
+
+# The test ledger's files, which the commands under test may write (rows, WAL).
+LEDGER_FILES = ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-journal")
+
+
+def tree_state(root, skip=()):
+    """Every name under `root`, links not followed: its kind, and its bytes or link target."""
+    state = {}
+    for directory, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            rel = os.path.relpath(path, root)
+            if any(rel == s or rel.startswith(s + os.sep) for s in skip):
+                continue
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                state[rel] = ("link", os.readlink(path))
+            elif stat.S_ISREG(info.st_mode):
+                with open(path, "rb") as f:
+                    state[rel] = ("file", info.st_ino, info.st_mtime_ns,
+                                  hashlib.sha256(f.read()).hexdigest())
+            elif stat.S_ISDIR(info.st_mode):
+                state[rel] = ("dir", info.st_ino)
+            else:
+                state[rel] = ("special", stat.S_IFMT(info.st_mode), info.st_rdev)
+    return state
+
+
+def make_victim(root):
+    """Someone else's files, old enough for any age check."""
+    victim = root / "victim"
+    (victim / "deep").mkdir(parents=True)
+    for name in ["precious.tif", "deep/notes.txt"]:
+        (victim / name).write_bytes(os.urandom(64))
+        os.utime(victim / name, (1_000_000, 1_000_000))
+    os.utime(victim, (1_000_000, 1_000_000))
+    return victim
+
+
+def translate(src, dst, *extra, env):
+    return run(["gdal_translate", "-q", "-of", "IDEM", *extra, src, dst], env=env)
+
+
+# --- I1: reap -----------------------------------------------------------------------------------
+
+def plant_reap_attacks(directory, victim):
+    """Links and special files named like IDEM's temporary directories, and a real one (IDEM's
+    naming, so reap's to remove) holding links to the victim's files."""
+    d = directory
+    os.symlink(victim, d / ".idem-tmp-linkdir")
+    os.symlink(victim / "precious.tif", d / ".idem-tmp-linkfile")
+    os.symlink(d / "nothing-here", d / ".idem-tmp-dangling")
+    os.mkfifo(d / ".idem-tmp-fifo")
+    real = d / ".idem-tmp-deadbeef"
+    (real / "sub").mkdir(parents=True)
+    os.symlink(victim, real / "inner")
+    os.symlink(victim / "precious.tif", real / "out.tif")
+    os.symlink(victim / "deep", real / "sub" / "deeper")
+    (real / "out.tif.aux.xml").write_text("<PAMDataset/>")
+    for path in [real / "sub", real / "out.tif.aux.xml", real]:
+        os.utime(path, (1_000_000, 1_000_000), follow_symlinks=False)
+    return real
+
+
+def test_invariant_reap_deletes_only_idem_directories_never_through_links(tmp_path):
+    """Beside a recorded local output and in CPL_TMPDIR (where object outputs keep their
+    temporary copies), links, a dangling link and a FIFO named like IDEM's temporary
+    directories are left alone; a real one is removed without following the links inside it."""
+    ledger = make_ledger("sqlite", tmp_path)
+    cpl_tmp = tmp_path / "cpltmp"
+    out_dir = tmp_path / "out"
+    cpl_tmp.mkdir()
+    out_dir.mkdir()
+    src = make_source(tmp_path / "src.tif", size=64)
+    env = env_with(IDEM_LEDGER=ledger.dsn, CPL_TMPDIR=cpl_tmp)
+    translate(src, f"/vsiidem/{out_dir}/a.tif", env=env).check_returncode()
+    # A row for an object output, as a worker on this machine would leave it.
+    conn = sqlite3.connect(ledger.dsn[len("sqlite:"):])
+    conn.row_factory = sqlite3.Row
+    row = dict(conn.execute("SELECT * FROM ledger").fetchone())
+    row.update(work_key="f" * 64, output_uri="/vsis3/bucket/a.tif")
+    conn.execute(f"INSERT INTO ledger ({','.join(row)}) VALUES ({','.join('?' * len(row))})",
+                 list(row.values()))
+    conn.commit()
+    conn.close()
+
+    victim = make_victim(tmp_path)
+    reals = [plant_reap_attacks(d, victim) for d in (out_dir, cpl_tmp)]
+    before = tree_state(tmp_path, skip=LEDGER_FILES)
+    proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "-q", "reap", "--older-than", "0s",
+                "--all-dirs"], env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    after = tree_state(tmp_path, skip=LEDGER_FILES)
+    removed = {os.path.relpath(r, tmp_path) for r in reals}
+    expected = {k: v for k, v in before.items()
+                if not any(k == r or k.startswith(r + os.sep) for r in removed)}
+    assert after == expected
+    for r in reals:
+        assert not os.path.lexists(r)
+
+
+# --- I1: forget --delete-output ------------------------------------------------------------------
+
+NEIGHBOURS = ["a.tfw", "a.wld", "a.txt", "a_rpc.txt", "a.imd", "a.rpb", "a.aux.xml",
+              "a.tif.msk", "a.tif.ovr", "summary.txt", "README.txt", "a.tif.xml"]
+
+
+@pytest.mark.parametrize("neighbour", NEIGHBOURS)
+def test_invariant_forget_deletes_only_the_recorded_files(tmp_path, neighbour):
+    """forget --delete-output removes the output and the sidecars its completion recorded, and
+    none of the files GDAL would list as possible sidecars of the dataset now at the path."""
+    ledger = make_ledger("sqlite", tmp_path)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    src = make_source(tmp_path / "src.tif", size=64)
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    translate(src, f"/vsiidem/{out_dir}/a.tif", "-stats", env=env).check_returncode()
+    recorded = sorted(os.listdir(out_dir))
+    (out_dir / neighbour).write_bytes(b"someone else's " + neighbour.encode())
+    before = tree_state(tmp_path, skip=[*LEDGER_FILES, *[f"out/{n}" for n in recorded]])
+    proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "-q", "forget", "--output",
+                str(out_dir / "a.tif"), "--delete-output"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert tree_state(tmp_path, skip=[*LEDGER_FILES, *[f"out/{n}" for n in recorded]]) == before
+    assert sorted(os.listdir(out_dir)) == [neighbour]
+
+
+def test_invariant_forget_keeps_a_vrt_outputs_sources(tmp_path):
+    """A FORMAT=VRT output lists its source rasters among its files: they stay."""
+    ledger = make_ledger("sqlite", tmp_path)
+    src = make_source(tmp_path / "src.tif", size=64)
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    translate(src, f"/vsiidem/{tmp_path}/out.vrt", "-co", "FORMAT=VRT",
+              env=env).check_returncode()
+    before = tree_state(tmp_path, skip=[*LEDGER_FILES, "out.vrt"])
+    proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "-q", "forget", "--output",
+                str(tmp_path / "out.vrt"), "--delete-output"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "out.vrt").exists()
+    assert tree_state(tmp_path, skip=[*LEDGER_FILES, "out.vrt"]) == before
+
+
+@pytest.mark.parametrize("change", ["rewritten", "link", "fifo"])
+def test_invariant_forget_keeps_what_replaced_the_recorded_output(tmp_path, change):
+    """What is at the output's path is no longer what the completion recorded (rewritten by
+    someone, a link to someone's file, a FIFO): the row goes, the path stays as it is."""
+    ledger = make_ledger("sqlite", tmp_path)
+    src = make_source(tmp_path / "src.tif", size=64)
+    victim = make_victim(tmp_path)
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    out = tmp_path / "a.tif"
+    translate(src, f"/vsiidem/{out}", env=env).check_returncode()
+    if change == "rewritten":
+        out.write_bytes(b"a user's own file now")
+    else:
+        out.unlink()
+        if change == "link":
+            os.symlink(victim / "precious.tif", out)
+        else:
+            os.mkfifo(out)
+    before = tree_state(tmp_path, skip=LEDGER_FILES)
+    proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "forget", "--output", str(out),
+                "--delete-output"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "kept" in proc.stdout
+    assert tree_state(tmp_path, skip=LEDGER_FILES) == before
+    assert ledger.rows() == []
+
+
+# --- I2: where IDEM may write ---------------------------------------------------------------------
+
+def spellings(tmp_path, target):
+    """Ways to name `target` (an absolute path under tmp_path/data) as a /vsiidem/ output, run
+    from tmp_path: relative, absolute, extra slashes, through a linked directory, with '..'."""
+    rel = os.path.relpath(target, tmp_path)
+    alias = tmp_path / "alias"
+    if not alias.exists():
+        os.symlink(tmp_path / "data", alias)
+    return ["/vsiidem/" + rel,
+            "/vsiidem/" + str(target),
+            "/vsiidem///" + str(target).lstrip("/"),
+            "/vsiidem/" + str(alias / os.path.relpath(target, tmp_path / "data")),
+            "/vsiidem/" + str(tmp_path / "data" / ".." / "data" /
+                              os.path.relpath(target, tmp_path / "data"))]
+
+
+def plant_destinations(tmp_path):
+    """The things at tmp_path/data an output must never be written over, by name."""
+    data = tmp_path / "data"
+    data.mkdir()
+    victim = make_victim(tmp_path)
+    ledger_path = data / "led.sqlite"
+    src = str(data / "src.tif")
+    make_source(src, size=32)
+    run([GDAL_IDEM, "--ledger", f"sqlite:{ledger_path}", "-q", "init"]).check_returncode()
+    os.link(ledger_path, data / "hard.tif")
+    os.symlink(victim / "precious.tif", data / "link.tif")
+    os.symlink(data / "nothing", data / "dangling.tif")
+    os.mkfifo(data / "fifo.tif")
+    os.mknod(data / "null.tif", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    targets = [ledger_path, data / "led.sqlite-wal", data / "led.sqlite-shm",
+               data / "led.sqlite-journal", data / "hard.tif", src,
+               data / "link.tif", data / "dangling.tif", data / "fifo.tif", data / "null.tif"]
+    return f"sqlite:{ledger_path}", src, targets
+
+
+def test_invariant_no_output_is_written_over_what_is_not_a_replaceable_file(tmp_path):
+    """Every spelling of the ledger's database and companions (a hard link included), of the
+    source, of links and of special files, as the output of the IDEM driver and of a plain GTiff
+    written through /vsiidem/: refused, and nothing under the directory changes."""
+    dsn, src, targets = plant_destinations(tmp_path)
+    env = env_with(IDEM_LEDGER=dsn)
+    # A plain driver through /vsiidem/ is not told its sources (GDAL opens them): the source
+    # is the IDEM driver's case only.
+    cases = [(writer, spelling)
+             for target in targets for spelling in spellings(tmp_path, target)
+             for writer in ("IDEM", "GTiff") if writer == "IDEM" or target != src]
+    # SQLite makes the ledger's WAL companions when a refusal comes after the ledger is opened
+    # (a source is known only once the work is described): they are looked at below instead.
+    companions = ("data/led.sqlite-wal", "data/led.sqlite-shm")
+    before = tree_state(tmp_path, skip=companions)
+    accepted = []
+    for writer, spelling in cases:
+        # The timeout bounds a hang on a FIFO (it fails the test).
+        proc = run(["gdal_translate", "-q", "-of", writer, src, spelling], env=env, cwd=tmp_path,
+                   timeout=120)
+        if proc.returncode == 0:
+            accepted.append((writer, spelling))
+    assert accepted == []
+    assert tree_state(tmp_path, skip=companions) == before
+    for companion in companions:
+        if os.path.exists(tmp_path / companion):
+            with open(tmp_path / companion, "rb") as f:
+                assert f.read(4) not in (b"II*\0", b"MM\0*")  # no TIFF written there
+    proc = run([GDAL_IDEM, "--ledger", dsn, "--json", "status"])
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["completed"] == 0
+
+
+def test_invariant_export_never_replaces_the_ledger(tmp_path):
+    """`gdal-idem export` onto its own ledger (a GeoPackage-named SQLite file), however spelt."""
+    data = tmp_path / "data"
+    data.mkdir()
+    ledger_path = data / "led.gpkg"
+    dsn = f"sqlite:{ledger_path}"
+    run([GDAL_IDEM, "--ledger", dsn, "-q", "init"]).check_returncode()
+    names = [str(ledger_path)] + spellings(tmp_path, ledger_path)
+    before = tree_state(tmp_path)
+    for spelling in names:
+        proc = run([GDAL_IDEM, "--ledger", dsn, "-q", "export", spelling], cwd=tmp_path)
+        assert proc.returncode == 2, (spelling, proc.stderr)
+        assert "ledger" in proc.stderr
+    assert tree_state(tmp_path) == before
+
+
+def updating_creation_options():
+    """(driver, option) of the running GDAL whose creation option adds to an existing file."""
+    found = []
+    for i in range(gdal.GetDriverCount()):
+        driver = gdal.GetDriver(i)
+        options = driver.GetMetadataItem("DMD_CREATIONOPTIONLIST") or ""
+        if driver.GetMetadataItem("DCAP_RASTER") != "YES":
+            continue
+        for match in re.finditer(r"<Option\s+name=['\"]([^'\"]+)['\"]([^>]*)>", options):
+            name, rest = match.groups()
+            if "APPEND" in name.upper() or re.search(r"(to|into) an existing", rest, re.I):
+                found.append((driver.ShortName, name))
+    return found
+
+
+def test_every_creation_option_that_updates_an_existing_file_is_refused(tmp_path):
+    """Each creation option of the running GDAL that makes a driver add to an existing file
+    is refused before any claim: exit non-zero, the option named, no ledger row, no file."""
+    options = updating_creation_options()
+    assert ("GPKG", "APPEND_SUBDATASET") in options  # the search itself works
+    ledger = make_ledger("sqlite", tmp_path)
+    src = make_source(tmp_path / "src.tif", size=32)
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    for (driver, option), spelling in itertools.product(
+            options, ["{o}=YES", "{o}=yes", "{d}.{o}=YES", "{lo}=ON"]):
+        given = spelling.format(o=option, d=driver, lo=option.lower())
+        out = tmp_path / f"out-{driver}"
+        proc = translate(src, f"/vsiidem/{out}", "-co", f"FORMAT={driver}", "-co", given,
+                         env=env)
+        assert proc.returncode != 0, (driver, given)
+        assert option.upper() in proc.stderr.upper(), (driver, given, proc.stderr)
+        assert not os.path.lexists(out)
+    assert ledger.rows() == []
+
+
+def test_append_subdataset_into_a_geopackage_keeps_its_layers(tmp_path):
+    """The review's case: a GeoPackage with a vector layer, -co APPEND_SUBDATASET=YES. The
+    direct call adds a raster table; through IDEM it is refused and the file is untouched."""
+    ledger = make_ledger("sqlite", tmp_path)
+    src = make_source(tmp_path / "src.tif", size=32)
+    gpkg = tmp_path / "roads.gpkg"
+    ds = ogr.GetDriverByName("GPKG").CreateDataSource(str(gpkg))
+    ds.CreateLayer("roads", geom_type=ogr.wkbLineString)
+    ds = None
+    before = tree_state(tmp_path, skip=LEDGER_FILES)
+    proc = translate(src, f"/vsiidem/{gpkg}", "-co", "FORMAT=GPKG", "-co",
+                     "APPEND_SUBDATASET=YES", "-co", "RASTER_TABLE=dem",
+                     env=env_with(IDEM_LEDGER=ledger.dsn))
+    assert proc.returncode != 0
+    assert "run this command without IDEM" in proc.stderr
+    assert tree_state(tmp_path, skip=LEDGER_FILES) == before
+    assert ogr.Open(str(gpkg)).GetLayerByName("roads") is not None
+
+
+# --- I3: what was read ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["in_place", "replaced"])
+def test_invariant_a_source_changed_during_the_work_records_nothing(tmp_path, how):
+    """The source is rewritten in place, or replaced by rename, while the warp runs: the attempt
+    fails, nothing is published or recorded; with the old file put back, the rerun writes the
+    direct call's pixels (the review saw a skip onto mixed pixels)."""
+    ledger = make_ledger("sqlite", tmp_path)
+    src = make_source(tmp_path / "src.tif", size=256)
+    saved = tmp_path / "saved.tif"
+    shutil.copy2(src, saved)
+    other = make_source(tmp_path / "other.tif", size=256, seed=7)
+    out = tmp_path / "out.tif"
+    cmd = ["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", src,
+           f"/vsiidem/{out}"]
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+    worker = PausedWorker(cmd, env, "during_write", tmp_path)
+    try:
+        if how == "in_place":
+            with open(src, "r+b") as f, open(other, "rb") as g:
+                f.write(g.read())
+        else:
+            os.replace(other, src)
+        code, stderr = worker.resume()
+    finally:
+        worker.kill()
+    assert code != 0
+    assert "changed while the work read it" in stderr
+    assert not out.exists()
+    assert ledger.completed() == []
+    os.replace(saved, src)
+    run(cmd, env=env, check=True)
+    direct = tmp_path / "direct.tif"
+    run(["gdalwarp", "-q", "-t_srs", "EPSG:3857", src, direct], check=True)
+    assert_same_pixels(out, direct)
+
+
+HELD_HANDLE = r"""
+import os, sys
+from osgeo import gdal
+gdal.UseExceptions()
+src, new, out, through = sys.argv[1:]
+held = gdal.Open(src)
+os.replace(new, src)
+source = held if through == "handle" else gdal.BuildVRT("", [held])
+try:
+    gdal.Translate("/vsiidem/" + out, source, format="IDEM")
+except RuntimeError as error:
+    print("refused:", error)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("through", ["handle", "vrt"])
+def test_invariant_a_handle_on_a_replaced_source_is_refused(tmp_path, through):
+    """A dataset opened before its file was replaced reads the old bytes; IDEM would key the
+    new ones. The call is refused, nothing is recorded; a fresh handle then writes the new
+    file's pixels."""
+    ledger = make_ledger("sqlite", tmp_path)
+    src = make_source(tmp_path / "src.tif", size=64)
+    new = make_source(tmp_path / "new.tif", size=64, seed=9)
+    new_copy = tmp_path / "new-copy.tif"
+    shutil.copy2(new, new_copy)
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    proc = run(["/usr/bin/python3", "-c", HELD_HANDLE, src, new, out, through], env=env)
+    assert proc.returncode == 3, proc.stderr
+    assert "was replaced after this process opened it" in proc.stdout
+    assert not out.exists()
+    assert ledger.completed() == []
+    translate(src, f"/vsiidem/{out}", env=env).check_returncode()
+    assert_same_pixels(out, new_copy)
+
+
+# --- I4: read-only commands --------------------------------------------------------------------
+
+READ_ONLY_COMMANDS = [["status"], ["inflight"], ["verify", "--dry-run"],
+                      ["export", "{tmp}/ledger-export.geojson"]]
+
+
+def foreign_files(tmp_path):
+    """Files someone may name as a ledger by mistake."""
+    gpkg = tmp_path / "roads.gpkg"
+    ds = ogr.GetDriverByName("GPKG").CreateDataSource(str(gpkg))
+    ds.CreateLayer("roads", geom_type=ogr.wkbLineString)
+    ds = None
+    layered = tmp_path / "ledger-named.gpkg"
+    ds = ogr.GetDriverByName("GPKG").CreateDataSource(str(layered))
+    ds.CreateLayer("ledger", geom_type=ogr.wkbPoint)
+    ds = None
+    tif = make_source(tmp_path / "scene.tif", size=16)
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).close()
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    return [gpkg, layered, tif, empty, other]
+
+
+@pytest.mark.parametrize("command", READ_ONLY_COMMANDS, ids=lambda c: c[0])
+def test_invariant_read_only_commands_change_no_file(tmp_path, command):
+    """Every read-only command on every file that is not a ledger, and on a path with nothing:
+    refused (exit 2), and the files byte for byte as they were, no file created."""
+    files = foreign_files(tmp_path)
+    missing = tmp_path / "typo" / "ledgr.sqlite"
+    before = tree_state(tmp_path)
+    for path in files + [missing]:
+        args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+        proc = run([GDAL_IDEM, "--ledger", f"sqlite:{path}", "-q", *args])
+        assert proc.returncode == 2, (path, args, proc.stdout, proc.stderr)
+        assert tree_state(tmp_path) == before, (path, args)
+
+
+def test_invariant_pending_creates_no_ledger(tmp_path):
+    """`gdal-idem pending` on a mistyped ledger path: every command is printed as pending (with
+    the reason), and no ledger appears."""
+    src = make_source(tmp_path / "src.tif", size=16)
+    missing = tmp_path / "typo" / "ledgr.sqlite"
+    line = f"gdal_translate -of IDEM {src} /vsiidem/{tmp_path}/out.tif\n"
+    proc = subprocess.run([GDAL_IDEM, "--ledger", f"sqlite:{missing}", "pending"], input=line,
+                          capture_output=True, text=True, env=env_with())
+    assert proc.stdout == line
+    assert not (tmp_path / "typo").exists()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_invariant_a_newer_schema_is_refused(tmp_path, backend):
+    """A ledger migrated by a newer release: read-only commands and workers refuse it, naming
+    both versions, and change nothing."""
+    ledger = make_ledger(backend, tmp_path)
+    run([GDAL_IDEM, "--ledger", ledger.dsn, "-q", "init"]).check_returncode()
+    table = "schema_version" if backend == "sqlite" else "idem.schema_version"
+    conn = ledger.connect()
+    conn.cursor().execute(f"INSERT INTO {table} (version, name) VALUES (9999, '9999_future.sql')")
+    conn.commit()
+    conn.close()
+    src = make_source(tmp_path / "src.tif", size=16)
+    before = tree_state(tmp_path)
+    proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "status"])
+    assert proc.returncode == 2
+    assert "schema version 9999" in proc.stderr and "newer than this release" in proc.stderr
+    known = max(int(n[:4]) for n in os.listdir(os.path.join(
+        os.path.dirname(__file__), "..", "sql", "sqlite" if backend == "sqlite" else "postgres"))
+        if n[:4].isdigit())
+    assert f"({known})" in proc.stderr
+    worker = translate(src, f"/vsiidem/{tmp_path}/out.tif", env=env_with(IDEM_LEDGER=ledger.dsn))
+    assert worker.returncode != 0
+    assert "schema version 9999" in worker.stderr
+    assert not (tmp_path / "out.tif").exists()
+    assert tree_state(tmp_path) == before
+    assert ledger.rows() == []
+
+
+def test_invariant_a_read_only_command_does_not_create_a_postgresql_schema():
+    """status on a PostgreSQL database without the idem schema: refused, no schema created."""
+    from idem_testlib import pg_fresh_database
+    import psycopg
+    dsn = pg_fresh_database()
+    proc = run([GDAL_IDEM, "--ledger", dsn, "status"])
+    assert proc.returncode == 2
+    assert "not an IDEM ledger" in proc.stderr
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('idem.ledger')").fetchone()[0] is None
+
+
+def test_invariant_a_worker_refuses_a_file_that_is_not_a_ledger(tmp_path):
+    """A worker's IDEM_LEDGER naming someone's GeoPackage: refused before anything is written
+    to it (the header is not switched to WAL, no table added)."""
+    gpkg = foreign_files(tmp_path)[0]
+    src = make_source(tmp_path / "src.tif", size=16)
+    before = tree_state(tmp_path)
+    proc = translate(src, f"/vsiidem/{tmp_path}/out.tif", env=env_with(IDEM_LEDGER=f"sqlite:{gpkg}"))
+    assert proc.returncode != 0
+    assert "not an IDEM ledger" in proc.stderr
+    assert tree_state(tmp_path) == before

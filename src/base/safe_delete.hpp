@@ -1,0 +1,57 @@
+// Invariant I1, "IDEM deletes only what it made or recorded" (docs/concepts.md): the one place
+// where IDEM removes local files. Every delete of the commit protocol, of a takeover, of
+// `gdal-idem reap` and `gdal-idem forget` goes through these functions. Each works relative to
+// the directory that holds the name (openat/unlinkat), never follows a symbolic link at the
+// name or below it, and removes a recorded file only while it is still the file recorded.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace idem {
+
+// What IDEM knows of a file it may delete: what it looked like when IDEM made or recorded it.
+// Unset members are not compared; a regular file is always required.
+struct KnownFile {
+  std::string path;
+  std::optional<int64_t> size;
+  std::optional<int64_t> mtime_ns;
+  std::optional<dev_t> device;
+  std::optional<ino_t> inode;
+};
+
+enum class DeleteOutcome {
+  k_deleted,
+  k_absent,    // nothing at the path
+  k_not_ours,  // a link, a special file, a directory where a file was recorded, or another file
+  k_failed,    // the system refused (errno says why)
+};
+
+// Removes `file.path` if it is a regular file (not a link) that matches every member of `file`
+// that is set, looked at through the directory that holds it.
+DeleteOutcome delete_known_file(const KnownFile& file);
+
+// Removes a directory IDEM created (a temporary directory named ".idem-tmp-...") with everything
+// in it. The directory itself must be a real directory, not a link; inside it, links are removed
+// as links and never followed, and subdirectories are opened with O_NOFOLLOW, so nothing outside
+// the directory can be reached. `owner_uid` (if set) must own the directory.
+DeleteOutcome delete_own_directory(const std::string& path,
+                                   std::optional<uid_t> owner_uid = std::nullopt);
+
+// What `lstat` says of a path, never following a link at the name: nullopt when absent.
+struct NameInfo {
+  bool regular = false;
+  bool directory = false;
+  bool link = false;
+  dev_t device = 0;
+  ino_t inode = 0;
+  uid_t owner = 0;
+  int64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+std::optional<NameInfo> look_without_following(const std::string& path);
+
+}  // namespace idem
