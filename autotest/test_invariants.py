@@ -518,3 +518,82 @@ def test_invariant_a_worker_refuses_a_file_that_is_not_a_ledger(tmp_path):
     assert proc.returncode != 0
     assert "not an IDEM ledger" in proc.stderr
     assert tree_state(tmp_path) == before
+
+
+# --- I3: the output's files published as a unit ------------------------------------------------
+
+def make_plain_source(path, size=64):
+    """A source without georeferencing: a PNG of it has no .aux.xml."""
+    ds = gdal.GetDriverByName("GTiff").Create(str(path), size, size, 3, gdal.GDT_Byte)
+    for b in range(3):
+        ds.GetRasterBand(b + 1).Fill(40 * (b + 1))
+    ds = None
+    return str(path)
+
+
+def test_invariant_a_later_publish_leaves_no_sidecar_of_an_earlier_work(tmp_path):
+    """Two works on one PNG: the first (georeferenced, so with out.png.aux.xml) publishes after
+    the second's GDAL pre-delete looked; the second (no georeferencing, no sidecar) publishes
+    last. The earlier work's sidecar must not stay beside the later work's pixels, where it would
+    give them the other work's CRS (the review reproduced it with 4 processes x 8 rounds)."""
+    ledger = make_ledger("sqlite", tmp_path)
+    geo = make_source(tmp_path / "geo.tif", size=64)
+    plain = make_plain_source(tmp_path / "plain.tif")
+    out = tmp_path / "out.png"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+
+    def cmd(src):
+        return ["gdal_translate", "-q", "-of", "IDEM", "-co", "FORMAT=PNG", src, f"/vsiidem/{out}"]
+
+    first = PausedWorker(cmd(geo), env, "before_commit", tmp_path)
+    try:
+        second = PausedWorker(cmd(plain), env, "before_confirm", tmp_path)
+        try:
+            code, stderr = first.resume()
+            assert code == 0, stderr
+            assert (tmp_path / "out.png.aux.xml").exists()
+            code, stderr = second.resume()
+            assert code == 0, stderr
+        finally:
+            second.kill()
+    finally:
+        first.kill()
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith("out")) == ["out.png"]
+    assert gdal.Open(str(out)).GetSpatialRef() is None
+    direct = tmp_path / "direct.png"
+    run(["gdal_translate", "-q", "-of", "PNG", plain, direct], check=True)
+    assert_same_pixels(out, direct)
+    completed = {r["work_key"]: r for r in ledger.completed()}
+    assert len(completed) == 2
+    live = [r for r in completed.values() if r["superseded_at"] is None]
+    assert len(live) == 1
+    assert live[0]["completed_at"] == max(r["completed_at"] for r in completed.values())
+    # The rerun of the later work skips: its recorded files are exactly what is there.
+    before = os.stat(out)
+    run(cmd(plain), env=env, check=True)
+    assert os.stat(out).st_mtime_ns == before.st_mtime_ns
+
+
+def test_a_skip_needs_no_write_access_to_the_output_directory(tmp_path):
+    """Completed work in a directory that has since become read-only (a read-only bind mount:
+    root ignores permission bits) is skipped, its output untouched; new work there is refused
+    before any claim, naming the directory."""
+    (tmp_path / "state").mkdir()
+    ledger = make_ledger("sqlite", tmp_path / "state")
+    tiles = tmp_path / "tiles"
+    tiles.mkdir()
+    src = make_source(tmp_path / "src.tif", size=64)
+    other = make_source(tmp_path / "other.tif", size=64, seed=4)
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    translate(src, f"/vsiidem/{tiles}/a.tif", env=env).check_returncode()
+    before = tree_state(tiles)
+    rows_before = ledger.rows()
+    script = (f"mount --bind {tiles} {tiles} && mount -o remount,bind,ro {tiles} && "
+              f"gdal_translate -q -of IDEM {src} /vsiidem/{tiles}/a.tif && echo skipped && "
+              f"{{ gdal_translate -q -of IDEM {other} /vsiidem/{tiles}/b.tif; echo new=$?; }}")
+    proc = run(["unshare", "-m", "sh", "-c", script], env=env)
+    assert "skipped" in proc.stdout, proc.stderr
+    assert "new=1" in proc.stdout
+    assert "is not writable" in proc.stderr
+    assert tree_state(tiles) == before
+    assert ledger.rows() == rows_before

@@ -147,11 +147,13 @@ class IdemCreator {
   void record_completion(const std::string& token, AtomicOutput& output, const LeaseKeeper& keeper,
                          const std::vector<std::string>& published);
   void take_back(AtomicOutput& output, const OutputFingerprint& fingerprint);
+  std::vector<KnownFile> members_to_retire() const;
 
   PreDelete& m_pre_delete;
   IdemOptions m_options;
-  std::string m_destination;  // absolute real path
-  std::string m_given_name;   // the output as the caller named it, without /vsiidem/
+  std::string m_destination;                // absolute real path
+  std::string m_given_name;                 // the output as the caller named it, without /vsiidem/
+  std::optional<std::string> m_unwritable;  // why the destination's directory takes no file
   bool m_via_vsiidem = false;
   WorkerLedger* m_ledger = nullptr;  // shared_ledger(): lives for the process
   WorkDescription m_work;
@@ -258,6 +260,17 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
     prepared_warp = prepare_warp_ahead(source, &m_work.vrt_xml, &m_kept_sources);
   };
 
+  if (m_unwritable) {
+    // Only a skip can succeed, and it needs no write access: no claim is made for work that
+    // cannot be written.
+    const LedgerRow row = m_ledger->lookup(m_work.key);
+    if (row.state == RowState::k_completed) {
+      if (GDALDataset* output = skip_if_current(row, false)) {
+        return output;
+      }
+    }
+    throw Error(ErrorKind::k_usage, *m_unwritable);
+  }
   bool announced_wait = false;
   double wait_backoff = 0.05;  // seconds
   for (;;) {
@@ -355,7 +368,7 @@ void IdemCreator::set_destination(const char* filename, GDALDriver* format_drive
   check_object_output_is_a_file(m_destination, format_driver);
   check_destination(m_destination, destination_rules({}));
   if (!m_options.dry_run) {
-    check_destination_directory(m_destination);
+    m_unwritable = check_destination_directory(m_destination);
   }
 }
 
@@ -711,6 +724,9 @@ std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& cla
     keeper.poll();  // the upload or rename reports no progress
     test_pause("before_commit");
     m_source_watch.check();  // the pixels are of the sources the key names (invariant I3)
+    if (round == 1) {
+      output.retire_with_publish(members_to_retire());
+    }
     // The new files replace what GDAL's pre-delete recorded; a file of the replaced output
     // that the new one does not have (a stale sidecar) is removed now, before the completion.
     try {
@@ -784,6 +800,31 @@ void IdemCreator::record_completion(const std::string& token, AtomicOutput& outp
   if (!output.is_object()) {
     output.settle();
   }
+}
+
+// The files of the completed outputs recorded at this destination other than their primary (their
+// sidecars), for the publish to move aside where the new output has no file of that name: a
+// later work's publish leaves no sidecar of an earlier one's beside its primary (invariant I3),
+// even when that work published after GDAL's pre-delete of this call looked. Asked only when
+// something is at the destination now (a first write costs no query).
+std::vector<KnownFile> IdemCreator::members_to_retire() const {
+  std::vector<KnownFile> files;
+  if (is_object_store_path(m_destination) || !look_without_following(m_destination)) {
+    return files;
+  }
+  for (const LedgerRow& row : m_ledger->rows_on_output(m_destination, RowState::k_completed)) {
+    if (!row.fingerprint) {
+      continue;
+    }
+    for (const RecordedMember& member :
+         recorded_members(*row.fingerprint).value_or(std::vector<RecordedMember>())) {
+      if (!member.tree && member.mtime_ns) {
+        files.push_back(
+            KnownFile{member.path, member.size, member.mtime_ns, std::nullopt, std::nullopt});
+      }
+    }
+  }
+  return files;
 }
 
 // What this attempt published, taken back before it is recorded: an object it uploaded is

@@ -155,10 +155,12 @@ std::vector<GDALDataset*> band_source_datasets(GDALRasterBand* band) {
   return datasets;
 }
 
-// Refuse before claiming when the output cannot be written, so no claim is left behind.
-void check_destination_directory(const std::string& destination) {
+// Refuse before claiming when the output cannot be written, so no claim is left behind: a
+// missing directory at once; an unwritable one is returned, for the caller to refuse unless the
+// work is completed (a skip writes nothing).
+std::optional<std::string> check_destination_directory(const std::string& destination) {
   if (is_object_store_path(destination)) {
-    return;  // no directories: an unwritable bucket fails the upload, which releases the claim
+    return std::nullopt;  // an unwritable bucket fails the upload, which releases the claim
   }
   const std::string directory = dirname_of(destination);
   struct stat info;
@@ -167,10 +169,10 @@ void check_destination_directory(const std::string& destination) {
                                         " does not exist; create it first (mkdir -p)");
   }
   if (access(directory.c_str(), W_OK) != 0) {
-    throw Error(ErrorKind::k_usage, "the destination directory " + directory +
-                                        " is not writable (" + std::strerror(errno) +
-                                        "); fix its permissions or write elsewhere");
+    return "the destination directory " + directory + " is not writable (" + std::strerror(errno) +
+           "); fix its permissions or write elsewhere";
   }
+  return std::nullopt;
 }
 
 // An output path that names a directory ("/vsiidem/" alone, "out/") is refused before any claim.

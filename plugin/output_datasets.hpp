@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,10 @@ struct OutputShape {
   std::vector<Band> bands;
 };
 
-// Refuse before claiming when the output cannot be written, so no claim is left behind.
-void check_destination_directory(const std::string& destination);
+// Refuse before claiming when the output cannot be written, so no claim is left behind: throws
+// when the directory is missing; returns why when it is not writable (a skip needs no write
+// access, so the caller refuses only work it would do).
+std::optional<std::string> check_destination_directory(const std::string& destination);
 
 // A driver that writes a directory (Zarr) cannot be published to object storage, where no
 // request makes a tree of objects appear at once: refused before any claim.

@@ -37,6 +37,14 @@ int64_t mtime_ns_of(const struct stat& info) {
   return int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
 }
 
+// Whether `info` (of a name, not followed) is the file `file` describes.
+bool matches(const struct stat& info, const KnownFile& file) {
+  return S_ISREG(info.st_mode) && (!file.size || *file.size == info.st_size) &&
+         (!file.mtime_ns || *file.mtime_ns == mtime_ns_of(info)) &&
+         (!file.device || *file.device == info.st_dev) &&
+         (!file.inode || *file.inode == info.st_ino);
+}
+
 // The directory holding `path`, opened (the caller's own path to it is taken as given).
 Fd open_parent(const std::string& path) {
   return Fd(::open(dirname_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -125,15 +133,18 @@ DeleteOutcome delete_known_file(const KnownFile& file) {
   if (::fstatat(parent.get(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0) {
     return errno == ENOENT ? DeleteOutcome::k_absent : DeleteOutcome::k_failed;
   }
-  if (!S_ISREG(info.st_mode) || (file.size && *file.size != info.st_size) ||
-      (file.mtime_ns && *file.mtime_ns != mtime_ns_of(info)) ||
-      (file.device && *file.device != info.st_dev) || (file.inode && *file.inode != info.st_ino)) {
+  if (!matches(info, file)) {
     return DeleteOutcome::k_not_ours;
   }
   if (::unlinkat(parent.get(), name.c_str(), 0) != 0) {
     return errno == ENOENT ? DeleteOutcome::k_absent : DeleteOutcome::k_failed;
   }
   return DeleteOutcome::k_deleted;
+}
+
+bool is_known_file(const KnownFile& file) {
+  struct stat info {};
+  return ::lstat(file.path.c_str(), &info) == 0 && matches(info, file);
 }
 
 DeleteOutcome delete_own_directory(const std::string& path, std::optional<uid_t> owner_uid) {

@@ -34,6 +34,9 @@ enum class DeleteOutcome {
 // that is set, looked at through the directory that holds it.
 DeleteOutcome delete_known_file(const KnownFile& file);
 
+// Whether `file.path` is, now, a regular file (not a link) matching every member of `file` set.
+bool is_known_file(const KnownFile& file);
+
 // Removes a directory IDEM created (a temporary directory named ".idem-tmp-...") with everything
 // in it. The directory itself must be a real directory, not a link; inside it, links are removed
 // as links and never followed, and subdirectories are opened with O_NOFOLLOW, so nothing outside

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <map>
 
-#include "base/canonical_json.hpp"
 #include "base/object_store.hpp"
 #include "base/safe_delete.hpp"
 #include "cli.hpp"
@@ -65,30 +64,22 @@ void remove_recorded_output(const LedgerRow& row, Removal& removal) {
     }
   };
   const bool object = is_object_store_path(row.output_uri);
-  const std::optional<JsonValue> members =
-      recorded.members ? JsonValue::parse(*recorded.members) : std::nullopt;
-  if (members && members->is_array()) {
-    for (const JsonValue& member : members->items()) {
-      const JsonValue* path = member.find("path");
-      const JsonValue* size = member.find("size");
-      const JsonValue* mtime = member.find("mtime_ns");
-      const JsonValue* etag = member.find("etag");
-      if (path == nullptr || size == nullptr || member.find("tree_sha256") != nullptr) {
-        changed.push_back("a directory recorded in the output is kept");
-        continue;
-      }
-      if (object && etag != nullptr) {
-        OutputFingerprint expected;
-        expected.size = std::stoll(size->text());
-        expected.etag = etag->text();
-        remove_object(path->text(), expected);
-      } else if (!object && mtime != nullptr) {
-        remove_local(KnownFile{path->text(), std::stoll(size->text()), std::stoll(mtime->text()),
-                               std::nullopt, std::nullopt});
-      }
-    }
-  } else if (!recorded.members) {
+  const std::optional<std::vector<RecordedMember>> members = recorded_members(recorded);
+  if (!members) {
     changed.push_back("its sidecars were not recorded (completed by an older release)");
+  }
+  for (const RecordedMember& member : members.value_or(std::vector<RecordedMember>())) {
+    if (member.tree) {
+      changed.push_back("a directory dataset is kept");
+    } else if (object && member.etag) {
+      OutputFingerprint expected;
+      expected.size = member.size;
+      expected.etag = member.etag;
+      remove_object(member.path, expected);
+    } else if (!object && member.mtime_ns) {
+      remove_local(
+          KnownFile{member.path, member.size, member.mtime_ns, std::nullopt, std::nullopt});
+    }
   }
   if (object) {
     remove_object(row.output_uri, recorded);

@@ -133,8 +133,10 @@ class SqliteLedger final : public Ledger {
         m_digest_cache(*this) {
     // Looked at before anything is written: a database that is not a ledger (a GeoPackage named
     // by mistake) is refused as it was, and so is a schema newer than this release.
-    const std::vector<int> applied = applied_versions();
-    if (!read_only && applied.empty() && holds_tables()) {
+    std::vector<int> applied = applied_versions();
+    // Read again when tables are found: another worker's migration (tables and versions in one
+    // transaction) may have committed between the two reads.
+    if (!read_only && applied.empty() && holds_tables() && (applied = applied_versions()).empty()) {
       throw Error(ErrorKind::k_ledger,
                   path +
                       " is an SQLite database that is not an IDEM ledger (it holds other "

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -321,6 +322,9 @@ std::vector<std::string> AtomicOutput::publish(bool durable) {
   std::vector<std::string> published;
   try {
     for (const auto& name : ordered) {
+      if (name == ordered.back()) {
+        retire(ordered);  // the replaced output's other members go before the primary comes
+      }
       place(join_path(m_temp_dir, name), join_path(final_dir, name));
       published.push_back(join_path(final_dir, name));
     }
@@ -404,9 +408,30 @@ void AtomicOutput::place(const std::string& from, const std::string& to) {
   throw Error(ErrorKind::k_io, message);
 }
 
+void AtomicOutput::retire_with_publish(std::vector<KnownFile> files) {
+  m_to_retire = std::move(files);
+}
+
+void AtomicOutput::retire(const std::vector<std::string>& placed_names) {
+  const std::string final_dir = dirname_of(m_final_path);
+  for (const KnownFile& file : m_to_retire) {
+    const std::string name = basename_of(file.path);
+    if (dirname_of(file.path) != final_dir ||
+        std::find(placed_names.begin(), placed_names.end(), name) != placed_names.end() ||
+        !is_known_file(file)) {
+      continue;  // replaced by the new output's own file, or not the file recorded any more
+    }
+    const std::string aside = join_path(m_temp_dir, ".retired." + name);
+    if (::renameat2(AT_FDCWD, file.path.c_str(), AT_FDCWD, aside.c_str(), RENAME_NOREPLACE) == 0) {
+      m_retired.push_back(Retired{aside, file.path});
+    }
+  }
+}
+
 void AtomicOutput::settle() {
   m_committed = true;
   m_placed.clear();
+  m_retired.clear();
   // What is left (the replaced files, a leftover created after listing) goes.
   remove_tree(m_temp_dir);
 }
@@ -432,6 +457,12 @@ void AtomicOutput::roll_back() noexcept {
       ::rename(it->held.c_str(), it->final_path.c_str());
     }
   }
+  for (const Retired& retired : m_retired) {
+    // Back where it was, unless another file has been put there since (that one stays).
+    ::renameat2(AT_FDCWD, retired.aside.c_str(), AT_FDCWD, retired.final_path.c_str(),
+                RENAME_NOREPLACE);
+  }
+  m_retired.clear();
   if (!m_placed.empty() && m_durable) {
     try {
       fsync_path(dirname_of(m_final_path));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/object_store.hpp"
+#include "base/safe_delete.hpp"
 
 namespace idem {
 
@@ -70,6 +71,13 @@ class AtomicOutput {
   // then throws UploadRefused; the objects uploaded before the refused one stay, and the
   // temporary files stay for another observe_objects() and publish(). Local outputs: nothing.
   void observe_objects();
+  // Before publish() of a local output: files of the output being replaced that a completion
+  // recorded and the new output does not have (its sidecars), for the publish to move aside into
+  // the temporary directory, after the new sidecars and before the new primary, each only while
+  // it is still the file recorded. roll_back() puts them back; settle() drops them. So no
+  // member of another work survives beside the new output (invariant I3), however late that
+  // work published. A name the new output has is replaced by its own file instead.
+  void retire_with_publish(std::vector<KnownFile> files);
   void settle();
   void roll_back() noexcept;
   // What publish() put in place (local outputs), as it was just before: the fingerprint of this
@@ -98,7 +106,15 @@ class AtomicOutput {
   std::vector<std::string> ordered_names() const;
   void place(const std::string& from, const std::string& to);
 
+  struct Retired {
+    std::string aside;  // where publish() moved it, in the temporary directory
+    std::string final_path;
+  };
+  void retire(const std::vector<std::string>& placed_names);
+
   std::vector<Placed> m_placed;
+  std::vector<KnownFile> m_to_retire;
+  std::vector<Retired> m_retired;
   bool m_durable = true;
 
   bool m_object = false;

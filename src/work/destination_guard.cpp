@@ -110,7 +110,8 @@ void check_destination(const std::string& path, const DestinationRules& rules) {
   for (size_t i = 0; i < ledger.size(); ++i) {
     if (real == ledger[i] || (exists && same_file(real, ledger[i]))) {
       throw Error(ErrorKind::k_usage,
-                  path + " is " + (i == 0 ? "the ledger database (" : "a companion of the ledger database (") +
+                  path + " is " +
+                      (i == 0 ? "the ledger database (" : "a companion of the ledger database (") +
                       ledger[i] +
                       "): writing there would replace or corrupt the ledger; choose another "
                       "output path");

@@ -136,6 +136,34 @@ bool headers_match(const std::string& path, const ObjectHeaders& headers,
          match_object_etag(path, headers, *recorded.etag) != EtagMatch::k_different;
 }
 
+std::optional<std::vector<RecordedMember>> recorded_members(const OutputFingerprint& recorded) {
+  const std::optional<JsonValue> parsed =
+      recorded.members ? JsonValue::parse(*recorded.members) : std::nullopt;
+  if (!parsed || !parsed->is_array()) {
+    return std::nullopt;
+  }
+  std::vector<RecordedMember> members;
+  for (const JsonValue& entry : parsed->items()) {
+    const JsonValue* path = entry.find("path");
+    const JsonValue* size = entry.find("size");
+    if (path == nullptr || size == nullptr) {
+      continue;
+    }
+    RecordedMember member;
+    member.path = path->text();
+    member.size = std::stoll(size->text());
+    member.tree = entry.find("tree_sha256") != nullptr;
+    if (const JsonValue* mtime = entry.find("mtime_ns")) {
+      member.mtime_ns = std::stoll(mtime->text());
+    }
+    if (const JsonValue* etag = entry.find("etag")) {
+      member.etag = etag->text();
+    }
+    members.push_back(std::move(member));
+  }
+  return members;
+}
+
 std::string local_members_json(const std::vector<PublishedFile>& files,
                                const std::string& primary) {
   JsonValue::Array members;

@@ -45,6 +45,19 @@ bool completed_output_is_current(const LedgerRow& row, const std::string& destin
 // by path. nullopt when one of them cannot be looked at (gone meanwhile).
 std::optional<std::string> output_members_json(const std::string& primary, CSLConstList files);
 
+// One of the files other than the primary that a completion recorded (output_members_json, read
+// back): a local file's size and mtime, an object's size and ETag, or a directory dataset's
+// tree (`tree`, neither).
+struct RecordedMember {
+  std::string path;
+  int64_t size = -1;
+  std::optional<int64_t> mtime_ns;
+  std::optional<std::string> etag;
+  bool tree = false;
+};
+// The members `recorded` holds; nullopt for a row completed before they were recorded.
+std::optional<std::vector<RecordedMember>> recorded_members(const OutputFingerprint& recorded);
+
 // The same JSON for local files just published (their sizes and mtimes known): every file of
 // `files` but `primary`.
 std::string local_members_json(const std::vector<PublishedFile>& files, const std::string& primary);
