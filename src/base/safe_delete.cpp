@@ -9,29 +9,12 @@
 #include <cerrno>
 #include <vector>
 
+#include "base/file_descriptor.hpp"
 #include "base/paths.hpp"
 
 namespace idem {
 
 namespace {
-
-// A descriptor closed on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : m_fd(fd) {}
-  ~Fd() {
-    if (m_fd >= 0) {
-      ::close(m_fd);
-    }
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return m_fd; }
-  bool valid() const { return m_fd >= 0; }
-
- private:
-  int m_fd;
-};
 
 int64_t mtime_ns_of(const struct stat& info) {
   return int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
@@ -46,8 +29,8 @@ bool matches(const struct stat& info, const KnownFile& file) {
 }
 
 // The directory holding `path`, opened (the caller's own path to it is taken as given).
-Fd open_parent(const std::string& path) {
-  return Fd(::open(dirname_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+FileDescriptor open_parent(const std::string& path) {
+  return FileDescriptor(::open(dirname_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 }
 
 // A directory's deepest nesting that IDEM itself makes is two levels (a directory dataset inside
@@ -85,7 +68,8 @@ bool remove_contents(int dir, int depth) {
       continue;  // gone meanwhile
     }
     if (S_ISDIR(info.st_mode)) {
-      const Fd inner(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      const FileDescriptor inner(
+          ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!inner.valid()) {
         all = false;
         continue;
@@ -124,7 +108,7 @@ std::optional<NameInfo> look_without_following(const std::string& path) {
 }
 
 DeleteOutcome delete_known_file(const KnownFile& file) {
-  const Fd parent = open_parent(file.path);
+  const FileDescriptor parent = open_parent(file.path);
   if (!parent.valid()) {
     return errno == ENOENT ? DeleteOutcome::k_absent : DeleteOutcome::k_failed;
   }
@@ -148,7 +132,7 @@ bool is_known_file(const KnownFile& file) {
 }
 
 DeleteOutcome delete_own_directory(const std::string& path, std::optional<uid_t> owner_uid) {
-  const Fd parent = open_parent(path);
+  const FileDescriptor parent = open_parent(path);
   if (!parent.valid()) {
     return errno == ENOENT ? DeleteOutcome::k_absent : DeleteOutcome::k_failed;
   }
@@ -160,7 +144,7 @@ DeleteOutcome delete_own_directory(const std::string& path, std::optional<uid_t>
   if (!S_ISDIR(info.st_mode) || (owner_uid && *owner_uid != info.st_uid)) {
     return DeleteOutcome::k_not_ours;
   }
-  const Fd directory(
+  const FileDescriptor directory(
       ::openat(parent.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat opened {};
   if (!directory.valid() || ::fstat(directory.get(), &opened) != 0) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/file_descriptor.hpp"
 #include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cpl_conv.h"
@@ -43,23 +44,6 @@ FileIdentity identity_from_stat(const struct stat& info) {
   identity.ctime_ns = to_ns(info.st_ctim);
   return identity;
 }
-
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : m_fd(fd) {}
-  ~FileDescriptor() {
-    if (m_fd >= 0) {
-      ::close(m_fd);
-    }
-  }
-  FileDescriptor(FileDescriptor&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return m_fd; }
-
- private:
-  int m_fd;
-};
 
 struct VsiFileCloser {
   void operator()(VSILFILE* file) const { VSIFCloseL(file); }
@@ -262,11 +246,18 @@ std::string content_digest_of_vsi_file(const std::string& path) {
     throw Error(ErrorKind::k_source, "cannot open source file '" + path + "'");
   }
   StreamingContentDigest digest;
-  if (!read_vsi_chunks(file.get(), k_read_block_size,
-                       [&](const unsigned char* data, std::size_t size) {
-                         digest.update(data, size);
-                         return true;
-                       })) {
+  vsi_l_offset total = 0;
+  const bool whole = read_vsi_chunks(file.get(), k_read_block_size,
+                                     [&](const unsigned char* data, std::size_t size) {
+                                       digest.update(data, size);
+                                       total += size;
+                                       return true;
+                                     });
+  // A deflated member of /vsizip/ or a /vsigzip/ file ends with a short read that does not set
+  // the end-of-file flag (GDAL 3.6): it was read whole when every byte its size says was read.
+  VSIStatBufL info;
+  if (!whole &&
+      !(VSIStatL(path.c_str(), &info) == 0 && static_cast<vsi_l_offset>(info.st_size) == total)) {
     throw Error(ErrorKind::k_source, "cannot read source file '" + path + "'");
   }
   return digest.finish_hex();

@@ -96,6 +96,43 @@ void remove_tree(const std::string& path) {
   delete_own_directory(path);
 }
 
+// Whether `path` is now one of the `recorded` files.
+bool is_recorded(const std::string& path, const std::vector<KnownFile>& recorded) {
+  for (const KnownFile& file : recorded) {
+    if (file.path == path && is_known_file(file)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The files an abandoned attempt's publish exchanged out of `final_dir` and kept in
+// `abandoned`, put back where they were when a completion recorded them and what is there now
+// was not recorded (remove_abandoned_temp_dirs).
+void restore_replaced(const std::string& abandoned, const std::string& final_dir,
+                      const std::vector<KnownFile>& recorded) {
+  if (recorded.empty()) {
+    return;
+  }
+  for (const std::string& name :
+       directory_entries(abandoned).value_or(std::vector<std::string>())) {
+    const std::string kept = join_path(abandoned, name);
+    const std::string final_path = join_path(final_dir, name);
+    bool was_recorded = false;
+    for (const KnownFile& file : recorded) {
+      KnownFile there = file;
+      there.path = kept;
+      was_recorded = was_recorded || (file.path == final_path && is_known_file(there));
+    }
+    if (!was_recorded || is_recorded(final_path, recorded)) {
+      continue;
+    }
+    if (::renameat2(AT_FDCWD, kept.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) != 0) {
+      ::renameat2(AT_FDCWD, kept.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE);
+    }
+  }
+}
+
 }  // namespace
 
 std::string temp_token(const std::string& attempt_token, const std::string& owner) {
@@ -112,7 +149,8 @@ std::string token_of_temp_dir(const std::string& name) {
 }
 
 int remove_abandoned_temp_dirs(const std::string& final_path, const std::string& owner,
-                               const std::string& own_temp_dir) {
+                               const std::string& own_temp_dir,
+                               const std::vector<KnownFile>& recorded) {
   if (owner.empty()) {
     return 0;
   }
@@ -137,6 +175,7 @@ int remove_abandoned_temp_dirs(const std::string& final_path, const std::string&
   for (const std::string& name : names) {
     const std::string path = join_path(dir, name);
     if (path != own_temp_dir) {
+      restore_replaced(path, dir, recorded);
       remove_tree(path);
       ++removed;
     }

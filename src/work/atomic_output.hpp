@@ -134,8 +134,14 @@ std::string token_of_temp_dir(const std::string& name);
 // Removes the temporary directories beside `final_path` (objects: under local_temp_root()) that
 // `owner` marked, except `own_temp_dir`: those of earlier attempts at the same work, which a
 // worker that took the work over holds the claim of now. Best effort; returns how many.
+// An attempt stopped between its publish and its completion left there the files its publish
+// replaced: each of them that is one of `recorded` (the files completions recorded at this
+// destination) is first put back in place of the file that attempt published, unless what is
+// at the path now is itself recorded. So a takeover never destroys the output it would need to
+// restore (invariant I3).
 int remove_abandoned_temp_dirs(const std::string& final_path, const std::string& owner,
-                               const std::string& own_temp_dir);
+                               const std::string& own_temp_dir,
+                               const std::vector<KnownFile>& recorded = {});
 
 // fsync a file or directory by path; throws idem::Error(k_io).
 void fsync_path(const std::string& path);
