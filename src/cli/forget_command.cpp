@@ -176,10 +176,9 @@ int run_forget(const Args& args, const GlobalOptions& global) {
     std::map<std::string, const LedgerRow*> outputs;
     for (const LedgerRow& row : forgotten) {
       const LedgerRow*& newest = outputs[row.output_uri];
-      if (row.fingerprint && (newest == nullptr || !newest->fingerprint ||
-                              row.completed_at.value_or(0) > newest->completed_at.value_or(0))) {
-        newest = &row;
-      } else if (newest == nullptr) {
+      if (newest == nullptr ||
+          (row.fingerprint && (!newest->fingerprint ||
+                               row.completed_at.value_or(0) > newest->completed_at.value_or(0)))) {
         newest = &row;
       }
     }

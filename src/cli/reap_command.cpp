@@ -40,18 +40,24 @@ std::string parent_of(const std::string& uri) {
   return slash == 0 ? "/" : uri.substr(0, slash);
 }
 
+// Whole seconds of a time in nanoseconds: ages are measured against std::time(), which has no
+// fraction.
+int64_t whole_seconds(int64_t nanoseconds) {
+  return nanoseconds / 1000000000;
+}
+
 // Newest modification time of a directory and of what it holds (one level down, which is how
 // AtomicOutput lays its files out): a live writer keeps touching its file. Nothing is followed:
 // a link's own time counts, not its target's.
 double newest_mtime(const std::string& directory) {
   double newest = 0;
   if (const auto look = look_without_following(directory)) {
-    newest = double(look->mtime_ns / 1000000000);  // whole seconds, as the clock below
+    newest = static_cast<double>(whole_seconds(look->mtime_ns));
   }
   for (const std::string& name :
        directory_entries(directory).value_or(std::vector<std::string>())) {
     if (const auto look = look_without_following(directory + "/" + name)) {
-      newest = std::max(newest, double(look->mtime_ns / 1000000000));
+      newest = std::max(newest, static_cast<double>(whole_seconds(look->mtime_ns)));
     }
   }
   return newest;

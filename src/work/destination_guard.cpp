@@ -78,7 +78,7 @@ const char* kind_of(mode_t mode) {
 }  // namespace
 
 std::string real_destination(const std::string& path) {
-  const std::string real = is_vsiidem_path(path) ? vsiidem_real_path(path) : path;
+  std::string real = is_vsiidem_path(path) ? vsiidem_real_path(path) : path;
   if (is_vsi_path(real)) {
     return real;
   }
