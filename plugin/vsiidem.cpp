@@ -114,6 +114,7 @@ class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
                                 CSLConstList options);
   VSIVirtualHandle* open_for_write(const std::string& real, const char* access, bool set_error,
                                    CSLConstList options);
+  static bool may_replace(const std::string& real);
 };
 
 // Runs when GDAL tears its file manager down (GDALDestroyDriverManager, at the end of gdalwarp
@@ -186,6 +187,26 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_handle(const char* filename, co
   }
 }
 
+// Invariant I2 for every path /vsiidem/ writes or deletes, whichever driver asks: never a link, a
+// special file, or the ledger (IDEM_LEDGER) and its companions. False (errno EPERM, a CPLError
+// saying why) when refused. A directory is left to the callers (EISDIR).
+bool VsiIdemFilesystemHandler::may_replace(const std::string& real) {
+  if (is_object_store_path(real)) {
+    return true;
+  }
+  try {
+    DestinationRules rules;
+    rules.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
+    rules.directory_dataset = true;
+    check_destination(real, rules);
+    return true;
+  } catch (const Error& error) {
+    CPLError(CE_Failure, CPLE_NotSupported, "/vsiidem/: %s", error.what());
+    errno = EPERM;
+    return false;
+  }
+}
+
 VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& real,
                                                            const char* access, bool set_error,
                                                            CSLConstList options) {
@@ -197,18 +218,8 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
     errno = EROFS;
     return nullptr;
   }
-  if (!is_object_store_path(real)) {
-    // Invariant I2: never a link, a special file or the ledger, whichever driver writes.
-    try {
-      DestinationRules rules;
-      rules.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
-      rules.directory_dataset = true;  // a directory is refused below, with EISDIR
-      check_destination(real, rules);
-    } catch (const Error& error) {
-      CPLError(CE_Failure, CPLE_NotSupported, "/vsiidem/: %s", error.what());
-      errno = EPERM;
-      return nullptr;
-    }
+  if (!may_replace(real)) {
+    return nullptr;
   }
   auto& shared = state();
   // Held while the temporary file is set up, so two opens of one path share one entry; released
@@ -338,6 +349,10 @@ int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, 
 int VsiIdemFilesystemHandler::Unlink(const char* filename) {
   try {
     const std::string real = real_absolute(filename);
+    if (!may_replace(real)) {
+      return -1;  // what may not be written over may not be deleted either (gdal_translate
+                  // 3.11+ deletes its output itself before it creates it)
+    }
     // An object's identity (its ETag) is asked of the store before the lock is taken.
     const std::optional<ObservedFile> object_seen =
         is_object_store_path(real) ? current_identity(real) : std::nullopt;
