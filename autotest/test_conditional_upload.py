@@ -5,6 +5,7 @@ what another worker published meanwhile. Run against moto's S3 server, which hon
 writes as S3 does; s3rver, which ignores them, shows the documented fallback. Leases are ended in
 SQL and stopped workers go on when their resume file appears: nothing waits on the clock."""
 
+import json
 import signal
 import subprocess
 
@@ -12,8 +13,8 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import gdal_config, make_source, read_pixels, run
-from motoserver import MotoS3Server
-from test_fault_matrix import Case, warp
+from motoserver import PYTHON, MotoS3Server
+from test_fault_matrix import RESAMPLING, Case, warp
 from test_object_store import BUCKET, s3  # noqa: F401  (the module's s3rver fixture)
 
 
@@ -38,7 +39,7 @@ def scene(tmp_path_factory):
     return make_source(tmp_path_factory.mktemp("conditional") / "scene.tif", size=96)
 
 
-def start_paused(case, work, name):
+def start_paused(case, work, name, command=warp):
     """A worker on `work` stopped at before_commit (it has looked at the object and checked its
     claim); it goes on when the returned resume file is written. It runs as if on a host of its
     own: its local temporary directory (CPL_TMPDIR) is its own, so a worker taking its claim over
@@ -49,7 +50,7 @@ def start_paused(case, work, name):
     env = dict(case.env, IDEM_TEST_PAUSE_AT="before_commit", IDEM_TEST_PAUSE_SECONDS="600",
                IDEM_TEST_RESUME_FILE=str(resume), IDEM_STALE_SECONDS="2",
                CPL_TMPDIR=str(host_tmp))
-    proc = subprocess.Popen(warp(case.source, case.dst, work), env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command(case.source, case.dst, work), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         if "test pause at before_commit" in line:
@@ -159,3 +160,72 @@ def test_bad_conditional_write_option_is_refused_before_any_work(moto, scene, tm
     assert "IDEM_CONDITIONAL_WRITE=SOMETIMES is not valid" in proc.stderr
     db = tmp_path / "ledger.sqlite"
     assert not db.exists() or case.rows() == []
+
+
+def warp_in_parts(src, dst, work):
+    """A 1500 x 1500 x 3 GeoTIFF (6.75 MB): with VSIS3_CHUNK_SIZE=5, GDAL sends it in two parts."""
+    return ["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-ts", "1500",
+            "1500", "-r", RESAMPLING[work], src, "/vsiidem/" + dst]
+
+
+def store_etag(path):
+    gdal.VSICurlClearCache()
+    headers = gdal.GetFileMetadata(path, "HEADERS") or {}
+    return headers.get("ETag") or headers.get("etag")
+
+
+def multipart_uploads(server, key):
+    """The multipart uploads the store holds for `key` (boto3, in the tests' venv)."""
+    code = ("import boto3, json, sys\n"
+            f"c = boto3.client('s3', endpoint_url='http://127.0.0.1:{server.port}', "
+            "region_name='us-east-1', aws_access_key_id='moto', aws_secret_access_key='moto')\n"
+            f"print(json.dumps([u['UploadId'] for u in c.list_multipart_uploads("
+            f"Bucket='{BUCKET}', Prefix='{key}').get('Uploads', [])]))")
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=True)
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("before", ["no-object", "older-output"])
+@pytest.mark.parametrize("store", [("moto", "AUTO"), ("moto", "NO")], indirect=True,
+                         ids=["moto", "moto-unconditional"])
+def test_zombie_multipart_upload_is_refused_at_its_completion(store, scene, tmp_path, before):
+    """The zombie test for an object GDAL uploads in parts. A (K1) stops before its upload,
+    having seen no object (If-None-Match: *) or an older completion's (If-Match on its ETag); its
+    lease runs out; B takes K1 over and completes; C completes K2 there; A goes on. The condition
+    rides on A's CompleteMultipartUpload: refused, C's object stays, recorded, and on GDAL 3.10+
+    A's upload is aborted (no parts left). With IDEM_CONDITIONAL_WRITE=NO, A's upload lands."""
+    case = make_case(tmp_path, store, scene)
+    case.env["VSIS3_CHUNK_SIZE"] = "5"
+    key = case.dst[len(f"/vsis3/{BUCKET}/"):]
+    if before == "older-output":
+        run(warp_in_parts(case.source, case.dst, "K0"), env=case.env, check=True)
+    a, resume = start_paused(case, "K1", "a", command=warp_in_parts)
+    a.send_signal(signal.SIGSTOP)
+    try:
+        case.wait_for_lease_end(a.pid)
+        run(warp_in_parts(case.source, case.dst, "K1"), env=case.env, check=True)  # B
+        run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)  # C
+        c_etag = store_etag(case.dst)
+        assert c_etag and c_etag.strip('"').endswith("-2"), c_etag  # sent in two parts
+        [k2] = completed(case, "K2")
+        assert case.records(k2, case.output())
+    finally:
+        resume.write_text("go")
+        a.send_signal(signal.SIGCONT)
+        _, stderr = a.communicate(timeout=300)
+    assert a.returncode != 0, stderr
+    [k2] = completed(case, "K2")
+    if store[1] == "AUTO":
+        assert store_etag(case.dst) == c_etag, "A's late upload replaced newer work"
+        assert case.records(k2, case.output()) and k2["superseded_at"] is None
+        if gdal.VersionInfo() >= "3100000":
+            assert multipart_uploads(store[0], key) == []
+        before_rerun = store_etag(case.dst)
+        run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)
+        assert store_etag(case.dst) == before_rerun  # skipped
+    else:
+        assert store_etag(case.dst) != c_etag
+        run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)
+        assert any(case.records(r, case.output()) for r in completed(case, "K2"))
+    assert case.temp_dirs() == []

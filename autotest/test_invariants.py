@@ -24,6 +24,8 @@ import shutil
 import sqlite3
 import stat
 import subprocess
+import tempfile
+import uuid
 import sys
 
 import pytest
@@ -96,6 +98,19 @@ def plant_reap_attacks(directory, victim):
     return real
 
 
+def add_object_output_row(ledger, work_key):
+    """A row for an object output (/vsis3/bucket/a.tif), as a worker on this machine would leave
+    it: reap then looks in CPL_TMPDIR, where object outputs keep their temporary copies."""
+    conn = sqlite3.connect(ledger.dsn[len("sqlite:"):])
+    conn.row_factory = sqlite3.Row
+    row = dict(conn.execute("SELECT * FROM ledger").fetchone())
+    row.update(work_key=work_key, output_uri="/vsis3/bucket/a.tif")
+    conn.execute(f"INSERT INTO ledger ({','.join(row)}) VALUES ({','.join('?' * len(row))})",
+                 list(row.values()))
+    conn.commit()
+    conn.close()
+
+
 def test_invariant_reap_deletes_only_idem_directories_never_through_links(tmp_path):
     """Beside a recorded local output and in CPL_TMPDIR (where object outputs keep their
     temporary copies), links, a dangling link and a FIFO named like IDEM's temporary
@@ -108,15 +123,7 @@ def test_invariant_reap_deletes_only_idem_directories_never_through_links(tmp_pa
     src = make_source(tmp_path / "src.tif", size=64)
     env = env_with(IDEM_LEDGER=ledger.dsn, CPL_TMPDIR=cpl_tmp)
     translate(src, f"/vsiidem/{out_dir}/a.tif", env=env).check_returncode()
-    # A row for an object output, as a worker on this machine would leave it.
-    conn = sqlite3.connect(ledger.dsn[len("sqlite:"):])
-    conn.row_factory = sqlite3.Row
-    row = dict(conn.execute("SELECT * FROM ledger").fetchone())
-    row.update(work_key="f" * 64, output_uri="/vsis3/bucket/a.tif")
-    conn.execute(f"INSERT INTO ledger ({','.join(row)}) VALUES ({','.join('?' * len(row))})",
-                 list(row.values()))
-    conn.commit()
-    conn.close()
+    add_object_output_row(ledger, "f" * 64)
 
     victim = make_victim(tmp_path)
     reals = [plant_reap_attacks(d, victim) for d in (out_dir, cpl_tmp)]
@@ -131,6 +138,43 @@ def test_invariant_reap_deletes_only_idem_directories_never_through_links(tmp_pa
     assert after == expected
     for r in reals:
         assert not os.path.lexists(r)
+
+
+def test_invariant_reap_as_root_leaves_what_another_user_planted_in_a_shared_tmpdir(tmp_path):
+    """The threat as it is met: an unprivileged user (nobody) plants links named like IDEM's
+    temporary directories, and a real one full of links, in a world-writable sticky CPL_TMPDIR;
+    root's reap (cron) runs over it. Nothing outside the planted names changes, the victim's
+    files are intact, and no link is followed."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to act as another user")
+    ledger = make_ledger("sqlite", tmp_path)
+    shared = tempfile.mkdtemp(prefix="idem-shared-tmp-", dir="/tmp")
+    try:
+        os.chmod(shared, 0o1777)
+        src = make_source(tmp_path / "src.tif", size=16)
+        env = env_with(IDEM_LEDGER=ledger.dsn, CPL_TMPDIR=shared)
+        translate(src, f"/vsiidem/{tmp_path}/a.tif", env=env).check_returncode()
+        add_object_output_row(ledger, "e" * 64)
+        victim = make_victim(tmp_path)
+        plant = (f"cd {shared} && ln -s {victim} .idem-tmp-linkdir && "
+                 f"ln -s {victim}/precious.tif .idem-tmp-linkfile && mkfifo .idem-tmp-fifo && "
+                 f"mkdir -p .idem-tmp-cafe/sub && ln -s {victim} .idem-tmp-cafe/inner && "
+                 f"ln -s {victim}/deep .idem-tmp-cafe/sub/deeper && "
+                 f"touch -h -d @1000000 .idem-tmp-cafe/sub .idem-tmp-cafe")
+        planted = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                       "sh", "-c", plant])
+        assert planted.returncode == 0, planted.stderr
+        before_victim = tree_state(victim)
+        before_shared = tree_state(shared)
+        proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "-q", "reap", "--older-than", "0s",
+                    "--all-dirs"], env=env)
+        assert proc.returncode in (0, 1), proc.stderr
+        assert tree_state(victim) == before_victim
+        after_shared = tree_state(shared)
+        assert {k: v for k, v in before_shared.items()
+                if not k.startswith(".idem-tmp-cafe")} == after_shared
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 # --- I1: forget --delete-output ------------------------------------------------------------------
@@ -524,6 +568,49 @@ def test_invariant_a_read_only_command_does_not_create_a_postgresql_schema():
         assert conn.execute("SELECT to_regclass('idem.ledger')").fetchone()[0] is None
 
 
+def test_invariant_read_only_commands_read_postgresql_in_a_read_only_transaction(tmp_path):
+    """The read-only commands against PostgreSQL run every statement inside a READ ONLY
+    transaction (so the server refuses any write, and nothing is left set on a pooled session).
+    The reader role's row-security policy on idem.ledger raises unless the transaction is
+    read-only: each command must succeed through it, and the ledger's rows stay as they were."""
+    import psycopg
+    ledger = make_ledger("postgresql", tmp_path)
+    src = make_source(tmp_path / "src.tif", size=16)
+    out = tmp_path / "out.tif"
+    translate(src, f"/vsiidem/{out}", env=env_with(IDEM_LEDGER=ledger.dsn)).check_returncode()
+    role = "idem_reader_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(ledger.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'reader-pw'")
+        conn.execute(f"GRANT USAGE ON SCHEMA idem TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA idem TO {role}")
+        conn.execute("""CREATE FUNCTION public.only_read_only() RETURNS boolean LANGUAGE plpgsql
+            AS $$ BEGIN
+              IF current_setting('transaction_read_only') <> 'on' THEN
+                RAISE EXCEPTION 'idem.ledger read outside a read-only transaction';
+              END IF;
+              RETURN true;
+            END $$""")
+        conn.execute("ALTER TABLE idem.ledger ENABLE ROW LEVEL SECURITY")
+        conn.execute(f"CREATE POLICY reader ON idem.ledger FOR SELECT TO {role} "
+                     "USING (public.only_read_only())")
+        rows_before = conn.execute("SELECT * FROM idem.ledger ORDER BY work_key").fetchall()
+        key = conn.execute("SELECT work_key FROM idem.ledger").fetchone()[0]
+    reader = f"{ledger.dsn} user={role} password=reader-pw"
+    line = f"gdal_translate -of IDEM {src} /vsiidem/{out}\n"
+    commands = [["status"], ["inflight"], ["explain", key, key], ["verify", "--dry-run"],
+                ["export", str(tmp_path / "ledger-export.geojson")]]
+    for args in commands:
+        proc = run([GDAL_IDEM, "--ledger", reader, "-q", *args])
+        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+        assert "reader-pw" not in proc.stderr
+    proc = subprocess.run([GDAL_IDEM, "--ledger", reader, "pending"], input=line,
+                          capture_output=True, text=True, env=env_with())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "", "completed work listed as pending"
+    with psycopg.connect(ledger.dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT * FROM idem.ledger ORDER BY work_key").fetchall() == rows_before
+
+
 def test_invariant_a_worker_refuses_a_file_that_is_not_a_ledger(tmp_path):
     """A worker's IDEM_LEDGER naming someone's GeoPackage: refused before anything is written
     to it (the header is not switched to WAL, no table added)."""
@@ -652,6 +739,49 @@ def test_invariant_a_takeover_keeps_the_output_an_abandoned_publish_replaced(tmp
     assert file_state(out) == k1
     run(warp("bilinear"), env=env, check=True)
     assert file_state(out) == k1  # skipped: the completion still matches its file
+
+
+@pytest.mark.parametrize("after", ["reap", "takeover"])
+def test_invariant_a_worker_killed_between_sidecar_and_primary_leaves_a_whole_output(tmp_path,
+                                                                                     after):
+    """K2's publish has put its sidecar over K1's completed PNG (and moved K1's other recorded
+    sidecars aside) and is killed before its primary is placed: K1's pixels are then shown with
+    K2's CRS. `reap` puts K1's recorded files back before it removes the dead worker's temporary
+    directory (and K1's rerun skips); a takeover of K2 restores them, then publishes K2 whole."""
+    ledger = make_ledger("sqlite", tmp_path)
+    first = make_source(tmp_path / "first.tif", size=64)
+    second = make_source(tmp_path / "second.tif", size=64, seed=7, epsg=3857)
+    out = tmp_path / "out.png"
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_FSYNC="NO")
+
+    def cmd(src):
+        return ["gdal_translate", "-q", "-of", "IDEM", "-co", "FORMAT=PNG", src, f"/vsiidem/{out}"]
+
+    def published():
+        return {name: info for name, info in tree_state(tmp_path).items()
+                if name.startswith("out.")}
+
+    run(cmd(first), env=env, check=True)
+    k1 = published()
+    assert "out.png.aux.xml" in k1
+    zombie = PausedWorker(cmd(second), dict(env, IDEM_STALE_SECONDS="2"), "during_publish",
+                          tmp_path)
+    zombie.kill()
+    assert published() != k1  # K2's sidecar beside K1's pixels
+    wait_until_leases_expired(ledger)
+    if after == "reap":
+        proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "-q", "reap", "--older-than", "0s"],
+                   env=env)
+        assert proc.returncode == 1, proc.stderr  # 1: it released a claim and removed a directory
+        assert published() == k1
+        assert not [n for n in os.listdir(tmp_path) if n.startswith(".idem-tmp-")]
+        run(cmd(first), env=env, check=True)
+        assert published() == k1  # skipped: K1's completion matches its files
+    else:
+        run(cmd(second), env=env, check=True)
+        assert_completed_output_is_whole(ledger, out, after)
+        assert gdal.Open(str(out)).GetSpatialRef().GetAuthorityCode(None) == "3857"
+        assert len([r for r in ledger.completed() if r["superseded_at"] is None]) == 1
 
 
 def start_worker(cmd, env, point, tmp_path):

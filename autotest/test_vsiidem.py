@@ -330,6 +330,27 @@ def test_vsiidem_unlink_of_missing_file_fails(tmp_path):
         gdal.Unlink(vsiidem(str(tmp_path / "nothing.tif")))
 
 
+def test_vsiidem_unlink_of_a_file_removed_since_it_was_seen_succeeds(tmp_path):
+    """Two workers preparing one output both delete its old sidecar: the second's delete finds
+    it gone. A file this process saw (listed or found by stat) and another process removed
+    since is deleted without an error; a name never seen still fails."""
+    listed = tmp_path / "out.png.aux.xml"
+    stated = tmp_path / "other.png.aux.xml"
+    for path in (listed, stated):
+        path.write_text("<PAMDataset/>")
+    assert "out.png.aux.xml" in gdal.ReadDir(vsiidem(str(tmp_path)))
+    assert gdal.VSIStatL(vsiidem(str(stated))) is not None
+    os.unlink(listed)
+    os.unlink(stated)
+    gdal.ErrorReset()
+    assert gdal.Unlink(vsiidem(str(listed))) == 0
+    assert gdal.Unlink(vsiidem(str(stated))) == 0
+    assert gdal.GetLastErrorMsg() == ""
+    with pytest.raises(RuntimeError):
+        gdal.Unlink(vsiidem(str(tmp_path / "never-seen.png.aux.xml")))
+    assert sorted(os.listdir(tmp_path)) == []
+
+
 def test_vsiidem_passes_stat_readdir_open_through(tmp_path, source):
     name = vsiidem(str(source))
     stat = gdal.VSIStatL(name)

@@ -64,11 +64,4 @@ and band count checked. Target: under 10 s for 10,000 rows.
 <!-- verify:end -->
 MD
 )
-/usr/bin/python3 - "${IDEM_BENCH_RESULTS:-$root/bench/RESULTS.md}" "$section" <<'PY'
-import re, sys
-path, section = sys.argv[1], sys.argv[2]
-text = open(path).read()
-pattern = re.compile(r"<!-- verify:begin -->.*?<!-- verify:end -->", re.S)
-text = pattern.sub(lambda m: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
-open(path, "w").write(text)
-PY
+/usr/bin/python3 "$here/replace_section.py" verify "${IDEM_BENCH_RESULTS:-$root/bench/RESULTS.md}" "$section"

@@ -148,7 +148,6 @@ class IdemCreator {
                          const std::vector<std::string>& published);
   void take_back(AtomicOutput& output, const OutputFingerprint& fingerprint);
   std::vector<KnownFile> members_to_retire() const;
-  std::vector<KnownFile> recorded_files_at_destination(bool primaries) const;
 
   PreDelete& m_pre_delete;
   IdemOptions m_options;
@@ -812,33 +811,7 @@ std::vector<KnownFile> IdemCreator::members_to_retire() const {
   if (is_object_store_path(m_destination) || !look_without_following(m_destination)) {
     return {};
   }
-  return recorded_files_at_destination(false);
-}
-
-// The local files the completions recorded at this destination: their sidecars, and with
-// `primaries` their primary files too.
-std::vector<KnownFile> IdemCreator::recorded_files_at_destination(bool primaries) const {
-  std::vector<KnownFile> files;
-  if (is_object_store_path(m_destination)) {
-    return files;
-  }
-  for (const LedgerRow& row : m_ledger->rows_on_output(m_destination, RowState::k_completed)) {
-    if (!row.fingerprint) {
-      continue;
-    }
-    if (primaries && row.fingerprint->mtime_ns != 0) {
-      files.push_back(KnownFile{m_destination, row.fingerprint->size, row.fingerprint->mtime_ns,
-                                std::nullopt, std::nullopt});
-    }
-    for (const RecordedMember& member :
-         recorded_members(*row.fingerprint).value_or(std::vector<RecordedMember>())) {
-      if (!member.tree && member.mtime_ns) {
-        files.push_back(
-            KnownFile{member.path, member.size, member.mtime_ns, std::nullopt, std::nullopt});
-      }
-    }
-  }
-  return files;
+  return recorded_local_files(*m_ledger, m_destination, false);
 }
 
 // What this attempt published, taken back before it is recorded: an object it uploaded is
@@ -865,8 +838,9 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     const std::string owner = m_work.key.substr(0, 16);
     AtomicOutput output(m_destination, temp_token(token, owner));
     if (claim.attempt > 1) {
-      const int removed = remove_abandoned_temp_dirs(m_destination, owner, output.temp_dir(),
-                                                     recorded_files_at_destination(true));
+      const int removed =
+          remove_abandoned_temp_dirs(m_destination, owner, output.temp_dir(),
+                                     recorded_local_files(*m_ledger, m_destination, true));
       if (removed > 0) {
         CPLDebug("IDEM", "removed %d temporary directories of earlier attempts", removed);
       }

@@ -316,16 +316,13 @@ void keep_dataset_files(GDALDataset* dataset) {
 // very same bytes), so its pixels do not stay where another worker's completion is recorded.
 void remove_own_object(WorkerLedger& ledger, const std::string& path,
                        const OutputFingerprint& ours) {
-  const auto headers = object_headers(path, true);
-  if (!headers || !headers_match(path, *headers, ours)) {
-    return;  // not ours any more
-  }
+  std::vector<OutputFingerprint> recorded;
   for (const LedgerRow& row : ledger.rows_on_output(path, RowState::k_completed)) {
-    if (row.fingerprint && headers_match(path, *headers, *row.fingerprint)) {
-      return;  // recorded by a completion: those bytes stay
+    if (row.fingerprint) {
+      recorded.push_back(*row.fingerprint);
     }
   }
-  if (VSIUnlink(path.c_str()) == 0) {
+  if (delete_recorded_object(path, ours, recorded) == DeleteOutcome::k_deleted) {
     CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost", path.c_str());
   }
 }

@@ -335,6 +335,11 @@ int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, 
       std::lock_guard<std::mutex> lock(shared.m_mutex);
       shared.note_object_look(real, result != 0 && (stat_errno == 0 || stat_errno == ENOENT));
     }
+    if (result == 0 && target == real) {
+      auto& shared = state();
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      shared.note_found(real);
+    }
     errno = stat_errno;
     return result;
   } catch (const std::exception& error) {
@@ -381,10 +386,13 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
                                     : object_seen);
       existed = true;
     }
-    if (!existed) {
+    if (!existed && !shared.saw_exist(real)) {
       errno = ENOENT;
       return -1;
     }
+    // A file this process saw that another process removed since (two workers preparing one
+    // output both delete its old sidecar): what the delete asks for holds, and GDAL would
+    // otherwise print "Deleting ... failed" for a run that succeeds.
     return 0;
   } catch (const std::exception& error) {
     CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
@@ -453,6 +461,8 @@ char** VsiIdemFilesystemHandler::ReadDirEx(const char* dirname, int max_files) {
     if (!dir_exists && visible.empty()) {
       return nullptr;
     }
+    shared.m_listed_dir = real_dir;
+    shared.m_listed_names = std::move(seen);
     return visible.StealList();
   } catch (const std::exception& error) {
     CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());

@@ -5,15 +5,18 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,6 +158,32 @@ class VsiIdemState {
   size_t m_missing_looks_prune_at = 64;  // its size at which expired entries are dropped
   UnlinkHook m_hook;                     // vsiidem_set_unlink_hook
   bool m_exit_flush_registered = false;
+  // What this process last saw exist through /vsiidem/: the names of its last directory
+  // listing and of its last few successful Stat calls. A delete of one of them that another
+  // process removed since succeeds (see VsiIdemFilesystemHandler::Unlink).
+  std::string m_listed_dir;
+  std::set<std::string> m_listed_names;
+  std::deque<std::string> m_found_by_stat;
+
+  // Caller holds m_mutex.
+  void note_found(const std::string& real) {
+    if (std::find(m_found_by_stat.begin(), m_found_by_stat.end(), real) != m_found_by_stat.end()) {
+      return;
+    }
+    if (m_found_by_stat.size() == k_found_by_stat_kept) {
+      m_found_by_stat.pop_front();
+    }
+    m_found_by_stat.push_back(real);
+  }
+  // Caller holds m_mutex.
+  bool saw_exist(const std::string& real) const {
+    const size_t slash = real.rfind('/');
+    const std::string dir = slash == 0 ? "/" : real.substr(0, slash);
+    return (slash != std::string::npos && dir == m_listed_dir &&
+            m_listed_names.count(real.substr(slash + 1)) != 0) ||
+           std::find(m_found_by_stat.begin(), m_found_by_stat.end(), real) != m_found_by_stat.end();
+  }
+  static constexpr size_t k_found_by_stat_kept = 16;
 
   // The exit handler is registered with the first deferred unlink, after GDAL's file system
   // for it answered a request: static objects GDAL created for that request are destroyed

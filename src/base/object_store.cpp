@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "cpl_vsi_error.h"
+#include "gdal_version.h"
 
 namespace idem {
 
@@ -222,17 +224,59 @@ bool conditional_writes_enabled() {
   return true;
 }
 
-bool conditional_upload_applies(const std::string& path, int64_t size) {
-  if (!conditional_writes_enabled() || path.rfind("/vsis3/", 0) != 0) {
-    return false;
-  }
-  // GDAL's /vsis3/ writer buffers VSIS3_CHUNK_SIZE (MB) and starts a multipart upload when the
-  // buffer fills; below it the object goes in one PUT, which carries the creation headers.
+namespace {
+
+// The size from which GDAL's /vsis3/ writer sends an object in parts: it buffers VSIS3_CHUNK_SIZE
+// (MB) and starts a multipart upload when the buffer fills; below it the object goes in one PUT.
+int64_t s3_chunk_size() {
   int64_t chunk = int64_t(atoi(CPLGetConfigOption("VSIS3_CHUNK_SIZE", "50"))) << 20;
   if (const char* bytes = CPLGetConfigOption("VSIS3_CHUNK_SIZE_BYTES", nullptr)) {
     chunk = CPLAtoGIntBig(bytes);
   }
-  return size < chunk;
+  return chunk;
+}
+
+// The upload ID GDAL names in its error about a failed CompleteMultipartUpload
+// ("... (uploadId=ID) failed"), or "".
+std::string upload_id_in(const std::string& message) {
+  const std::string marker = "uploadId=";
+  const size_t at = message.find(marker);
+  if (at == std::string::npos) {
+    return std::string();
+  }
+  const size_t start = at + marker.size();
+  const size_t end = message.find_first_of(") \n", start);
+  return message.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+// A multipart upload whose completion was refused keeps its parts (and their cost) until it is
+// aborted. GDAL 3.10 and later abort it here; GDAL 3.6 has no call for it (and its writer does
+// not abort it): the bucket's lifecycle rule AbortIncompleteMultipartUpload removes them
+// (docs/object-storage.md).
+void abort_refused_upload(const std::string& path, const std::string& upload_id) {
+#if GDAL_VERSION_NUM >= GDAL_COMPUTE_VERSION(3, 10, 0)
+  if (!upload_id.empty()) {
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    if (VSIMultipartUploadAbort(path.c_str(), upload_id.c_str(), nullptr)) {
+      CPLDebug("IDEM", "aborted the refused multipart upload %s of %s", upload_id.c_str(),
+               path.c_str());
+    }
+  }
+#else
+  (void)path;
+  (void)upload_id;
+#endif
+}
+
+}  // namespace
+
+bool conditional_upload_applies(const std::string& path, int64_t size) {
+  if (!conditional_writes_enabled() || path.rfind("/vsis3/", 0) != 0) {
+    return false;
+  }
+  // A multipart upload takes its condition on its completion, sent through GDAL_HTTP_HEADERS
+  // (copy_vsi_file), which then cannot also carry headers the user set there.
+  return size < s3_chunk_size() || CPLGetConfigOption("GDAL_HTTP_HEADERS", nullptr) == nullptr;
 }
 
 CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
@@ -243,15 +287,23 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   if (!in) {
     throw Error(ErrorKind::k_io, "cannot read " + from + ": " + last_vsi_error());
   }
-  // The condition travels as a creation header of the PUT (GDAL sends the options of
-  // VSIFOpenEx2L as HTTP headers).
+  // The condition travels as a creation header of a single PUT (GDAL sends the options of
+  // VSIFOpenEx2L as HTTP headers). An object GDAL sends in parts takes it on the request that
+  // completes the upload, made when the file is closed: the header is then set for this thread's
+  // requests (GDAL_HTTP_HEADERS) around the close only. The parts sent during the writes carry
+  // nothing; the last part, sent by the close, carries it too and S3 ignores it there.
   CPLStringList headers;
+  std::string condition;
   if (expected != nullptr) {
-    if (expected->etag.empty()) {
-      headers.SetNameValue("If-None-Match", "*");
-    } else {
-      headers.SetNameValue("If-Match", expected->etag.c_str());
-    }
+    condition = expected->etag.empty() ? "If-None-Match: *" : "If-Match: " + expected->etag;
+  }
+  VSIStatBufL from_info;
+  const bool in_parts = expected != nullptr && to.rfind("/vsis3/", 0) == 0 &&
+                        VSIStatL(from.c_str(), &from_info) == 0 &&
+                        static_cast<int64_t>(from_info.st_size) >= s3_chunk_size();
+  if (expected != nullptr && !in_parts) {
+    headers.SetNameValue(expected->etag.empty() ? "If-None-Match" : "If-Match",
+                         expected->etag.empty() ? "*" : expected->etag.c_str());
   }
   // GDAL reports a refused PUT as an error of its own; a conditional upload's failure is told by
   // the Error thrown below instead (a refusal is often followed by a successful upload).
@@ -292,8 +344,19 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
     hash_last_chunk();  // no thread to be had: hashed here
   }
   // For an object the upload completes (or fails) on close.
-  if (VSIFCloseL(out) != 0) {
-    ok = false;
+  {
+    std::optional<CPLConfigOptionSetter> completion_condition;
+    if (in_parts) {
+      completion_condition.emplace("GDAL_HTTP_HEADERS", condition.c_str(), true);
+    }
+    if (VSIFCloseL(out) != 0) {
+      ok = false;
+    }
+  }
+  std::string close_error;
+  if (in_parts && !ok) {
+    close_error = last_vsi_error();
+    abort_refused_upload(to, upload_id_in(std::string(CPLGetLastErrorMsg()) + " " + close_error));
   }
   if (hashing.joinable()) {
     hashing.join();
@@ -303,7 +366,7 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   }
   if (!ok && expected != nullptr) {
     // Refused for its condition, or failed for another reason: the store's object now decides.
-    const std::string error = last_vsi_error();
+    const std::string error = close_error.empty() ? last_vsi_error() : close_error;
     if (current_object_etag(to) != expected->etag) {
       throw UploadRefused(ErrorKind::k_ledger, "the upload to " + to +
                                                    " was refused: another writer changed the " +

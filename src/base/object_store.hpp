@@ -56,10 +56,11 @@ struct ExpectedObject {
 
 // Whether an upload of `size` bytes to `path` is sent as a conditional write (If-Match on the
 // expected ETag, If-None-Match: * where no object was), which S3 refuses (412) once another
-// writer has changed the object. IDEM_CONDITIONAL_WRITE=AUTO (the default): uploads to /vsis3/
-// that GDAL sends in one PUT (below VSIS3_CHUNK_SIZE; a multipart upload takes the condition on
-// its completion, which GDAL cannot send). NO: never (for an S3-compatible store that rejects the
-// headers). Throws idem::Error(k_usage) for another value.
+// writer has changed the object. IDEM_CONDITIONAL_WRITE=AUTO (the default): every upload to
+// /vsis3/; one GDAL sends in parts (VSIS3_CHUNK_SIZE and larger) takes the condition on its
+// CompleteMultipartUpload, sent through GDAL_HTTP_HEADERS, so not when the user set
+// GDAL_HTTP_HEADERS. NO: never (for an S3-compatible store that rejects the headers). Throws
+// idem::Error(k_usage) for another value.
 bool conditional_upload_applies(const std::string& path, int64_t size);
 // IDEM_CONDITIONAL_WRITE read and checked: true for AUTO (the default), false for NO; throws
 // idem::Error(k_usage) naming the value and the valid ones for anything else.

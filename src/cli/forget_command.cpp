@@ -53,14 +53,16 @@ void remove_recorded_output(const LedgerRow& row, Removal& removal) {
     }
   };
   const auto remove_object = [&](const std::string& path, const OutputFingerprint& expected) {
-    const auto headers = object_headers(path, true);
-    if (!headers) {
-      return;
-    }
-    if (!headers_match(path, *headers, expected)) {
-      changed.push_back(path + " is not the object recorded");
-    } else if (VSIUnlink(path.c_str()) == 0) {
-      removal.deleted.push_back(path);
+    switch (delete_recorded_object(path, expected)) {
+      case DeleteOutcome::k_deleted:
+        removal.deleted.push_back(path);
+        break;
+      case DeleteOutcome::k_absent:
+      case DeleteOutcome::k_failed:
+        break;
+      case DeleteOutcome::k_not_ours:
+        changed.push_back(path + " is not the object recorded");
+        break;
     }
   };
   const bool object = is_object_store_path(row.output_uri);

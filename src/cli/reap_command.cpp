@@ -8,6 +8,7 @@
 // orchestrator can resubmit.
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "base/canonical_json.hpp"
@@ -20,6 +21,7 @@
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "work/atomic_output.hpp"
+#include "work/output_check.hpp"
 
 namespace idem::cli {
 
@@ -121,6 +123,7 @@ struct ClaimScan {
   std::vector<LedgerRow> candidates;
   std::set<std::string> live_tokens;
   std::set<std::string> directories;
+  std::map<std::string, std::string> outputs;  // claim token -> output, of the rows in flight
 };
 
 ClaimScan scan_claims(Ledger& ledger, Ledger::RowFilter filter, double min_claim_expiry) {
@@ -136,6 +139,7 @@ ClaimScan scan_claims(Ledger& ledger, Ledger::RowFilter filter, double min_claim
       if (row.state != RowState::k_in_flight) {
         continue;
       }
+      scan.outputs[row.claim_token] = row.output_uri;
       const bool expired = row.lease_left_seconds && *row.lease_left_seconds <= 0;
       if (!expired) {
         scan.live_tokens.insert(row.claim_token);
@@ -148,6 +152,18 @@ ClaimScan scan_claims(Ledger& ledger, Ledger::RowFilter filter, double min_claim
     }
   }
   return scan;
+}
+
+// An orphan temporary directory goes. A killed worker's beside a local output may hold the
+// files its publish replaced (killed between publishing and its completion): those a completion
+// recorded are put back first, so the completed output is whole again (invariant I3).
+DeleteOutcome remove_orphan(Ledger& ledger, const ClaimScan& scan, const std::string& path) {
+  const auto output = scan.outputs.find(token_of_temp_dir(basename_of(path)));
+  if (output == scan.outputs.end() || is_object_store_path(output->second) ||
+      parent_of(output->second) != parent_of(path)) {
+    return delete_own_directory(path);
+  }
+  return remove_abandoned_temp_dir(path, recorded_local_files(ledger, output->second, true));
 }
 
 }  // namespace
@@ -211,7 +227,7 @@ int run_reap(const Args& args, const GlobalOptions& global) {
   std::vector<std::string> removed_failed;
   for (size_t i = 0; i < orphans.size(); ++i) {
     const DeleteOutcome outcome =
-        dry_run ? DeleteOutcome::k_deleted : delete_own_directory(orphans[i].path);
+        dry_run ? DeleteOutcome::k_deleted : remove_orphan(*ledger, scan, orphans[i].path);
     if (outcome != DeleteOutcome::k_deleted && outcome != DeleteOutcome::k_absent) {
       removed_failed.push_back(orphans[i].path);
     }

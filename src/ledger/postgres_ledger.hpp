@@ -159,6 +159,8 @@ class PostgresLedger : public Ledger, public CallerTransactionCompletion {
   PgResult take_answer();
   [[noreturn]] void fail(const PGresult* result, const std::string& what);
   static std::vector<const char*> raw_params(const Params& params);
+  void begin_read_only_transaction();
+  void restore_read_only_transaction();
   PgResult checked(PGresult* raw, const std::string& what);
   PgResult exec_prepared(const char* name, const Params& params, const std::string& what);
   PgResult exec_params(const std::string& sql, const Params& params, const std::string& what);

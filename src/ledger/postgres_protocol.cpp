@@ -53,10 +53,11 @@ void PostgresLedger::fail(const PGresult* result, const std::string& what) {
               message));
   }
   const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
-  throw Error(
-      ErrorKind::k_ledger,
-      scrub("PostgreSQL ledger " + m_redacted + ": " + what + " failed" +
-            (state != nullptr ? std::string(" (SQLSTATE ") + state + ")" : "") + ": " + message));
+  const std::string code = state != nullptr ? state : "";
+  restore_read_only_transaction();
+  throw Error(ErrorKind::k_ledger,
+              scrub("PostgreSQL ledger " + m_redacted + ": " + what + " failed" +
+                    (!code.empty() ? " (SQLSTATE " + code + ")" : "") + ": " + message));
 }
 
 std::vector<const char*> PostgresLedger::raw_params(const Params& params) {
@@ -66,6 +67,23 @@ std::vector<const char*> PostgresLedger::raw_params(const Params& params) {
     raw.push_back(param ? param->c_str() : nullptr);
   }
   return raw;
+}
+
+// A read-only ledger (Ledger::open_read_only) reads inside one READ ONLY transaction, so the
+// server refuses any write whatever the statement. A session setting would outlive this client
+// on a transaction-mode pooler (PgBouncer hands the server session to others); a transaction
+// ends with it. After a failed statement the aborted transaction is replaced by a new one.
+void PostgresLedger::begin_read_only_transaction() {
+  checked(PQexec(m_connection.get(), "BEGIN TRANSACTION READ ONLY"),
+          "starting a read-only transaction");
+}
+
+void PostgresLedger::restore_read_only_transaction() {
+  if (!m_read_only || !m_connection || PQtransactionStatus(m_connection.get()) != PQTRANS_INERROR) {
+    return;
+  }
+  PgResult rollback(PQexec(m_connection.get(), "ROLLBACK"));
+  PgResult begin(PQexec(m_connection.get(), "BEGIN TRANSACTION READ ONLY"));
 }
 
 PgResult PostgresLedger::checked(PGresult* raw, const std::string& what) {
@@ -161,7 +179,7 @@ PgResult PostgresLedger::exec_statement(const char* base_name, const std::string
     uses = 1;
     return exec_overlapped(nullptr, sql, params, what, *meanwhile);
   }
-  if (uses == 0) {
+  if (uses == 0 || m_read_only) {  // a read-only ledger prepares nothing (few statements)
     uses = 1;
     return exec_params(sql, params, what);
   }

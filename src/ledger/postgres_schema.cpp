@@ -65,10 +65,11 @@ const std::string& PostgresLedger::required_extensions() {
 
 // The schema as it stands, in one query. Outside a transaction an uninitialised database is
 // told by the query's undefined_table error (no extra round trip in the common case); inside
-// one (migrations), where an error would abort the transaction, the table is looked up first.
+// one (migrations, and a read-only ledger's), where an error would abort the transaction, the
+// table is looked up first.
 SchemaState PostgresLedger::read_schema_state(bool in_transaction) {
   bool initialised = true;
-  if (in_transaction) {
+  if (in_transaction || m_read_only) {  // a read-only ledger reads in its transaction
     PgResult exists = exec_params("SELECT to_regclass('idem.schema_version') IS NOT NULL", {},
                                   "reading the schema version");
     initialised = std::string(PQgetvalue(exists.get(), 0, 0)) == "t";

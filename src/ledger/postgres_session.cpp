@@ -120,6 +120,9 @@ void PostgresLedger::connect() {
   }
   PQsetNoticeReceiver(connection.get(), &forward_warnings, nullptr);
   m_connection = std::move(connection);
+  if (m_read_only) {
+    begin_read_only_transaction();
+  }
 }
 
 // Reconnect once when the previous call lost the connection (and re-read the schema, which a
@@ -141,7 +144,7 @@ void PostgresLedger::ensure_connected() {
 // type and changes nothing. Its result is read (and any error of it ignored: the claim reports
 // its own) before the next statement; a broken connection is then reconnected as usual.
 void PostgresLedger::start_postgis_load() {
-  if (!m_has_footprint || m_postgis_load != PostgisLoad::k_not_started) {
+  if (m_read_only || !m_has_footprint || m_postgis_load != PostgisLoad::k_not_started) {
     return;
   }
   const char* values[] = {"SRID=4326;MULTIPOLYGON EMPTY"};

@@ -92,6 +92,9 @@ void fsync_tree(const std::string& path) {
 
 // Best effort, never throws: the temporary directory this attempt made (or an abandoned one of
 // the same work), through the one delete owner (safe_delete.hpp): never through a link.
+// A recorded sidecar of the replaced output, moved into the temporary directory by retire().
+constexpr const char* k_retired_prefix = ".retired.";
+
 void remove_tree(const std::string& path) {
   delete_own_directory(path);
 }
@@ -114,9 +117,13 @@ void restore_replaced(const std::string& abandoned, const std::string& final_dir
   if (recorded.empty()) {
     return;
   }
-  for (const std::string& name :
+  const std::string retired_prefix = k_retired_prefix;
+  for (const std::string& entry :
        directory_entries(abandoned).value_or(std::vector<std::string>())) {
-    const std::string kept = join_path(abandoned, name);
+    // A sidecar the publish moved aside (retire) or exchanged out (place).
+    const std::string name =
+        entry.rfind(retired_prefix, 0) == 0 ? entry.substr(retired_prefix.size()) : entry;
+    const std::string kept = join_path(abandoned, entry);
     const std::string final_path = join_path(final_dir, name);
     bool was_recorded = false;
     for (const KnownFile& file : recorded) {
@@ -175,12 +182,17 @@ int remove_abandoned_temp_dirs(const std::string& final_path, const std::string&
   for (const std::string& name : names) {
     const std::string path = join_path(dir, name);
     if (path != own_temp_dir) {
-      restore_replaced(path, dir, recorded);
-      remove_tree(path);
+      remove_abandoned_temp_dir(path, recorded);
       ++removed;
     }
   }
   return removed;
+}
+
+DeleteOutcome remove_abandoned_temp_dir(const std::string& temp_dir,
+                                        const std::vector<KnownFile>& recorded) {
+  restore_replaced(temp_dir, dirname_of(temp_dir), recorded);
+  return delete_own_directory(temp_dir);
 }
 
 void fsync_path(const std::string& path) {
@@ -363,6 +375,7 @@ std::vector<std::string> AtomicOutput::publish(bool durable) {
     for (const auto& name : ordered) {
       if (name == ordered.back()) {
         retire(ordered);  // the replaced output's other members go before the primary comes
+        test_pause("during_publish");  // the sidecars are in place, the primary is not
       }
       place(join_path(m_temp_dir, name), join_path(final_dir, name));
       published.push_back(join_path(final_dir, name));
@@ -460,7 +473,7 @@ void AtomicOutput::retire(const std::vector<std::string>& placed_names) {
         !is_known_file(file)) {
       continue;  // replaced by the new output's own file, or not the file recorded any more
     }
-    const std::string aside = join_path(m_temp_dir, ".retired." + name);
+    const std::string aside = join_path(m_temp_dir, k_retired_prefix + name);
     if (::renameat2(AT_FDCWD, file.path.c_str(), AT_FDCWD, aside.c_str(), RENAME_NOREPLACE) == 0) {
       m_retired.push_back(Retired{aside, file.path});
     }

@@ -142,6 +142,11 @@ std::string token_of_temp_dir(const std::string& name);
 int remove_abandoned_temp_dirs(const std::string& final_path, const std::string& owner,
                                const std::string& own_temp_dir,
                                const std::vector<KnownFile>& recorded = {});
+// One abandoned attempt's local temporary directory (beside its output, which is in the same
+// directory): the files its publish replaced that are among `recorded` are put back first, as
+// above, then the directory goes (delete_own_directory). Used by a takeover and by `reap`.
+DeleteOutcome remove_abandoned_temp_dir(const std::string& temp_dir,
+                                        const std::vector<KnownFile>& recorded);
 
 // fsync a file or directory by path; throws idem::Error(k_io).
 void fsync_path(const std::string& path);

@@ -12,6 +12,7 @@
 #include "base/sha256.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
+#include "cpl_vsi.h"
 
 namespace idem {
 
@@ -250,6 +251,48 @@ std::optional<std::string> output_members_json(const std::string& primary, CSLCo
     members.push_back(tree_member(primary));
   }
   return members_text(std::move(members));
+}
+
+std::vector<KnownFile> recorded_local_files(WorkerLedger& ledger, const std::string& destination,
+                                            bool primaries) {
+  std::vector<KnownFile> files;
+  if (is_object_store_path(destination)) {
+    return files;
+  }
+  for (const LedgerRow& row : ledger.rows_on_output(destination, RowState::k_completed)) {
+    if (!row.fingerprint) {
+      continue;
+    }
+    if (primaries && row.fingerprint->mtime_ns != 0) {
+      files.push_back(KnownFile{destination, row.fingerprint->size, row.fingerprint->mtime_ns,
+                                std::nullopt, std::nullopt});
+    }
+    for (const RecordedMember& member :
+         recorded_members(*row.fingerprint).value_or(std::vector<RecordedMember>())) {
+      if (!member.tree && member.mtime_ns) {
+        files.push_back(
+            KnownFile{member.path, member.size, member.mtime_ns, std::nullopt, std::nullopt});
+      }
+    }
+  }
+  return files;
+}
+
+DeleteOutcome delete_recorded_object(const std::string& path, const OutputFingerprint& expected,
+                                     const std::vector<OutputFingerprint>& also_recorded) {
+  const auto headers = object_headers(path, true);
+  if (!headers) {
+    return DeleteOutcome::k_absent;
+  }
+  if (!headers_match(path, *headers, expected)) {
+    return DeleteOutcome::k_not_ours;
+  }
+  for (const OutputFingerprint& recorded : also_recorded) {
+    if (headers_match(path, *headers, recorded)) {
+      return DeleteOutcome::k_not_ours;  // a completion records those bytes: they stay
+    }
+  }
+  return VSIUnlink(path.c_str()) == 0 ? DeleteOutcome::k_deleted : DeleteOutcome::k_failed;
 }
 
 }  // namespace idem

@@ -58,6 +58,20 @@ struct RecordedMember {
 // The members `recorded` holds; nullopt for a row completed before they were recorded.
 std::optional<std::vector<RecordedMember>> recorded_members(const OutputFingerprint& recorded);
 
+// The local files the completions recorded at `destination` (its completed rows, superseded
+// ones too): their sidecars, and with `primaries` their primary files too. Empty for an object
+// output. What a publish moves aside, and what an abandoned publish's leftovers restore.
+std::vector<KnownFile> recorded_local_files(WorkerLedger& ledger, const std::string& destination,
+                                            bool primaries);
+
+// Invariant I1 for an object: deletes the object at `path` only while the store shows the one
+// `expected` describes (its size and ETag, asked now), and not while it matches one of
+// `also_recorded` (a completion that records those very bytes). k_absent when nothing is there,
+// k_not_ours when something else is. Used by `forget --delete-output` and by a worker taking
+// back what it uploaded after its claim was lost.
+DeleteOutcome delete_recorded_object(const std::string& path, const OutputFingerprint& expected,
+                                     const std::vector<OutputFingerprint>& also_recorded = {});
+
 // The same JSON for local files just published (their sizes and mtimes known): every file of
 // `files` but `primary`.
 std::string local_members_json(const std::vector<PublishedFile>& files, const std::string& primary);

@@ -13,6 +13,33 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 
+def honour_if_match_on_complete():
+    """moto 5.2 honours If-None-Match: * on CompleteMultipartUpload but ignores If-Match there.
+    Amazon S3 (API reference, CompleteMultipartUpload, "If-Match") completes the upload only
+    when the key's current ETag is the one given: 412 PreconditionFailed when it differs, 404
+    NoSuchKey when no object has the key. This adds that check in front of moto's own handler
+    (autotest/test_serve_moto.py compares it with the documentation). A completion repeated for
+    the upload that made the current object stays idempotent, as in moto."""
+    from moto.s3.exceptions import MissingKey, PreconditionFailed
+    from moto.s3.responses import S3Response
+
+    original = S3Response._key_response_post
+
+    def _key_response_post(self, request, body, bucket_name, query, key_name):
+        if_match = self.headers.get("If-Match")
+        if query.get("uploadId") and if_match:
+            existing = self.backend.get_object(bucket_name, key_name)
+            if existing is None:
+                raise MissingKey(key=key_name)
+            repeated = existing.multipart is not None and \
+                existing.multipart.id == query["uploadId"][0]
+            if not repeated and existing.etag not in (if_match, f'"{if_match}"'):
+                raise PreconditionFailed("If-Match")
+        return original(self, request, body, bucket_name, query, key_name)
+
+    S3Response._key_response_post = _key_response_post
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--address", default="127.0.0.1")
@@ -20,6 +47,7 @@ def main():
     parser.add_argument("port", type=int)
     parser.add_argument("buckets", nargs="*")
     args = parser.parse_args()
+    honour_if_match_on_complete()
     server = ThreadedMotoServer(ip_address=args.address, port=args.port, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
