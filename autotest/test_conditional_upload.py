@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from osgeo import gdal
 
-from idem_testlib import gdal_config, make_source, read_pixels, run
+from idem_testlib import GDAL_IDEM, gdal_config, make_source, read_pixels, run, wait_until
 from motoserver import PYTHON, MotoS3Server
 from test_fault_matrix import RESAMPLING, Case, warp
 from test_object_store import BUCKET, s3  # noqa: F401  (the module's s3rver fixture)
@@ -229,3 +229,54 @@ def test_zombie_multipart_upload_is_refused_at_its_completion(store, scene, tmp_
         run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)
         assert any(case.records(r, case.output()) for r in completed(case, "K2"))
     assert case.temp_dirs() == []
+
+
+@pytest.mark.parametrize("store", [("moto", "AUTO")], indirect=True, ids=["moto"])
+def test_a_zombies_take_back_never_deletes_a_successors_object(store, scene, tmp_path):
+    """A (K1) uploads, is stopped before its completion and loses its claim (reap releases it).
+    Its completion refused, A looks at the object (its own, recorded by no completion) to take
+    it back, and stops there. C (K2) then uploads over A's object and completes. A goes on: its
+    delete is conditional on the ETag it saw, so the store refuses it and C's object stays,
+    recorded. (The look and an unconditional delete let A delete C's newer work.)"""
+    case = make_case(tmp_path, store, scene)
+    host_tmp = case.tmp / "host-a"
+    host_tmp.mkdir()
+    resume, reached = case.tmp / "resume", case.tmp / "reached"
+    env = dict(case.env, IDEM_TEST_PAUSE_AT="before_complete,before_object_delete",
+               IDEM_TEST_PAUSE_SECONDS="600", IDEM_TEST_RESUME_FILE=str(resume),
+               IDEM_TEST_REACHED_FILE=str(reached), IDEM_STALE_SECONDS="2",
+               CPL_TMPDIR=str(host_tmp))
+    a = subprocess.Popen(warp(case.source, case.dst, "K1"), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (case.tmp / "reached.before_complete").exists() or a.poll() is not None,
+                   "A uploaded, before its completion")
+        assert a.poll() is None
+        a_output = case.output()
+        assert a_output is not None
+        a.send_signal(signal.SIGSTOP)
+        case.wait_for_lease_end(a.pid)
+        proc = run([GDAL_IDEM, "--ledger", case.ledger.dsn, "-q", "reap"], env=case.env)
+        assert proc.returncode == 1, proc.stderr  # released A's claim
+        a.send_signal(signal.SIGCONT)
+        (case.tmp / "resume.before_complete").write_text("go")
+        wait_until(lambda: (case.tmp / "reached.before_object_delete").exists()
+                   or a.poll() is not None, "A about to take its object back")
+        assert a.poll() is None
+        run(warp(case.source, case.dst, "K2"), env=case.env, check=True)  # C
+        c_output = case.output()
+        assert c_output != a_output
+        (case.tmp / "resume.before_object_delete").write_text("go")
+        _, stderr = a.communicate(timeout=300)
+    finally:
+        for name in ("resume.before_complete", "resume.before_object_delete"):
+            (case.tmp / name).write_text("go")
+        if a.poll() is None:
+            a.send_signal(signal.SIGCONT)
+            a.kill()
+            a.wait()
+    assert a.returncode != 0, stderr
+    assert case.output() == c_output, "A's take-back deleted C's newer object"
+    [k2] = completed(case, "K2")
+    assert case.records(k2, c_output) and k2["superseded_at"] is None
+    assert completed(case, "K1") == []

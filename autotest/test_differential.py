@@ -26,7 +26,8 @@ gdal.UseExceptions()
 
 CASES_FILE = pathlib.Path(__file__).resolve().parent / "data" / "differential_cases.txt"
 EXTENSIONS = {"GTiff": "tif", "COG": "tif", "PNG": "png", "JPEG": "jpg", "GPKG": "gpkg",
-              "netCDF": "nc", "ENVI": "img", "HFA": "img", "Zarr": "zarr", "JP2OpenJPEG": "jp2"}
+              "netCDF": "nc", "ENVI": "img", "HFA": "img", "Zarr": "zarr", "JP2OpenJPEG": "jp2",
+              "MRF": "mrf"}
 GDAL_VERSION = int(gdal.VersionInfo("VERSION_NUM"))
 # Where the summary is gathered (conftest.py prints it at the end of the session).
 RESULTS = os.environ.get("IDEM_DIFFERENTIAL_RESULTS")
@@ -89,6 +90,12 @@ def sources(tmp_path_factory):
 
     byte_source("src.tif").FlushCache()
     paths["src"] = root / "src.tif"
+    # src with every band's colour interpretation Undefined (as a MEM dataset's are).
+    undefined = gdal.Translate(str(root / "undef.vrt"), str(root / "src.tif"), format="VRT")
+    for b in range(1, 4):
+        undefined.GetRasterBand(b).SetColorInterpretation(gdal.GCI_Undefined)
+    undefined = None
+    paths["undef"] = root / "undef.vrt"
     byte_source("src_b.tif", origin=(502560.0, 4650000.0), seed=7).FlushCache()
     paths["src_b"] = root / "src_b.tif"
     # East of src_b, with metadata that conflicts with theirs: a band description, a unit, an
@@ -108,6 +115,26 @@ def sources(tmp_path_factory):
     paths["mosaic_optfile"] = root / "mosaic.optfile"
     gdal.BuildVRT(str(root / "mosaic.vrt"), [str(paths["src"]), str(paths["src_b"])]).FlushCache()
     paths["mosaic"] = root / "mosaic.vrt"
+    # UInt16 RGBA whose bands are 15-bit (NBITS=15), read through a VRT (whose bands carry no
+    # NBITS, so gdalwarp takes their alpha maximum from the type).
+    ds = gtiff.Create(str(root / "nbits.tif"), size, size, 4, gdal.GDT_UInt16,
+                      ["NBITS=15", "PHOTOMETRIC=RGB", "ALPHA=YES"])
+    _geo(ds, size, size, (500000.0, 4650000.0))
+    for b in range(4):
+        values = (_pattern(size, b, 31) * 97 % 32768).astype(np.uint16)
+        if b == 3:
+            values = np.full((size, size), 32767, np.uint16)
+            values[:, :40] = 0
+            values[:30, :] = 16000
+        ds.GetRasterBand(b + 1).WriteArray(values)
+    ds = None
+    gdal.BuildVRT(str(root / "nbits.vrt"), [str(root / "nbits.tif")]).FlushCache()
+    paths["nbits"] = root / "nbits.vrt"
+    # The same mosaic whose eastern file is gone (GDAL opens it only to read from it).
+    byte_source("gone.tif", origin=(502560.0, 4650000.0), seed=7).FlushCache()
+    gdal.BuildVRT(str(root / "partial.vrt"), [str(paths["src"]), str(root / "gone.tif")]).FlushCache()
+    os.unlink(root / "gone.tif")
+    paths["partial"] = root / "partial.vrt"
     ds = byte_source("rgba.tif", bands=4, alpha=True)
     ds = None
     paths["rgba"] = root / "rgba.tif"
@@ -457,3 +484,27 @@ def test_every_keyword_argument_has_a_case(program, options):
                if name not in NOT_NAMED[program]
                and not re.search(rf"[\"']{name}[\"']\s*:", arguments)]
     assert not missing, f"gdal.{program} keyword arguments without a case: {missing}"
+
+
+def test_a_missing_vrt_source_fails_only_where_gdal_reads_it(sources, tmp_path):
+    """A VRT whose second file is gone: a window that never reaches it succeeds through IDEM as
+    the direct call does, with the same pixels, and skips on its rerun; a window that reads it
+    fails through IDEM as the direct call fails, recording nothing (docs/keys.md, "Missing
+    sources")."""
+    ledger = make_ledger("sqlite", tmp_path)
+    env = env_with(IDEM_LEDGER=ledger.dsn)
+    direct, output = tmp_path / "direct.tif", tmp_path / "out.tif"
+    west = ["-srcwin", "0", "0", "10", "10", sources["partial"]]
+    run(["gdal_translate", "-q", *west, direct], check=True)
+    run(["gdal_translate", "-q", "-of", "IDEM", *west, f"/vsiidem/{output}"], env=env, check=True)
+    assert differences(output, direct) == []
+    before = tree_state(output)
+    run(["gdal_translate", "-q", "-of", "IDEM", *west, f"/vsiidem/{output}"], env=env, check=True)
+    assert tree_state(output) == before
+    east = ["-srcwin", "300", "0", "10", "10", sources["partial"]]
+    assert run(["gdal_translate", "-q", *east, tmp_path / "direct_east.tif"]).returncode != 0
+    proc = run(["gdal_translate", "-q", "-of", "IDEM", *east, f"/vsiidem/{tmp_path}/east.tif"],
+               env=env)
+    assert proc.returncode != 0
+    assert not (tmp_path / "east.tif").exists()
+    assert len(ledger.completed()) == 1

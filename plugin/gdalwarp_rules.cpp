@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/error.hpp"
@@ -106,8 +108,11 @@ void copy_dataset_info(GDALDataset* vrt, GDALDataset* output, bool all_colour_in
         to->SetNoDataValue(value);
       }
     }
+    // Undefined is set too: a GeoTIFF whose fourth band is made alpha while its first three are
+    // left alone becomes RGB, where gdalwarp's (three Undefined bands and -dstalpha) stays
+    // MINISBLACK, Gray/Undefined/Undefined/Alpha.
     const GDALColorInterp interp = from->GetColorInterpretation();
-    if (interp != GCI_Undefined && (all_colour_interpretations || interp == GCI_AlphaBand)) {
+    if (all_colour_interpretations || interp == GCI_AlphaBand) {
       to->SetColorInterpretation(interp);
     }
     if (GDALColorTable* table = from->GetColorTable()) {
@@ -576,6 +581,46 @@ GDALDatasetUniquePtr run_gdalwarp(const std::vector<GDALDataset*>& sources,
                     " does it) failed: " + last_gdal_error());
   }
   return GDALDatasetUniquePtr(GDALDataset::FromHandle(made));
+}
+
+namespace {
+
+// gdalwarp's alpha maximum for a band: from its NBITS (IMAGE_STRUCTURE), else its type's.
+std::optional<std::string> alpha_max_of(GDALRasterBand* band) {
+  if (band == nullptr) {
+    return std::nullopt;
+  }
+  if (const char* nbits = band->GetMetadataItem("NBITS", "IMAGE_STRUCTURE")) {
+    return std::to_string((1ULL << std::atoi(nbits)) - 1ULL);
+  }
+  if (band->GetRasterDataType() == GDT_Int16) {
+    return std::string("32767");
+  }
+  if (band->GetRasterDataType() == GDT_UInt16) {
+    return std::string("65535");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool set_destination_alpha_max(GDALWarpOptions& options, GDALDataset* vrt, GDALDataset* output) {
+  const int alpha = options.nDstAlphaBand;
+  if (alpha <= 0 || alpha > output->GetRasterCount() || alpha > vrt->GetRasterCount()) {
+    return false;
+  }
+  const char* current = CSLFetchNameValue(options.papszWarpOptions, "DST_ALPHA_MAX");
+  const std::optional<std::string> of_vrt = alpha_max_of(vrt->GetRasterBand(alpha));
+  if (current != nullptr && (!of_vrt || *of_vrt != current)) {
+    return false;  // not what the VRT's band gives: chosen with -wo DST_ALPHA_MAX, kept
+  }
+  const std::optional<std::string> of_output = alpha_max_of(output->GetRasterBand(alpha));
+  if (!of_output || (current != nullptr && *of_output == current)) {
+    return false;
+  }
+  options.papszWarpOptions =
+      CSLSetNameValue(options.papszWarpOptions, "DST_ALPHA_MAX", of_output->c_str());
+  return true;
 }
 
 }  // namespace idem

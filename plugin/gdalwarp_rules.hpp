@@ -27,6 +27,12 @@ struct WarpWindow {
 // GeoTIFF, and otherwise only an alpha band's is set (docs/internals.md §9).
 void copy_dataset_info(GDALDataset* vrt, GDALDataset* output, bool all_colour_interpretations);
 
+// gdalwarp sets DST_ALPHA_MAX from the alpha band of the output it warps into: its NBITS
+// (-co NBITS=15: 32767), else its type's maximum. The warped VRT's options hold the value for the
+// VRT's own alpha band, which has no NBITS; unless it was chosen (-wo DST_ALPHA_MAX, a value
+// other than the VRT band's), it is set again from `output`'s. True when it changed.
+bool set_destination_alpha_max(GDALWarpOptions& options, GDALDataset* vrt, GDALDataset* output);
+
 // Whether gdalwarp, creating `output` in `format` itself, would skip the chunks that have no
 // source (SKIP_NOSOURCE=YES, set for new GTiff, GPKG and MEM outputs when INIT_DEST agrees with
 // the output's nodata; docs/internals.md §10). The pixels do not depend on it; the RPC window

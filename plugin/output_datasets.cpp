@@ -310,10 +310,12 @@ void keep_dataset_files(GDALDataset* dataset) {
   CSLDestroy(files);
 }
 
-// After a refused completion on object storage (no conditional write is used yet, see
-// docs/object-storage.md): the object this attempt uploaded is deleted if the store still has it
-// and no completed row records those bytes (a successor on the same work may have uploaded the
-// very same bytes), so its pixels do not stay where another worker's completion is recorded.
+// After a refused completion on object storage: the object this attempt uploaded is deleted if
+// the store still has it and no completed row records those bytes (a successor on the same work
+// may have uploaded the very same bytes), so its pixels do not stay where another worker's
+// completion is recorded. Only with a conditional delete (S3): where the look and the delete
+// are two requests, a successor's object put there between them would go, so nothing is
+// deleted and the completion recorded there, no longer matching, makes its next run rebuild.
 void remove_own_object(WorkerLedger& ledger, const std::string& path,
                        const OutputFingerprint& ours) {
   std::vector<OutputFingerprint> recorded;
@@ -322,8 +324,20 @@ void remove_own_object(WorkerLedger& ledger, const std::string& path,
       recorded.push_back(*row.fingerprint);
     }
   }
-  if (delete_recorded_object(path, ours, recorded) == DeleteOutcome::k_deleted) {
-    CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost", path.c_str());
+  switch (delete_recorded_object(path, ours, recorded, true)) {
+    case DeleteOutcome::k_deleted:
+      CPLDebug("IDEM", "removed %s, uploaded by this attempt after its claim was lost",
+               path.c_str());
+      break;
+    case DeleteOutcome::k_not_ours:
+      CPLDebug("IDEM",
+               "left %s in place: another completion records it, another writer replaced it, or "
+               "this store takes no conditional delete",
+               path.c_str());
+      break;
+    case DeleteOutcome::k_absent:
+    case DeleteOutcome::k_failed:
+      break;
   }
 }
 

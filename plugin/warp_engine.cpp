@@ -394,6 +394,8 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDrive
                                      driver->GetDescription() + ": " + last_gdal_error());
   }
   copy_dataset_info(vrt, output.get(), EQUAL(driver->GetDescription(), "GTiff"));
+  // The VRT's own operation was initialised with the VRT's alpha maximum.
+  const bool alpha_max_changed = set_destination_alpha_max(*options.get(), vrt, output.get());
 
   options->hDstDS = GDALDataset::ToHandle(output.get());
   options->pfnProgress = progress;
@@ -417,7 +419,8 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDrive
     // The source's footprint misses the output: gdalwarp warps nothing either.
     CPLDebug(k_debug_category, "RPC source: its footprint misses the output");
     status = CE_None;
-  } else if (GDALWarpOperation* initialized = warp.initialized_operation()) {
+  } else if (GDALWarpOperation* initialized =
+                 alpha_max_changed ? nullptr : warp.initialized_operation()) {
     // The VRT's operation, initialised by gdalwarp with these very options, runs with the kept
     // source and the output in place of its own, which it gets back afterwards.
     OperationDatasets swapped(initialized, *options.get());

@@ -279,6 +279,18 @@ bool conditional_upload_applies(const std::string& path, int64_t size) {
   return size < s3_chunk_size() || CPLGetConfigOption("GDAL_HTTP_HEADERS", nullptr) == nullptr;
 }
 
+bool conditional_delete_applies(const std::string& path) {
+  return path.rfind("/vsis3/", 0) == 0 && conditional_writes_enabled() &&
+         CPLGetConfigOption("GDAL_HTTP_HEADERS", nullptr) == nullptr;
+}
+
+bool delete_object_if_match(const std::string& path, const std::string& etag) {
+  const std::string condition = "If-Match: " + etag;
+  CPLConfigOptionSetter header("GDAL_HTTP_HEADERS", condition.c_str(), true);
+  CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+  return VSIUnlink(path.c_str()) == 0;
+}
+
 CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
                           const ExpectedObject* expected) {
   VSIErrorReset();

@@ -62,6 +62,14 @@ struct ExpectedObject {
 // GDAL_HTTP_HEADERS. NO: never (for an S3-compatible store that rejects the headers). Throws
 // idem::Error(k_usage) for another value.
 bool conditional_upload_applies(const std::string& path, int64_t size);
+// Whether a delete of the object at `path` can be made conditional on its ETag (If-Match on
+// DeleteObject): /vsis3/ with conditional writes on (IDEM_CONDITIONAL_WRITE=AUTO) and no
+// GDAL_HTTP_HEADERS of the user's, which carries the header.
+bool conditional_delete_applies(const std::string& path);
+// Deletes the object at `path` only if its ETag is still `etag` (conditional_delete_applies
+// must hold): true when deleted, false when the store refused or failed (GDAL's error is kept
+// quiet; the caller looks again to tell which).
+bool delete_object_if_match(const std::string& path, const std::string& etag);
 // IDEM_CONDITIONAL_WRITE read and checked: true for AUTO (the default), false for NO; throws
 // idem::Error(k_usage) naming the value and the valid ones for anything else.
 bool conditional_writes_enabled();

@@ -318,7 +318,25 @@ class IdentityCollector {
         }
       }
     }
-    GDALDatasetUniquePtr dataset = open_source(name);
+    // A file a VRT names that is not there: GDAL opens a VRT's sources only when it reads
+    // them, so the work may never need it (gdal_translate -srcwin away from it), and one that
+    // does fails as the direct call fails. Its absence is what the key records: the work is
+    // done again once a file appears under that name (docs/keys.md, "Missing sources").
+    // Only a name that does not open and is no file at all counts as missing: a name that
+    // opens without being a file (NETCDF:"x.nc":var) is identified as it opens.
+    GDALDatasetUniquePtr dataset;
+    try {
+      dataset = open_source(name);
+    } catch (const Error&) {
+      VSIStatBufL info;
+      if (depth == 0 || VSIStatExL(name.c_str(), &info, VSI_STAT_EXISTS_FLAG) == 0) {
+        throw;
+      }
+      JsonValue entry = JsonValue::object();
+      entry.set("missing", JsonValue::string(name));
+      m_files.push_back(std::move(entry));
+      return;
+    }
     add_dataset(dataset.get(), depth);
   }
 

@@ -37,16 +37,25 @@ std::string worker_host_name() {
 
 void test_pause(const char* point) {
   const char* at = CPLGetConfigOption("IDEM_TEST_PAUSE_AT", nullptr);
-  if (at == nullptr || !EQUAL(at, point)) {
+  if (at == nullptr) {
     return;
   }
+  // One point, or several separated by commas: then each point has its own handshake files,
+  // the reached and resume files' names followed by "." and the point.
+  const CPLStringList points(CSLTokenizeString2(at, ",", 0));
+  if (points.FindString(point) < 0) {
+    return;
+  }
+  const std::string suffix = points.size() > 1 ? std::string(".") + point : std::string();
   const double seconds = CPLAtof(CPLGetConfigOption("IDEM_TEST_PAUSE_SECONDS", "30"));
-  const char* resume_file = CPLGetConfigOption("IDEM_TEST_RESUME_FILE", nullptr);
+  const char* resume_option = CPLGetConfigOption("IDEM_TEST_RESUME_FILE", nullptr);
+  const std::string resume = resume_option != nullptr ? resume_option + suffix : std::string();
+  const char* resume_file = resume_option != nullptr ? resume.c_str() : nullptr;
   CPLError(CE_Warning, CPLE_AppDefined, "IDEM: test pause at %s for %.1f s", point, seconds);
   // With IDEM_TEST_REACHED_FILE the pause also says so by creating that file: the handshake of a
   // test that runs the worker in its own process (a thread, with thread-local options).
   if (const char* reached = CPLGetConfigOption("IDEM_TEST_REACHED_FILE", nullptr)) {
-    if (VSILFILE* file = VSIFOpenL(reached, "wb")) {
+    if (VSILFILE* file = VSIFOpenL((reached + suffix).c_str(), "wb")) {
       VSIFCloseL(file);
     }
   }

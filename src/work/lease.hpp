@@ -26,7 +26,8 @@ std::string worker_host_name();
 // IDEM_TEST_PAUSE_SECONDS (default 30) when the worker reaches test_pause("<point>"), after
 // saying so on stderr, so a test can kill -9 it exactly there; with IDEM_TEST_RESUME_FILE=<path>
 // it goes on as soon as that file exists, and with IDEM_TEST_REACHED_FILE=<path> it creates that
-// file on arrival. Not for production use.
+// file on arrival. Several points separated by commas pause at each, with handshake files of
+// their own (those names followed by "." and the point). Not for production use.
 void test_pause(const char* point);
 
 // The fenced completion of `key` under `token`, sent again on a new connection while the ledger

@@ -13,6 +13,7 @@
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
+#include "work/lease.hpp"
 
 namespace idem {
 
@@ -210,7 +211,16 @@ bool output_members_unchanged(GDALDataset& output, const std::string& primary,
   if (!recorded.members) {
     return true;  // completed before members were recorded: the primary file decides
   }
-  const CPLStringList files(output.GetFileList());
+  // The files the dataset lists now and every file the completion recorded (a driver may list
+  // fewer than it writes: MRF names only its .mrf, not the index and data files beside it) are
+  // all looked at: each must be one recorded, unchanged.
+  CPLStringList files(output.GetFileList());
+  for (const RecordedMember& member :
+       recorded_members(recorded).value_or(std::vector<RecordedMember>())) {
+    if (!member.tree && files.FindString(member.path.c_str()) < 0) {
+      files.AddString(member.path.c_str());
+    }
+  }
   const std::optional<std::string> now = output_members_json(primary, files.List());
   if (!now || *now != *recorded.members) {
     CPLDebug("IDEM", "the files of %s differ from those recorded at completion: %s != %s",
@@ -279,7 +289,8 @@ std::vector<KnownFile> recorded_local_files(WorkerLedger& ledger, const std::str
 }
 
 DeleteOutcome delete_recorded_object(const std::string& path, const OutputFingerprint& expected,
-                                     const std::vector<OutputFingerprint>& also_recorded) {
+                                     const std::vector<OutputFingerprint>& also_recorded,
+                                     bool only_if_conditional) {
   const auto headers = object_headers(path, true);
   if (!headers) {
     return DeleteOutcome::k_absent;
@@ -292,7 +303,21 @@ DeleteOutcome delete_recorded_object(const std::string& path, const OutputFinger
       return DeleteOutcome::k_not_ours;  // a completion records those bytes: they stay
     }
   }
-  return VSIUnlink(path.c_str()) == 0 ? DeleteOutcome::k_deleted : DeleteOutcome::k_failed;
+  if (!conditional_delete_applies(path)) {
+    if (only_if_conditional) {
+      return DeleteOutcome::k_not_ours;  // cannot be sure it still is: left where it is
+    }
+    return VSIUnlink(path.c_str()) == 0 ? DeleteOutcome::k_deleted : DeleteOutcome::k_failed;
+  }
+  test_pause("before_object_delete");  // looked, not yet deleted
+  if (delete_object_if_match(path, headers->etag)) {
+    return DeleteOutcome::k_deleted;
+  }
+  const auto now = object_headers(path, true);
+  if (!now) {
+    return DeleteOutcome::k_absent;
+  }
+  return now->etag != headers->etag ? DeleteOutcome::k_not_ours : DeleteOutcome::k_failed;
 }
 
 }  // namespace idem

@@ -66,18 +66,24 @@ std::vector<KnownFile> recorded_local_files(WorkerLedger& ledger, const std::str
 
 // Invariant I1 for an object: deletes the object at `path` only while the store shows the one
 // `expected` describes (its size and ETag, asked now), and not while it matches one of
-// `also_recorded` (a completion that records those very bytes). k_absent when nothing is there,
+// `also_recorded` (a completion that records those very bytes). Where the store takes it
+// (conditional_delete_applies: S3), the delete itself is conditional on the ETag just seen, so
+// an object another writer put there after the look stays. Elsewhere the look and the delete
+// are two requests; `only_if_conditional` then deletes nothing (k_not_ours): a worker taking
+// back its upload must not risk deleting a successor's object. k_absent when nothing is there,
 // k_not_ours when something else is. Used by `forget --delete-output` and by a worker taking
 // back what it uploaded after its claim was lost.
 DeleteOutcome delete_recorded_object(const std::string& path, const OutputFingerprint& expected,
-                                     const std::vector<OutputFingerprint>& also_recorded = {});
+                                     const std::vector<OutputFingerprint>& also_recorded = {},
+                                     bool only_if_conditional = false);
 
 // The same JSON for local files just published (their sizes and mtimes known): every file of
 // `files` but `primary`.
 std::string local_members_json(const std::vector<PublishedFile>& files, const std::string& primary);
 
-// Whether `output`, opened at `primary`, consists of the files `recorded` at completion (always
-// true for a row completed before they were recorded).
+// Whether `output`, opened at `primary`, consists of the files `recorded` at completion: every
+// file it lists now is one of them, and every one of them (listed or not: MRF lists only its
+// .mrf) is there unchanged. Always true for a row completed before they were recorded.
 bool output_members_unchanged(GDALDataset& output, const std::string& primary,
                               const OutputFingerprint& recorded);
 
