@@ -27,7 +27,7 @@ gdal.UseExceptions()
 CASES_FILE = pathlib.Path(__file__).resolve().parent / "data" / "differential_cases.txt"
 EXTENSIONS = {"GTiff": "tif", "COG": "tif", "PNG": "png", "JPEG": "jpg", "GPKG": "gpkg",
               "netCDF": "nc", "ENVI": "img", "HFA": "img", "Zarr": "zarr", "JP2OpenJPEG": "jp2",
-              "MRF": "mrf"}
+              "MRF": "mrf", "RST": "rst"}
 GDAL_VERSION = int(gdal.VersionInfo("VERSION_NUM"))
 # Where the summary is gathered (conftest.py prints it at the end of the session).
 RESULTS = os.environ.get("IDEM_DIFFERENTIAL_RESULTS")

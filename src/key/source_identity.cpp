@@ -1,8 +1,10 @@
 // Source identity: what a source dataset *is* for the key, independent of where it lives.
 #include "key/source_identity.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <vector>
@@ -199,6 +201,64 @@ std::string vrt_xml_sha256(GDALDataset* dataset) {
   return hasher.finish_hex();
 }
 
+// Whether `path` is a `.aux.xml` that holds nothing but the exact statistics GDAL computes from
+// the pixels and saves beside a source (STATISTICS_MINIMUM, _MAXIMUM, _MEAN, _STDDEV,
+// _VALID_PERCENT, without STATISTICS_APPROXIMATE): a function of the pixels, nodata and mask
+// the key identifies already. Writing an RST, or `gdal_translate -stats`, computes them on the
+// source and saves them there when the source is closed, after the work: keyed, they made the
+// work's first rerun a new work. Anything else in the file (approximate statistics, a
+// histogram, georeferencing, nodata, other metadata) keeps the whole file in the key
+// (docs/keys.md, "Source identity").
+bool holds_only_derived_statistics(const std::string& path) {
+  constexpr int64_t k_largest = 64 * 1024;
+  VSIStatBufL info;
+  if (!EQUAL(CPLGetExtension(path.c_str()), "xml") || path.size() < 8 ||
+      !EQUAL(path.substr(path.size() - 8).c_str(), ".aux.xml") ||
+      VSIStatL(path.c_str(), &info) != 0 || static_cast<int64_t>(info.st_size) > k_largest) {
+    return false;
+  }
+  const CPLXMLTreeCloser tree(CPLParseXMLFile(path.c_str()));
+  const CPLXMLNode* root = tree.get();
+  while (root != nullptr && root->eType != CXT_Element) {
+    root = root->psNext;  // an <?xml ...?> declaration
+  }
+  if (root == nullptr || !EQUAL(root->pszValue, "PAMDataset") || root->psNext != nullptr) {
+    return false;
+  }
+  static const char* const derived[] = {"STATISTICS_MINIMUM", "STATISTICS_MAXIMUM",
+                                        "STATISTICS_MEAN", "STATISTICS_STDDEV",
+                                        "STATISTICS_VALID_PERCENT"};
+  bool any = false;
+  for (const CPLXMLNode* band = root->psChild; band != nullptr; band = band->psNext) {
+    if (band->eType == CXT_Attribute || band->eType == CXT_Text) {
+      return false;
+    }
+    if (band->eType != CXT_Element || !EQUAL(band->pszValue, "PAMRasterBand")) {
+      return false;
+    }
+    for (const CPLXMLNode* item = band->psChild; item != nullptr; item = item->psNext) {
+      if (item->eType == CXT_Attribute && EQUAL(item->pszValue, "band")) {
+        continue;
+      }
+      if (item->eType != CXT_Element || !EQUAL(item->pszValue, "Metadata")) {
+        return false;
+      }
+      for (const CPLXMLNode* mdi = item->psChild; mdi != nullptr; mdi = mdi->psNext) {
+        if (mdi->eType != CXT_Element || !EQUAL(mdi->pszValue, "MDI")) {
+          return false;  // a domain attribute, or anything but items
+        }
+        const char* key = CPLGetXMLValue(mdi, "key", "");
+        if (std::find_if(std::begin(derived), std::end(derived),
+                         [&](const char* name) { return EQUAL(name, key); }) == std::end(derived)) {
+          return false;
+        }
+        any = true;
+      }
+    }
+  }
+  return any;
+}
+
 GDALDatasetUniquePtr open_source(const std::string& name) {
   CPLErrorReset();
   GDALDatasetUniquePtr dataset;
@@ -235,6 +295,9 @@ class IdentityCollector {
         VSIStatBufL info;
         if (i > 0 && !is_vsi_path(files[i]) &&
             VSIStatExL(files[i], &info, VSI_STAT_EXISTS_FLAG) != 0) {
+          continue;
+        }
+        if (i > 0 && holds_only_derived_statistics(files[i])) {
           continue;
         }
         add_file(files[i]);
