@@ -210,7 +210,7 @@ std::string vrt_xml_sha256(GDALDataset* dataset) {
 // histogram, georeferencing, nodata, other metadata) keeps the whole file in the key
 // (docs/keys.md, "Source identity").
 bool holds_only_derived_statistics(const std::string& path) {
-  constexpr int64_t k_largest = 64 * 1024;
+  constexpr int64_t k_largest = int64_t{64} * 1024;
   VSIStatBufL info;
   if (!EQUAL(CPLGetExtension(path.c_str()), "xml") || path.size() < 8 ||
       !EQUAL(path.substr(path.size() - 8).c_str(), ".aux.xml") ||
