@@ -303,7 +303,7 @@ DeleteOutcome delete_recorded_object(const std::string& path, const OutputFinger
       return DeleteOutcome::k_not_ours;  // a completion records those bytes: they stay
     }
   }
-  if (!conditional_delete_applies(path)) {
+  if (headers->etag.empty() || !conditional_delete_applies(path)) {
     if (only_if_conditional) {
       return DeleteOutcome::k_not_ours;  // cannot be sure it still is: left where it is
     }
