@@ -285,11 +285,28 @@ def test_idem_unreachable_ledger_fails_without_password(source, tmp_path):
     assert not out.exists()
 
 
-def test_idem_unreadable_source_fails_without_claim(sqlite_ledger, source, tmp_path):
-    # A VRT whose underlying file disappears after gdalwarp opened it: IDEM cannot digest it.
+def test_idem_missing_source_fails_the_work_naming_it(sqlite_ledger, source, tmp_path):
+    # A VRT whose underlying file disappears after gdalwarp opened it: the key records it as
+    # missing (docs/keys.md, "Missing sources"), and the warp, which reads it, fails as GDAL
+    # does, naming it: nothing written, nothing completed, the claim released at once.
     vrt = tmp_path / "mosaic.vrt"
     gdal.BuildVRT(str(vrt), [source])
     os.rename(source, str(tmp_path / "moved.tif"))
+    out = tmp_path / "o.tif"
+    proc = run(warp_cmd(str(vrt), out), env=env_with(IDEM_LEDGER=sqlite_ledger.dsn))
+    assert proc.returncode != 0
+    assert "scene.tif" in proc.stderr
+    assert not out.exists()
+    rows = sqlite_ledger.rows()
+    assert all(r["completed_at"] is None and r["released_at"] is not None for r in rows), rows
+
+
+def test_idem_unreadable_source_fails_without_claim(sqlite_ledger, source, tmp_path):
+    # A VRT whose underlying file is there but no longer opens: IDEM cannot digest it.
+    vrt = tmp_path / "mosaic.vrt"
+    gdal.BuildVRT(str(vrt), [source])
+    with open(source, "r+b") as f:
+        f.write(b"\0" * 64)
     out = tmp_path / "o.tif"
     proc = run(warp_cmd(str(vrt), out), env=env_with(IDEM_LEDGER=sqlite_ledger.dsn))
     assert proc.returncode != 0
