@@ -114,7 +114,7 @@ class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
                                 CSLConstList options);
   VSIVirtualHandle* open_for_write(const std::string& real, const char* access, bool set_error,
                                    CSLConstList options);
-  static bool may_replace(const std::string& real);
+  static bool may_replace(const std::string& real, bool replaces);
 };
 
 // Runs when GDAL tears its file manager down (GDALDestroyDriverManager, at the end of gdalwarp
@@ -188,9 +188,11 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_handle(const char* filename, co
 }
 
 // Invariant I2 for every path /vsiidem/ writes or deletes, whichever driver asks: never a link, a
-// special file, or the ledger (IDEM_LEDGER) and its companions. False (errno EPERM, a CPLError
-// saying why) when refused. A directory is left to the callers (EISDIR).
-bool VsiIdemFilesystemHandler::may_replace(const std::string& real) {
+// special file, or the ledger (IDEM_LEDGER) and its companions; and, when the write `replaces`
+// the file (a truncating open, a delete), never a file this process has open, which a plain
+// driver's source is (the close checks again, for sources opened after the create). False
+// (errno EPERM, a CPLError saying why) when refused. A directory is left to the callers (EISDIR).
+bool VsiIdemFilesystemHandler::may_replace(const std::string& real, bool replaces) {
   if (is_object_store_path(real)) {
     return true;
   }
@@ -198,6 +200,7 @@ bool VsiIdemFilesystemHandler::may_replace(const std::string& real) {
     DestinationRules rules;
     rules.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
     rules.directory_dataset = true;
+    rules.replaces = replaces;
     check_destination(real, rules);
     return true;
   } catch (const Error& error) {
@@ -218,10 +221,14 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
     errno = EROFS;
     return nullptr;
   }
-  if (!may_replace(real)) {
+  auto& shared = state();
+  if (!may_replace(real, truncates(access))) {
+    // The files GDAL's pre-delete of this dataset asked to remove stay: the write they made
+    // room for will not happen (a source of this work among them).
+    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    shared.keep_dataset_of_refused(real);
     return nullptr;
   }
-  auto& shared = state();
   // Held while the temporary file is set up, so two opens of one path share one entry; released
   // only to look at what is at the path (look_at), after which everything is looked at again.
   std::unique_lock<std::mutex> lock(shared.m_mutex);
@@ -354,14 +361,29 @@ int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, 
 int VsiIdemFilesystemHandler::Unlink(const char* filename) {
   try {
     const std::string real = real_absolute(filename);
-    if (!may_replace(real)) {
-      return -1;  // what may not be written over may not be deleted either (gdal_translate
-                  // 3.11+ deletes its output itself before it creates it)
+    auto& shared = state();
+    {
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      const std::string refused = shared.refused_dataset_of(real);
+      if (!refused.empty()) {
+        CPLError(CE_Failure, CPLE_NotSupported,
+                 "/vsiidem/: %s is a file of the dataset %s, whose write or delete was refused; "
+                 "it is kept",
+                 real.c_str(), refused.c_str());
+        errno = EPERM;
+        return -1;
+      }
+    }
+    if (!may_replace(real, true)) {
+      // What may not be written over may not be deleted either (gdal_translate 3.11+ deletes
+      // its output itself before it creates it), nor may the files of its dataset.
+      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      shared.keep_dataset_of_refused(real);
+      return -1;
     }
     // An object's identity (its ETag) is asked of the store before the lock is taken.
     const std::optional<ObservedFile> object_seen =
         is_object_store_path(real) ? current_identity(real) : std::nullopt;
-    auto& shared = state();
     std::unique_lock<std::mutex> lock(shared.m_mutex);
     const std::optional<FileLook> look = look_at(real, lock, [&] {
       return shared.m_publishing.count(real) == 0 && shared.m_pending_unlinks.count(real) == 0;

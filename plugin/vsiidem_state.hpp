@@ -243,6 +243,50 @@ class VsiIdemState {
     return adoption;
   }
 
+  // A write or delete of `real` was refused (a source of this work, the ledger, a link...): the
+  // deferred unlinks this thread made of its dataset's files (itself, and the names beside it
+  // that start with its stem and a dot) are taken out, so the files stay; and a later delete of
+  // one of them is refused too (GDAL goes on deleting a dataset's other files when its first
+  // delete fails). Caller holds m_mutex.
+  void keep_dataset_of_refused(const std::string& real) {
+    own_pending_unlinks();
+    const auto self = std::this_thread::get_id();
+    for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+      if (it->second.adoption == 0 && it->second.thread == self &&
+          in_dataset_group(real, it->first)) {
+        CPLDebug(k_debug_category, "unlink of %s cancelled: the write of %s was refused",
+                 it->first.c_str(), real.c_str());
+        it = m_pending_unlinks.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (std::find(m_refused.begin(), m_refused.end(), real) != m_refused.end()) {
+      return;
+    }
+    if (m_refused.size() == k_refused_kept) {
+      m_refused.pop_front();
+    }
+    m_refused.push_back(real);
+  }
+  // The refused path whose dataset `real` belongs to, or "" (caller holds m_mutex). A delete of
+  // the refused path itself starts over (a retry, once the source is closed) and is asked again.
+  std::string refused_dataset_of(const std::string& real) {
+    const auto again = std::find(m_refused.begin(), m_refused.end(), real);
+    if (again != m_refused.end()) {
+      m_refused.erase(again);
+      return {};
+    }
+    for (const std::string& refused : m_refused) {
+      if (in_dataset_group(refused, real)) {
+        return refused;
+      }
+    }
+    return {};
+  }
+  std::deque<std::string> m_refused;  // the last few paths whose write or delete was refused
+  static constexpr size_t k_refused_kept = 16;
+
   // Take the adoption's deferred unlinks out (caller holds m_mutex): the files stay as they are.
   std::vector<std::pair<std::string, PendingUnlink>> take_adopted(uint64_t adoption) {
     std::vector<std::pair<std::string, PendingUnlink>> taken;

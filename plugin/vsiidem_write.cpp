@@ -39,6 +39,7 @@
 #include "cpl_vsi_virtual.h"
 #include "gdal_version.h"
 #include "work/atomic_output.hpp"
+#include "work/destination_guard.hpp"
 #include "work/lease.hpp"
 
 namespace idem::vsiidem_detail {
@@ -71,9 +72,30 @@ int VsiIdemWriteHandle::Close() {
       // The slow part, outside the lock; commit() re-syncs, which is then cheap.
       fsync_path(m_entry->output->temp_path());
     }
+    std::string refused;
+    if (!discard && result == 0 && !m_entry->output->is_object()) {
+      // Asked again here: a source the driver opened after it created this file (a VRT's,
+      // opened at its first read) is open now.
+      try {
+        refuse_if_open_here(m_real);
+      } catch (const Error& error) {
+        refused = error.what();
+      }
+    }
     std::unique_lock<std::mutex> lock(shared.m_mutex);
     if (m_entry->writers > 0) {
       return result;  // reopened meanwhile: the new last writer publishes
+    }
+    if (!refused.empty()) {
+      auto it = shared.m_in_flight.find(m_real);
+      if (it != shared.m_in_flight.end() && it->second == m_entry) {
+        shared.m_in_flight.erase(it);
+      }
+      m_entry->output.reset();
+      shared.keep_dataset_of_refused(m_real);  // what the pre-delete asked to remove stays
+      CPLError(CE_Failure, CPLE_NotSupported, "/vsiidem/: %s; it was not published",
+               refused.c_str());
+      return -1;
     }
     auto it = shared.m_in_flight.find(m_real);
     if (it != shared.m_in_flight.end() && it->second == m_entry) {

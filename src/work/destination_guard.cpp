@@ -1,6 +1,7 @@
 // The one destination check (destination_guard.hpp).
 #include "work/destination_guard.hpp"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -75,7 +76,52 @@ const char* kind_of(mode_t mode) {
   return "not a regular file";
 }
 
+// True when a descriptor of this process other than those open on /proc itself refers to the
+// file of device `device` and inode `inode`.
+bool open_in_this_process(dev_t device, ino_t inode) {
+  DIR* fds = ::opendir("/proc/self/fd");
+  if (fds == nullptr) {
+    return false;  // no /proc: nothing to compare with (the driver's own source check remains)
+  }
+  const int own = ::dirfd(fds);
+  bool found = false;
+  while (const dirent* entry = ::readdir(fds)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == own) {
+      continue;
+    }
+    struct stat info {};
+    if (::fstat(static_cast<int>(fd), &info) == 0 && S_ISREG(info.st_mode) &&
+        info.st_dev == device && info.st_ino == inode) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(fds);
+  return found;
+}
+
 }  // namespace
+
+void refuse_if_open_here(const std::string& path) {
+  const std::string real = real_destination(path);
+  if (is_vsi_path(real)) {
+    return;
+  }
+  struct stat there {};
+  if (::lstat(real.c_str(), &there) != 0 || !S_ISREG(there.st_mode)) {
+    return;
+  }
+  if (open_in_this_process(there.st_dev, there.st_ino)) {
+    throw Error(ErrorKind::k_usage,
+                path +
+                    " is open in this process (a source this work reads, or a dataset not "
+                    "closed yet): writing over it would replace what is being read with what "
+                    "is made from it; write the output to another path, or close the dataset "
+                    "first");
+  }
+}
 
 std::string real_destination(const std::string& path) {
   std::string real = is_vsiidem_path(path) ? vsiidem_real_path(path) : path;
@@ -126,6 +172,9 @@ void check_destination(const std::string& path, const DestinationRules& rules) {
                                           "): the work would replace its own input; write the "
                                           "output to another path");
     }
+  }
+  if (rules.replaces && exists) {
+    refuse_if_open_here(path);
   }
 }
 

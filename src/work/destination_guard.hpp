@@ -20,6 +20,9 @@ struct DestinationRules {
   std::vector<std::string> source_files;
   // The format writes a directory (Zarr): a directory at the destination may be replaced.
   bool directory_dataset = false;
+  // The write replaces or deletes the file at the destination (not an update in place): refused
+  // when this process has that file open (see refuse_if_open_here).
+  bool replaces = false;
 };
 
 // The real destination of `path`: a /vsiidem/ name's real path, made absolute, with the links of
@@ -32,6 +35,13 @@ std::string real_destination(const std::string& path);
 // database or a companion of it, or one of the sources. Object-store paths: the ledger check only
 // applies to local files, so nothing is refused here.
 void check_destination(const std::string& path, const DestinationRules& rules);
+
+// Throws Error(k_usage) when a descriptor of this process refers to the local regular file at
+// `path` (same device and inode, whatever name or link it was opened by). Used by /vsiidem/, which
+// does not know a plain driver's sources: a file this process holds open is one it reads, and
+// replacing it would replace a work's input with its own output (GDAL refuses `gdal_translate
+// a.tif a.tif`, but cannot see through /vsiidem/). Object-store and missing paths pass.
+void refuse_if_open_here(const std::string& path);
 
 // Why the file at `path`, of mode `mode`, cannot be replaced (a link or special file).
 std::string describe_not_replaceable(const std::string& path, mode_t mode);
