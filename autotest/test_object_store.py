@@ -150,6 +150,20 @@ def test_s3_first_run_publishes_then_skip_sends_no_put_or_delete(s3, sqlite_ledg
     assert len(sqlite_ledger.rows()) == 1 and temp_dirs(local_tmp) == []
 
 
+@pytest.mark.parametrize("spelling", ["/vsiidem//vsis3/", "/vsiidem///vsis3/", "/vsis3/"])
+def test_s3_output_that_is_its_own_source_is_refused(s3, sqlite_ledger, source, local_tmp,
+                                                     prefix, spelling):
+    """An object read by the work is never written over by it, however the output is spelt."""
+    uri = f"/vsis3/{prefix}/scene.tif"
+    upload(source, uri, 50)
+    etag = etag_of(uri)
+    proc = run(["gdal_translate", "-of", "IDEM", "-scale", "0", "255", "255", "0", uri,
+                spelling + uri[len("/vsis3/"):]], env=s3_env(s3, sqlite_ledger, local_tmp))
+    assert proc.returncode != 0
+    assert etag_of(uri) == etag
+    assert sqlite_ledger.rows() == []
+
+
 def test_s3_plain_writes_through_vsiidem_sidecars_first(s3, local_tmp, source, prefix):
     uri = f"/vsis3/{prefix}/plain.tif"
     mark = s3.mark()

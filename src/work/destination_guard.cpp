@@ -102,6 +102,12 @@ bool open_in_this_process(dev_t device, ino_t inode) {
   return found;
 }
 
+[[noreturn]] void refuse_as_source(const std::string& path, const std::string& file) {
+  throw Error(ErrorKind::k_usage, "the output " + path + " is one of the sources (" + file +
+                                      "): the work would replace its own input; write the output "
+                                      "to another path");
+}
+
 }  // namespace
 
 void refuse_if_open_here(const std::string& path) {
@@ -145,6 +151,12 @@ std::string describe_not_replaceable(const std::string& path, mode_t mode) {
 void check_destination(const std::string& path, const DestinationRules& rules) {
   const std::string real = real_destination(path);
   if (is_vsi_path(real)) {
+    // An object has one name (no links, no hard links): a source of that name is refused.
+    for (const std::string& file : rules.source_files) {
+      if (real_destination(file) == real) {
+        refuse_as_source(path, file);
+      }
+    }
     return;
   }
   struct stat there {};
@@ -168,9 +180,7 @@ void check_destination(const std::string& path, const DestinationRules& rules) {
       continue;
     }
     if (real_destination(file) == real || (exists && same_file(real, file))) {
-      throw Error(ErrorKind::k_usage, "the output " + path + " is one of the sources (" + file +
-                                          "): the work would replace its own input; write the "
-                                          "output to another path");
+      refuse_as_source(path, file);
     }
   }
   if (rules.replaces && exists) {
