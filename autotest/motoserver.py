@@ -3,7 +3,8 @@ conditional writes (If-Match, If-None-Match on PUT) as Amazon S3 does, which s3r
 object-storage tests that depend on a store refusing a conditional upload run against it."""
 
 import os
-import subprocess
+
+from storeserver import start_listening, stop_by_stdin
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
@@ -32,20 +33,13 @@ class MotoS3Server:
 
     def start(self):
         require_venv()
-        self.proc = subprocess.Popen([PYTHON, SERVE, "0", *self.buckets], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("listening "):
-            self.proc.kill()
-            raise RuntimeError(f"moto's S3 server did not start: {line}{self.proc.stderr.read()}")
-        self.port = int(line.split()[1])
+        self.proc, self.port = start_listening([PYTHON, SERVE, "0", *self.buckets],
+                                               "moto's S3 server")
         return self
 
     def stop(self):
-        if self.proc is not None:
-            self.proc.stdin.close()  # the server's signal to stop
-            self.proc.wait(timeout=10)
-            self.proc = None
+        stop_by_stdin(self.proc)
+        self.proc = None
 
     def config(self):
         """GDAL config options (also environment variables) that reach this server."""

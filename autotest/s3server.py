@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 
+from storeserver import RequestLog
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE_JS = os.path.join(ROOT, "tools", "s3rver", "serve.js")
 MODULES = os.path.join(ROOT, "tools", "s3rver", "node_modules", "s3rver")
@@ -13,7 +15,7 @@ ACCESS_KEY = "S3RVER"  # s3rver's built-in test credentials
 SECRET_KEY = "S3RVER"
 
 
-class S3Server:
+class S3Server(RequestLog):
     def __init__(self, workdir, buckets=("idem-test",), slow=None):
         """`slow`: (part of a path, ms): the server answers reads (GET, HEAD) of such paths
         that much later, and logs each to `arrivals_path`: "ARRIVED METHOD URL" when it arrives,
@@ -60,16 +62,3 @@ class S3Server:
                 "AWS_VIRTUAL_HOSTING": "FALSE", "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                 "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1",
                 "AWS_NO_SIGN_REQUEST": "NO"}
-
-    def mark(self):
-        """A position in the request log; requests_since(mark) lists what came after it."""
-        return os.path.getsize(self.log_path)
-
-    def requests_since(self, mark):
-        with open(self.log_path) as f:
-            f.seek(mark)
-            return [tuple(line.split()) for line in f if line.strip()]
-
-    def writes_since(self, mark):
-        """PUT, POST (multipart) and DELETE requests after `mark`."""
-        return [r for r in self.requests_since(mark) if r[0] in ("PUT", "POST", "DELETE")]

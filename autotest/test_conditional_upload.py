@@ -13,6 +13,7 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import GDAL_IDEM, gdal_config, make_source, read_pixels, run, wait_until
+from gcsserver import GcsServer
 from motoserver import PYTHON, MotoS3Server
 from test_fault_matrix import RESAMPLING, Case, warp
 from test_object_store import BUCKET, s3  # noqa: F401  (the module's s3rver fixture)
@@ -25,13 +26,26 @@ def moto():
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    server = GcsServer(tmp_path_factory.mktemp("gcs"), buckets=[BUCKET]).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def store(request, moto, s3):  # noqa: F811
+def store(request, moto, s3, gcs):  # noqa: F811
     """(server, IDEM_CONDITIONAL_WRITE), with this process's GDAL pointed at the server."""
     name, mode = request.param
-    server = moto if name == "moto" else s3
+    server = {"moto": moto, "s3rver": s3, "gcs": gcs}[name]
     with gdal_config(server.config()):
         yield server, mode
+
+
+def fencing_store(store):
+    """Whether the store refuses a conditional upload that no longer holds (moto, the GCS
+    store) and IDEM sends conditions to it."""
+    return isinstance(store[0], (MotoS3Server, GcsServer)) and store[1] == "AUTO"
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +76,7 @@ def start_paused(case, work, name, command=warp):
 
 def make_case(tmp_path, store, scene):
     server, mode = store
-    case = Case(tmp_path, "s3", server, scene)
+    case = Case(tmp_path, "gcs" if isinstance(server, GcsServer) else "s3", server, scene)
     case.env["IDEM_CONDITIONAL_WRITE"] = mode
     return case
 
@@ -71,8 +85,9 @@ def completed(case, work):
     return [r for r in case.rows(work) if r["completed_at"] is not None]
 
 
-@pytest.mark.parametrize("store", [("moto", "AUTO"), ("moto", "NO"), ("s3rver", "AUTO")],
-                         indirect=True, ids=["moto", "moto-unconditional", "s3rver"])
+@pytest.mark.parametrize("store", [("moto", "AUTO"), ("moto", "NO"), ("s3rver", "AUTO"),
+                                   ("gcs", "AUTO"), ("gcs", "NO")], indirect=True,
+                         ids=["moto", "moto-unconditional", "s3rver", "gcs", "gcs-unconditional"])
 def test_zombie_upload_after_a_takeover_and_newer_work(store, scene, tmp_path):
     """Worker A (work K1) stops right before its upload; its lease runs out; B takes K1 over and
     completes; C completes K2 at the same object; A goes on. Where the store honours conditional
@@ -97,7 +112,7 @@ def test_zombie_upload_after_a_takeover_and_newer_work(store, scene, tmp_path):
     [k2] = completed(case, "K2")
     assert k2["superseded_at"] is None
     assert len(completed(case, "K1")) == 1  # B's, nothing of A's
-    if isinstance(store[0], MotoS3Server) and store[1] == "AUTO":
+    if fencing_store(store):
         assert output == c_output, "A's late upload replaced newer work"
         assert case.records(k2, output)
     else:
@@ -111,7 +126,8 @@ def test_zombie_upload_after_a_takeover_and_newer_work(store, scene, tmp_path):
     assert case.temp_dirs() == []
 
 
-@pytest.mark.parametrize("store", [("moto", "AUTO")], indirect=True, ids=["moto"])
+@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO")], indirect=True,
+                         ids=["moto", "gcs"])
 def test_claim_holder_uploads_over_a_zombies_object(store, scene, tmp_path):
     """The store refuses the upload of the worker that does hold the claim when a zombie's upload
     changed the object after that worker looked at it: the worker looks again and uploads. Here
@@ -150,6 +166,32 @@ def test_claim_holder_uploads_over_a_zombies_object(store, scene, tmp_path):
          "bilinear", case.source, direct], check=True)
     assert (read_pixels(case.dst) == read_pixels(direct)).all()
     assert case.temp_dirs() == []
+
+
+def test_gcs_uploads_carry_the_generation_they_replace(gcs, scene, tmp_path):
+    """On /vsigs/ each upload names the object it may replace: generation 0 (none) on the first
+    run, the generation it saw on a run of other work at the same object; a skip sends nothing;
+    and IDEM_CONDITIONAL_WRITE=NO sends no condition."""
+    with gdal_config(gcs.config()):
+        case = Case(tmp_path, "gcs", gcs, scene)
+        key = case.dst[len("/vsigs"):]
+        mark = gcs.mark()
+        run(warp(case.source, case.dst, "K1"), env=case.env, check=True)
+        puts = [r for r in gcs.writes_since(mark) if r[0] == "PUT"]
+        assert [(r[1], r[3]) for r in puts] == [(key, "0")]
+        generation = gdal.GetFileMetadata(case.dst, "HEADERS")["x-goog-generation"]
+        mark = gcs.mark()
+        run(warp(case.source, case.dst, "K1"), env=case.env, check=True)  # a skip
+        assert gcs.writes_since(mark) == []
+        run(warp(case.source, case.dst, "K2"), env=case.env, check=True)
+        puts = [r for r in gcs.writes_since(mark) if r[0] == "PUT"]
+        assert [(r[1], r[3]) for r in puts] == [(key, generation)]
+        [k2] = completed(case, "K2")
+        assert case.records(k2, case.output())
+        mark = gcs.mark()
+        run(warp(case.source, case.dst, "K0"), env=dict(case.env, IDEM_CONDITIONAL_WRITE="NO"),
+            check=True)
+        assert [(r[1], r[3]) for r in gcs.writes_since(mark) if r[0] == "PUT"] == [(key, "-")]
 
 
 def test_bad_conditional_write_option_is_refused_before_any_work(moto, scene, tmp_path):
@@ -231,7 +273,8 @@ def test_zombie_multipart_upload_is_refused_at_its_completion(store, scene, tmp_
     assert case.temp_dirs() == []
 
 
-@pytest.mark.parametrize("store", [("moto", "AUTO")], indirect=True, ids=["moto"])
+@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO")], indirect=True,
+                         ids=["moto", "gcs"])
 def test_a_zombies_take_back_never_deletes_a_successors_object(store, scene, tmp_path):
     """A (K1) uploads, is stopped before its completion and loses its claim (reap releases it).
     Its completion refused, A looks at the object (its own, recorded by no completion) to take

@@ -43,10 +43,11 @@ class Case:
         db = tmp_path / "ledger.sqlite"
         self.ledger = Ledger("sqlite", "sqlite:" + str(db), lambda: sqlite3.connect(str(db)))
         extra = dict(IDEM_LEDGER=self.ledger.dsn, IDEM_FSYNC="NO")
-        if storage == "s3":
+        if storage in ("s3", "gcs"):  # `s3server` is then the store's server, either kind
             (tmp_path / "cpl_tmpdir").mkdir()
             extra.update(CPL_TMPDIR=str(tmp_path / "cpl_tmpdir"), **s3server.config())
-            self.dst = f"/vsis3/{BUCKET}/matrix/{tmp_path.name}/out.tif"
+            scheme = "vsis3" if storage == "s3" else "vsigs"
+            self.dst = f"/{scheme}/{BUCKET}/matrix/{tmp_path.name}/out.tif"
             self.temp_root = tmp_path / "cpl_tmpdir" / "x"
         else:
             (tmp_path / "out").mkdir()
@@ -86,7 +87,7 @@ class Case:
 
     def output(self):
         """(size, mtime_ns, md5) of the primary output, or None."""
-        if self.storage == "s3":
+        if self.storage in ("s3", "gcs"):
             gdal.VSICurlClearCache()
             f = gdal.VSIFOpenL(self.dst, "rb")
             if f is None:
@@ -109,7 +110,7 @@ class Case:
         """Whether a completed row's fingerprint is that of the file `output`."""
         if row["completed_at"] is None or output is None or row["output_size"] != output[0]:
             return False
-        if self.storage == "s3":
+        if self.storage in ("s3", "gcs"):
             return row["output_etag"] in (f"md5:{output[2]}", f'"{output[2]}"')
         return row["output_mtime_ns"] == output[1]
 

@@ -139,6 +139,8 @@ std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh)
         headers.etag = value;
       } else if (EQUAL(raw_name, "x-amz-checksum-sha256")) {
         headers.checksum_sha256 = value;
+      } else if (EQUAL(raw_name, "x-goog-generation")) {
+        headers.generation = value;
       }
     }
     CPLFree(raw_name);
@@ -146,12 +148,33 @@ std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh)
   return headers;
 }
 
-std::string current_object_etag(const std::string& path) {
+namespace {
+
+bool is_gcs(const std::string& path) {
+  return path.rfind("/vsigs/", 0) == 0;
+}
+
+}  // namespace
+
+std::string version_token(const std::string& path, const ObjectHeaders& headers) {
+  return is_gcs(path) ? headers.generation : headers.etag;
+}
+
+std::string current_object_version(const std::string& path) {
   VSICurlPartialClearCache(path.c_str());
   // Only the object's own request: no stat, which after a 404 would list the "directory" too.
   const CPLStringList metadata(VSIGetFileMetadata(path.c_str(), "HEADERS", nullptr));
-  const char* etag = metadata.FetchNameValue("ETag");
-  return etag != nullptr ? etag : "";
+  const char* token = metadata.FetchNameValue(is_gcs(path) ? "x-goog-generation" : "ETag");
+  return token != nullptr ? token : "";
+}
+
+std::pair<std::string, std::string> version_condition(const std::string& path,
+                                                      const std::string& version) {
+  if (is_gcs(path)) {
+    return {"x-goog-if-generation-match", version.empty() ? "0" : version};
+  }
+  return version.empty() ? std::make_pair(std::string("If-None-Match"), std::string("*"))
+                         : std::make_pair(std::string("If-Match"), version);
 }
 
 std::string local_temp_root() {
@@ -271,8 +294,11 @@ void abort_refused_upload(const std::string& path, const std::string& upload_id)
 }  // namespace
 
 bool conditional_upload_applies(const std::string& path, int64_t size) {
-  if (!conditional_writes_enabled() || path.rfind("/vsis3/", 0) != 0) {
+  if (!conditional_writes_enabled() || (path.rfind("/vsis3/", 0) != 0 && !is_gcs(path))) {
     return false;
+  }
+  if (is_gcs(path)) {
+    return true;  // GDAL sends an object to /vsigs/ in one PUT, whatever its size
   }
   // A multipart upload takes its condition on its completion, sent through GDAL_HTTP_HEADERS
   // (copy_vsi_file), which then cannot also carry headers the user set there.
@@ -280,12 +306,13 @@ bool conditional_upload_applies(const std::string& path, int64_t size) {
 }
 
 bool conditional_delete_applies(const std::string& path) {
-  return path.rfind("/vsis3/", 0) == 0 && conditional_writes_enabled() &&
+  return (path.rfind("/vsis3/", 0) == 0 || is_gcs(path)) && conditional_writes_enabled() &&
          CPLGetConfigOption("GDAL_HTTP_HEADERS", nullptr) == nullptr;
 }
 
-bool delete_object_if_match(const std::string& path, const std::string& etag) {
-  const std::string condition = "If-Match: " + etag;
+bool delete_object_if_version(const std::string& path, const std::string& version) {
+  const auto [name, value] = version_condition(path, version);
+  const std::string condition = name + ": " + value;
   CPLConfigOptionSetter header("GDAL_HTTP_HEADERS", condition.c_str(), true);
   CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
   return VSIUnlink(path.c_str()) == 0;
@@ -306,16 +333,17 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   // nothing; the last part, sent by the close, carries it too and S3 ignores it there.
   CPLStringList headers;
   std::string condition;
+  std::pair<std::string, std::string> precondition;
   if (expected != nullptr) {
-    condition = expected->etag.empty() ? "If-None-Match: *" : "If-Match: " + expected->etag;
+    precondition = version_condition(to, expected->version);
+    condition = precondition.first + ": " + precondition.second;
   }
   VSIStatBufL from_info;
   const bool in_parts = expected != nullptr && to.rfind("/vsis3/", 0) == 0 &&
                         VSIStatL(from.c_str(), &from_info) == 0 &&
                         static_cast<int64_t>(from_info.st_size) >= s3_chunk_size();
   if (expected != nullptr && !in_parts) {
-    headers.SetNameValue(expected->etag.empty() ? "If-None-Match" : "If-Match",
-                         expected->etag.empty() ? "*" : expected->etag.c_str());
+    headers.SetNameValue(precondition.first.c_str(), precondition.second.c_str());
   }
   // GDAL reports a refused PUT as an error of its own; a conditional upload's failure is told by
   // the Error thrown below instead (a refusal is often followed by a successful upload).
@@ -379,15 +407,15 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   if (!ok && expected != nullptr) {
     // Refused for its condition, or failed for another reason: the store's object now decides.
     const std::string error = close_error.empty() ? last_vsi_error() : close_error;
-    if (current_object_etag(to) != expected->etag) {
+    if (current_object_version(to) != expected->version) {
       throw UploadRefused(ErrorKind::k_ledger, "the upload to " + to +
                                                    " was refused: another writer changed the " +
                                                    "object after this attempt looked at it");
     }
-    throw Error(ErrorKind::k_io,
-                "uploading " + to + " failed: " + error +
-                    "; the upload was conditional (If-Match or If-None-Match): if this store "
-                    "refuses conditional writes, set IDEM_CONDITIONAL_WRITE=NO");
+    throw Error(ErrorKind::k_io, "uploading " + to + " failed: " + error +
+                                     "; the upload was conditional (" + precondition.first +
+                                     "): if this store "
+                                     "refuses conditional writes, set IDEM_CONDITIONAL_WRITE=NO");
   }
   if (!ok) {
     if (is_object_store_path(to)) {

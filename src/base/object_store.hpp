@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "base/error.hpp"
 #include "cpl_vsi.h"
@@ -21,16 +22,22 @@ struct ObjectHeaders {
   int64_t size = -1;
   std::string etag;             // as the store sends it, quotes included
   std::string checksum_sha256;  // x-amz-checksum-sha256 (base64) when the store sends it
+  std::string generation;       // x-goog-generation (GCS): the object's version, "" elsewhere
 };
+
+// The token a store's preconditions name an object's version by: the ETag on S3, the
+// generation on GCS (x-goog-generation), "" when `headers` has none.
+std::string version_token(const std::string& path, const ObjectHeaders& headers);
 
 // The object's headers, or nullopt when there is no object at `path`. With `fresh`, GDAL's
 // cached properties of the path are dropped first, so the answer is the store's now (one
 // request; GDAL 3.6 sends it as a 16 KB range GET rather than a HEAD).
 std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh);
 
-// The ETag of the object at `path` as the store gives it now (one request), "" when there is no
-// object there or the store did not answer (an upload conditional on "" replaces nothing).
-std::string current_object_etag(const std::string& path);
+// The version token (version_token) of the object at `path` as the store gives it now (one
+// request), "" when there is no object there or the store did not answer (an upload conditional
+// on "" replaces nothing).
+std::string current_object_version(const std::string& path);
 
 // Where local temporary files of object outputs go: CPL_TMPDIR, else TMPDIR, else /tmp.
 std::string local_temp_root();
@@ -49,27 +56,34 @@ struct CopiedBytes {
 };
 
 // What a conditional upload may replace: the object that was at the path when it was looked at
-// (its ETag as the store sent it), or no object (an empty ETag).
+// (its version token, version_token), or no object (an empty token).
 struct ExpectedObject {
-  std::string etag;
+  std::string version;
 };
 
-// Whether an upload of `size` bytes to `path` is sent as a conditional write (If-Match on the
-// expected ETag, If-None-Match: * where no object was), which S3 refuses (412) once another
-// writer has changed the object. IDEM_CONDITIONAL_WRITE=AUTO (the default): every upload to
-// /vsis3/; one GDAL sends in parts (VSIS3_CHUNK_SIZE and larger) takes the condition on its
+// The precondition header that makes a write or a delete of the object at `path` happen only
+// while the object is the one of version token `version` ("" for no object): S3 `If-Match:
+// <ETag>` / `If-None-Match: *`, GCS `x-goog-if-generation-match: <generation>` / `: 0`. The
+// header's name and value.
+std::pair<std::string, std::string> version_condition(const std::string& path,
+                                                      const std::string& version);
+
+// Whether an upload of `size` bytes to `path` is sent as a conditional write (version_condition),
+// which the store refuses (412) once another writer has changed the object.
+// IDEM_CONDITIONAL_WRITE=AUTO (the default): every upload to /vsis3/ and /vsigs/; one GDAL sends
+// to /vsis3/ in parts (VSIS3_CHUNK_SIZE and larger) takes the condition on its
 // CompleteMultipartUpload, sent through GDAL_HTTP_HEADERS, so not when the user set
-// GDAL_HTTP_HEADERS. NO: never (for an S3-compatible store that rejects the headers). Throws
+// GDAL_HTTP_HEADERS. NO: never (for a store that rejects the headers). Throws
 // idem::Error(k_usage) for another value.
 bool conditional_upload_applies(const std::string& path, int64_t size);
-// Whether a delete of the object at `path` can be made conditional on its ETag (If-Match on
-// DeleteObject): /vsis3/ with conditional writes on (IDEM_CONDITIONAL_WRITE=AUTO) and no
-// GDAL_HTTP_HEADERS of the user's, which carries the header.
+// Whether a delete of the object at `path` can be made conditional on its version
+// (version_condition on the delete): /vsis3/ and /vsigs/ with conditional writes on
+// (IDEM_CONDITIONAL_WRITE=AUTO) and no GDAL_HTTP_HEADERS of the user's, which carries the header.
 bool conditional_delete_applies(const std::string& path);
-// Deletes the object at `path` only if its ETag is still `etag` (conditional_delete_applies
-// must hold): true when deleted, false when the store refused or failed (GDAL's error is kept
-// quiet; the caller looks again to tell which).
-bool delete_object_if_match(const std::string& path, const std::string& etag);
+// Deletes the object at `path` only if its version token is still `version`
+// (conditional_delete_applies must hold): true when deleted, false when the store refused or
+// failed (GDAL's error is kept quiet; the caller looks again to tell which).
+bool delete_object_if_version(const std::string& path, const std::string& version);
 // IDEM_CONDITIONAL_WRITE read and checked: true for AUTO (the default), false for NO; throws
 // idem::Error(k_usage) naming the value and the valid ones for anything else.
 bool conditional_writes_enabled();

@@ -351,7 +351,7 @@ void AtomicOutput::observe_objects() {
         !conditional_upload_applies(to, static_cast<int64_t>(info.st_size))) {
       continue;
     }
-    m_expected[to] = ExpectedObject{current_object_etag(to)};
+    m_expected[to] = ExpectedObject{current_object_version(to)};
   }
 }
 

@@ -303,21 +303,22 @@ DeleteOutcome delete_recorded_object(const std::string& path, const OutputFinger
       return DeleteOutcome::k_not_ours;  // a completion records those bytes: they stay
     }
   }
-  if (headers->etag.empty() || !conditional_delete_applies(path)) {
+  const std::string version = version_token(path, *headers);
+  if (version.empty() || !conditional_delete_applies(path)) {
     if (only_if_conditional) {
       return DeleteOutcome::k_not_ours;  // cannot be sure it still is: left where it is
     }
     return VSIUnlink(path.c_str()) == 0 ? DeleteOutcome::k_deleted : DeleteOutcome::k_failed;
   }
   test_pause("before_object_delete");  // looked, not yet deleted
-  if (delete_object_if_match(path, headers->etag)) {
+  if (delete_object_if_version(path, version)) {
     return DeleteOutcome::k_deleted;
   }
   const auto now = object_headers(path, true);
   if (!now) {
     return DeleteOutcome::k_absent;
   }
-  return now->etag != headers->etag ? DeleteOutcome::k_not_ours : DeleteOutcome::k_failed;
+  return version_token(path, *now) != version ? DeleteOutcome::k_not_ours : DeleteOutcome::k_failed;
 }
 
 }  // namespace idem

@@ -1,0 +1,35 @@
+"""The tests' Google Cloud Storage store (tools/gcs/serve_gcs.py) on loopback: GCS's XML API as
+GDAL's /vsigs/ uses it, with object generations and x-goog-if-generation-match preconditions.
+Start it, point GDAL at it (config()), and read which requests it received."""
+
+import os
+
+from storeserver import RequestLog, start_listening, stop_by_stdin
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVE = os.path.join(ROOT, "tools", "gcs", "serve_gcs.py")
+
+
+class GcsServer(RequestLog):
+    def __init__(self, workdir, buckets=("idem-test",)):
+        self.buckets = list(buckets)
+        self.log_path = os.path.join(str(workdir), "gcs-requests.log")
+        self.proc = None
+        self.port = None
+
+    def start(self):
+        open(self.log_path, "w").close()
+        self.proc, self.port = start_listening(
+            ["/usr/bin/python3", SERVE, "0", self.log_path, *self.buckets], "the GCS store")
+        return self
+
+    def stop(self):
+        stop_by_stdin(self.proc)
+        self.proc = None
+
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def config(self):
+        """GDAL config options (also environment variables) that reach this store."""
+        return {"CPL_GS_ENDPOINT": self.endpoint() + "/", "GS_NO_SIGN_REQUEST": "YES"}

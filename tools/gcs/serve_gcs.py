@@ -1,0 +1,284 @@
+"""A Google Cloud Storage store on loopback for the tests: the part of GCS's XML API that GDAL's
+/vsigs/ uses (objects, listings, multipart uploads), with GCS's documented object generations
+and preconditions, which the emulators on PyPI and the Go proxy do not implement
+(docs/object-storage.md, "GCS").
+
+What it follows, from GCS's XML API reference:
+- every write of an object makes a new generation (a number that only grows), sent back as
+  `x-goog-generation`, with `x-goog-metageneration: 1`;
+- `x-goog-if-generation-match: G` on a PUT, a multipart completion or a DELETE: the request is
+  carried out only when the object's live generation is G, and with G = 0 only when there is no
+  live object; otherwise 412 PreconditionFailed and nothing changes;
+- the ETag of an object written in one request is its MD5 in hex, quoted; of one assembled from
+  parts, the MD5 of the parts' MD5s and the part count (not the content's MD5);
+- `x-goog-hash: crc32c=<base64>,md5=<base64>` (md5 only for objects written in one request);
+- GET with `Range`, HEAD, and bucket listings in the S3-compatible ListBucketResult form.
+
+Started as `python3 serve_gcs.py PORT LOG BUCKET...` (PORT 0 picks one): prints
+"listening PORT", logs "METHOD PATH STATUS CONDITION" per request to LOG (CONDITION: the
+request's x-goog-if-generation-match, or "-"), stops when stdin closes.
+Standard library only."""
+
+import base64
+import hashlib
+import http.server
+import itertools
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from xml.sax.saxutils import escape
+
+LOCK = threading.Lock()
+BUCKETS = {}  # name -> {key: object}
+UPLOADS = {}  # upload id -> {"bucket", "key", "parts": {number: bytes}}
+GENERATIONS = itertools.count(int(time.time() * 1_000_000))
+LOG = None
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), as GCS computes it."""
+    table = crc32c.table
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+crc32c.table = []
+for _n in range(256):
+    _c = _n
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    crc32c.table.append(_c)
+
+CRC32C_LIMIT = 8 << 20  # larger objects are sent without crc32c (pure Python would be slow)
+
+
+def make_object(data, etag, with_md5):
+    obj = {"data": data, "generation": next(GENERATIONS), "etag": etag,
+           "updated": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())}
+    hashes = []
+    if len(data) <= CRC32C_LIMIT:
+        hashes.append("crc32c=" + base64.b64encode(crc32c(data).to_bytes(4, "big")).decode())
+    if with_md5:
+        hashes.append("md5=" + base64.b64encode(hashlib.md5(data).digest()).decode())
+    obj["hash"] = ",".join(hashes)
+    return obj
+
+
+def error_xml(code, message):
+    return (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>"
+            f"<Message>{escape(message)}</Message></Error>").encode()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def answer(self, status, payload=b"", headers=None, head=False):
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if "Content-Length" not in (headers or {}):
+            self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if payload and not head:
+            self.wfile.write(payload)
+        condition = self.headers.get("x-goog-if-generation-match", "-")
+        with open(LOG, "a") as log:
+            log.write(f"{self.command} {self.path} {status} {condition}\n")
+
+    def target(self):
+        parsed = urllib.parse.urlsplit(self.path)
+        parts = parsed.path.lstrip("/").split("/", 1)
+        bucket = urllib.parse.unquote(parts[0])
+        key = urllib.parse.unquote(parts[1]) if len(parts) > 1 else ""
+        return bucket, key, dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
+
+    def precondition_fails(self, current):
+        """GCS's x-goog-if-generation-match against the live object `current` (or None)."""
+        wanted = self.headers.get("x-goog-if-generation-match")
+        if wanted is None:
+            return False
+        live = current["generation"] if current is not None else 0
+        return int(wanted) != live
+
+    def refuse_precondition(self):
+        self.answer(412, error_xml("PreconditionFailed", "At least one of the pre-conditions "
+                                   "you specified did not hold."),
+                    {"Content-Type": "application/xml"})
+
+    def object_headers(self, obj):
+        return {"ETag": obj["etag"], "x-goog-generation": str(obj["generation"]),
+                "x-goog-metageneration": "1", "x-goog-hash": obj["hash"],
+                "x-goog-stored-content-length": str(len(obj["data"])),
+                "Last-Modified": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime()),
+                "Content-Type": "application/octet-stream"}
+
+    def do_HEAD(self):
+        self.do_GET(head=True)
+
+    def do_GET(self, head=False):
+        bucket, key, query = self.target()
+        with LOCK:
+            objects = BUCKETS.get(bucket)
+            if objects is None:
+                return self.answer(404, error_xml("NoSuchBucket", bucket), head=head)
+            if not key:
+                return self.list(bucket, objects, query, head)
+            obj = objects.get(key)
+            if obj is None:
+                return self.answer(404, error_xml("NoSuchKey", key),
+                                   {"Content-Type": "application/xml"}, head=head)
+            if self.precondition_fails(obj):
+                return self.refuse_precondition()
+            data = obj["data"]
+            headers = self.object_headers(obj)
+        ranged = self.headers.get("Range")
+        if ranged and ranged.startswith("bytes="):
+            first, _, last = ranged[len("bytes="):].partition("-")
+            first = int(first)
+            last = min(int(last) if last else len(data) - 1, len(data) - 1)
+            if first >= len(data):
+                return self.answer(416, error_xml("InvalidRange", ranged), head=head)
+            headers["Content-Range"] = f"bytes {first}-{last}/{len(data)}"
+            headers["Content-Length"] = str(last - first + 1)
+            return self.answer(206, data[first:last + 1], headers, head=head)
+        headers["Content-Length"] = str(len(data))
+        return self.answer(200, data, headers, head=head)
+
+    def list(self, bucket, objects, query, head):
+        prefix = query.get("prefix", "")
+        delimiter = query.get("delimiter", "")
+        marker = query.get("marker", "")
+        contents, prefixes = [], set()
+        for key in sorted(objects):
+            if not key.startswith(prefix) or (marker and key <= marker):
+                continue
+            rest = key[len(prefix):]
+            if delimiter and delimiter in rest:
+                prefixes.add(prefix + rest.split(delimiter, 1)[0] + delimiter)
+                continue
+            obj = objects[key]
+            contents.append(f"<Contents><Key>{escape(key)}</Key>"
+                            f"<Generation>{obj['generation']}</Generation>"
+                            f"<LastModified>{obj['updated']}</LastModified>"
+                            f"<ETag>{escape(obj['etag'])}</ETag>"
+                            f"<Size>{len(obj['data'])}</Size></Contents>")
+        xml = ("<?xml version='1.0' encoding='UTF-8'?>"
+               "<ListBucketResult xmlns='http://doc.s3.amazonaws.com/2006-03-01'>"
+               f"<Name>{escape(bucket)}</Name><Prefix>{escape(prefix)}</Prefix>"
+               f"<Marker>{escape(marker)}</Marker><IsTruncated>false</IsTruncated>"
+               + "".join(contents)
+               + "".join(f"<CommonPrefixes><Prefix>{escape(p)}</Prefix></CommonPrefixes>"
+                         for p in sorted(prefixes))
+               + "</ListBucketResult>").encode()
+        return self.answer(200, xml, {"Content-Type": "application/xml"}, head=head)
+
+    def do_PUT(self):
+        bucket, key, query = self.target()
+        data = self.body()
+        with LOCK:
+            if not key:
+                BUCKETS.setdefault(bucket, {})
+                return self.answer(200)
+            objects = BUCKETS.get(bucket)
+            if objects is None:
+                return self.answer(404, error_xml("NoSuchBucket", bucket))
+            if "uploadId" in query:
+                upload = UPLOADS.get(query["uploadId"])
+                if upload is None:
+                    return self.answer(404, error_xml("NoSuchUpload", query["uploadId"]))
+                upload["parts"][int(query["partNumber"])] = data
+                return self.answer(200, b"", {"ETag": f'"{hashlib.md5(data).hexdigest()}"'})
+            if self.precondition_fails(objects.get(key)):
+                return self.refuse_precondition()
+            obj = make_object(data, f'"{hashlib.md5(data).hexdigest()}"', True)
+            objects[key] = obj
+            return self.answer(200, b"", self.object_headers(obj))
+
+    def do_POST(self):
+        bucket, key, query = self.target()
+        data = self.body()
+        with LOCK:
+            objects = BUCKETS.get(bucket)
+            if objects is None:
+                return self.answer(404, error_xml("NoSuchBucket", bucket))
+            if "uploads" in query:
+                upload_id = uuid.uuid4().hex
+                UPLOADS[upload_id] = {"bucket": bucket, "key": key, "parts": {}}
+                xml = ("<?xml version='1.0' encoding='UTF-8'?><InitiateMultipartUploadResult>"
+                       f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(key)}</Key>"
+                       f"<UploadId>{upload_id}</UploadId></InitiateMultipartUploadResult>")
+                return self.answer(200, xml.encode(), {"Content-Type": "application/xml"})
+            if "uploadId" in query:
+                upload = UPLOADS.get(query["uploadId"])
+                if upload is None:
+                    return self.answer(404, error_xml("NoSuchUpload", query["uploadId"]))
+                if self.precondition_fails(objects.get(key)):
+                    return self.refuse_precondition()  # the upload stays, to be aborted
+                del UPLOADS[query["uploadId"]]
+                numbers = sorted(upload["parts"])
+                digest = hashlib.md5(b"".join(hashlib.md5(upload["parts"][n]).digest()
+                                              for n in numbers)).hexdigest()
+                obj = make_object(b"".join(upload["parts"][n] for n in numbers),
+                                  f'"{digest}-{len(numbers)}"', False)
+                objects[key] = obj
+                xml = ("<?xml version='1.0' encoding='UTF-8'?><CompleteMultipartUploadResult>"
+                       f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(key)}</Key>"
+                       f"<ETag>{escape(obj['etag'])}</ETag></CompleteMultipartUploadResult>")
+                headers = self.object_headers(obj)
+                headers["Content-Type"] = "application/xml"
+                return self.answer(200, xml.encode(), headers)
+        return self.answer(400, error_xml("InvalidArgument", self.path))
+
+    def do_DELETE(self):
+        bucket, key, query = self.target()
+        with LOCK:
+            objects = BUCKETS.get(bucket)
+            if objects is None:
+                return self.answer(404, error_xml("NoSuchBucket", bucket))
+            if "uploadId" in query:
+                UPLOADS.pop(query["uploadId"], None)
+                return self.answer(204)
+            obj = objects.get(key)
+            if obj is None:
+                return self.answer(404, error_xml("NoSuchKey", key))
+            if self.precondition_fails(obj):
+                return self.refuse_precondition()
+            del objects[key]
+            return self.answer(204)
+
+
+def main():
+    global LOG
+    port, LOG, buckets = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    for bucket in buckets:
+        BUCKETS[bucket] = {}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(f"listening {server.server_address[1]}", flush=True)
+    sys.stdin.read()  # until the test closes stdin
+    server.shutdown()
+
+
+if __name__ == "__main__":
+    main()
