@@ -13,6 +13,7 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import GDAL_IDEM, gdal_config, make_source, read_pixels, run, wait_until
+from azuriteserver import AzuriteServer
 from gcsserver import GcsServer
 from motoserver import PYTHON, MotoS3Server
 from test_fault_matrix import RESAMPLING, Case, warp
@@ -33,11 +34,20 @@ def gcs(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory):
+    server = AzuriteServer(tmp_path_factory.mktemp("azurite")).start()
+    with gdal_config(server.config()):
+        assert gdal.Mkdir(f"/vsiaz/{BUCKET}", 0o755) == 0  # the container
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def store(request, moto, s3, gcs):  # noqa: F811
+def store(request, moto, s3, gcs, azurite):  # noqa: F811
     """(server, IDEM_CONDITIONAL_WRITE), with this process's GDAL pointed at the server."""
     name, mode = request.param
-    server = {"moto": moto, "s3rver": s3, "gcs": gcs}[name]
+    server = {"moto": moto, "s3rver": s3, "gcs": gcs, "azurite": azurite}[name]
     with gdal_config(server.config()):
         yield server, mode
 
@@ -45,7 +55,7 @@ def store(request, moto, s3, gcs):  # noqa: F811
 def fencing_store(store):
     """Whether the store refuses a conditional upload that no longer holds (moto, the GCS
     store) and IDEM sends conditions to it."""
-    return isinstance(store[0], (MotoS3Server, GcsServer)) and store[1] == "AUTO"
+    return isinstance(store[0], (MotoS3Server, GcsServer, AzuriteServer)) and store[1] == "AUTO"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +86,8 @@ def start_paused(case, work, name, command=warp):
 
 def make_case(tmp_path, store, scene):
     server, mode = store
-    case = Case(tmp_path, "gcs" if isinstance(server, GcsServer) else "s3", server, scene)
+    kind = {GcsServer: "gcs", AzuriteServer: "azure"}.get(type(server), "s3")
+    case = Case(tmp_path, kind, server, scene)
     case.env["IDEM_CONDITIONAL_WRITE"] = mode
     return case
 
@@ -85,9 +96,30 @@ def completed(case, work):
     return [r for r in case.rows(work) if r["completed_at"] is not None]
 
 
+def zombie_after_newer_work(case, command=warp, while_stopped=None):
+    """Worker A (K1) stops right before its upload; once its lease has run out, B takes K1 over
+    and completes, then C completes K2 at the same object; `while_stopped()` runs then, and its
+    answer is returned with A's exit status and stderr once A has gone on and ended."""
+    a, resume = start_paused(case, "K1", "a", command=command)
+    a.send_signal(signal.SIGSTOP)
+    seen = None
+    try:
+        case.wait_for_lease_end(a.pid)
+        run(command(case.source, case.dst, "K1"), env=case.env, check=True)  # B
+        run(command(case.source, case.dst, "K2"), env=case.env, check=True)  # C
+        seen = while_stopped() if while_stopped is not None else None
+    finally:
+        resume.write_text("go")
+        a.send_signal(signal.SIGCONT)
+        _, stderr = a.communicate(timeout=300)
+    return a.returncode, stderr, seen
+
+
 @pytest.mark.parametrize("store", [("moto", "AUTO"), ("moto", "NO"), ("s3rver", "AUTO"),
-                                   ("gcs", "AUTO"), ("gcs", "NO")], indirect=True,
-                         ids=["moto", "moto-unconditional", "s3rver", "gcs", "gcs-unconditional"])
+                                   ("gcs", "AUTO"), ("gcs", "NO"), ("azurite", "AUTO"),
+                                   ("azurite", "NO")], indirect=True,
+                         ids=["moto", "moto-unconditional", "s3rver", "gcs", "gcs-unconditional",
+                              "azurite", "azurite-unconditional"])
 def test_zombie_upload_after_a_takeover_and_newer_work(store, scene, tmp_path):
     """Worker A (work K1) stops right before its upload; its lease runs out; B takes K1 over and
     completes; C completes K2 at the same object; A goes on. Where the store honours conditional
@@ -95,19 +127,9 @@ def test_zombie_upload_after_a_takeover_and_newer_work(store, scene, tmp_path):
     IDEM_CONDITIONAL_WRITE=NO), A's upload replaces C's object, C's row no longer records what is
     there, and C's rerun rebuilds it (never a skip)."""
     case = make_case(tmp_path, store, scene)
-    a, resume = start_paused(case, "K1", "a")
-    a.send_signal(signal.SIGSTOP)
-    try:
-        case.wait_for_lease_end(a.pid)
-        run(warp(case.source, case.dst, "K1"), env=case.env, check=True)  # B
-        run(warp(case.source, case.dst, "K2"), env=case.env, check=True)  # C
-        c_output = case.output()
-        assert any(case.records(r, c_output) for r in completed(case, "K2"))
-    finally:
-        resume.write_text("go")
-        a.send_signal(signal.SIGCONT)
-        _, stderr = a.communicate(timeout=300)
-    assert a.returncode != 0, stderr
+    returncode, stderr, c_output = zombie_after_newer_work(case, while_stopped=case.output)
+    assert any(case.records(r, c_output) for r in completed(case, "K2"))
+    assert returncode != 0, stderr
     output = case.output()
     [k2] = completed(case, "K2")
     assert k2["superseded_at"] is None
@@ -126,8 +148,8 @@ def test_zombie_upload_after_a_takeover_and_newer_work(store, scene, tmp_path):
     assert case.temp_dirs() == []
 
 
-@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO")], indirect=True,
-                         ids=["moto", "gcs"])
+@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO"), ("azurite", "AUTO")],
+                         indirect=True, ids=["moto", "gcs", "azurite"])
 def test_claim_holder_uploads_over_a_zombies_object(store, scene, tmp_path):
     """The store refuses the upload of the worker that does hold the claim when a zombie's upload
     changed the object after that worker looked at it: the worker looks again and uploads. Here
@@ -242,21 +264,12 @@ def test_zombie_multipart_upload_is_refused_at_its_completion(store, scene, tmp_
     key = case.dst[len(f"/vsis3/{BUCKET}/"):]
     if before == "older-output":
         run(warp_in_parts(case.source, case.dst, "K0"), env=case.env, check=True)
-    a, resume = start_paused(case, "K1", "a", command=warp_in_parts)
-    a.send_signal(signal.SIGSTOP)
-    try:
-        case.wait_for_lease_end(a.pid)
-        run(warp_in_parts(case.source, case.dst, "K1"), env=case.env, check=True)  # B
-        run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)  # C
-        c_etag = store_etag(case.dst)
-        assert c_etag and c_etag.strip('"').endswith("-2"), c_etag  # sent in two parts
-        [k2] = completed(case, "K2")
-        assert case.records(k2, case.output())
-    finally:
-        resume.write_text("go")
-        a.send_signal(signal.SIGCONT)
-        _, stderr = a.communicate(timeout=300)
-    assert a.returncode != 0, stderr
+    returncode, stderr, (c_etag, c_recorded) = zombie_after_newer_work(
+        case, warp_in_parts,
+        lambda: (store_etag(case.dst), case.records(completed(case, "K2")[0], case.output())))
+    assert c_etag and c_etag.strip('"').endswith("-2"), c_etag  # sent in two parts
+    assert c_recorded
+    assert returncode != 0, stderr
     [k2] = completed(case, "K2")
     if store[1] == "AUTO":
         assert store_etag(case.dst) == c_etag, "A's late upload replaced newer work"
@@ -273,8 +286,8 @@ def test_zombie_multipart_upload_is_refused_at_its_completion(store, scene, tmp_
     assert case.temp_dirs() == []
 
 
-@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO")], indirect=True,
-                         ids=["moto", "gcs"])
+@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO"), ("azurite", "AUTO")],
+                         indirect=True, ids=["moto", "gcs", "azurite"])
 def test_a_zombies_take_back_never_deletes_a_successors_object(store, scene, tmp_path):
     """A (K1) uploads, is stopped before its completion and loses its claim (reap releases it).
     Its completion refused, A looks at the object (its own, recorded by no completion) to take
@@ -323,3 +336,25 @@ def test_a_zombies_take_back_never_deletes_a_successors_object(store, scene, tmp
     [k2] = completed(case, "K2")
     assert case.records(k2, c_output) and k2["superseded_at"] is None
     assert completed(case, "K1") == []
+
+
+@pytest.mark.parametrize("store", [("azurite", "AUTO")], indirect=True, ids=["azurite"])
+def test_azure_zombie_with_a_blob_larger_than_gdals_chunk(store, scene, tmp_path):
+    """On /vsiaz/ IDEM sends a conditional upload itself, in one Put Blob: GDAL's writer would
+    send a 6.75 MB output (over VSIAZ_CHUNK_SIZE, 4 MB) as an append blob in several requests,
+    visible half-written, and deletes the blob when a PUT is refused. A (K1) stops before its
+    upload over an older output; B takes K1 over, C completes K2; A's upload is refused and C's
+    blob stays, a block blob, recorded; a rerun of K2 skips."""
+    case = make_case(tmp_path, store, scene)
+    run(warp_in_parts(case.source, case.dst, "K0"), env=case.env, check=True)
+    returncode, stderr, c_output = zombie_after_newer_work(case, warp_in_parts, case.output)
+    assert c_output[0] > 4 << 20
+    assert returncode != 0, stderr
+    assert case.output() == c_output, "A's late upload replaced newer work"
+    [k2] = completed(case, "K2")
+    assert case.records(k2, c_output) and k2["superseded_at"] is None
+    gdal.VSICurlClearCache()
+    assert gdal.GetFileMetadata(case.dst, "HEADERS")["x-ms-blob-type"] == "BlockBlob"
+    run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)
+    assert case.output() == c_output  # skipped: the same blob, the same ETag
+    assert case.temp_dirs() == []

@@ -43,10 +43,10 @@ class Case:
         db = tmp_path / "ledger.sqlite"
         self.ledger = Ledger("sqlite", "sqlite:" + str(db), lambda: sqlite3.connect(str(db)))
         extra = dict(IDEM_LEDGER=self.ledger.dsn, IDEM_FSYNC="NO")
-        if storage in ("s3", "gcs"):  # `s3server` is then the store's server, either kind
+        if storage in ("s3", "gcs", "azure"):  # `s3server` is then the store's server
             (tmp_path / "cpl_tmpdir").mkdir()
             extra.update(CPL_TMPDIR=str(tmp_path / "cpl_tmpdir"), **s3server.config())
-            scheme = "vsis3" if storage == "s3" else "vsigs"
+            scheme = {"s3": "vsis3", "gcs": "vsigs", "azure": "vsiaz"}[storage]
             self.dst = f"/{scheme}/{BUCKET}/matrix/{tmp_path.name}/out.tif"
             self.temp_root = tmp_path / "cpl_tmpdir" / "x"
         else:
@@ -86,8 +86,9 @@ class Case:
         return [r for r in rows if f'"{name[RESAMPLING[work]]}"' in r["work_json"]]
 
     def output(self):
-        """(size, mtime_ns, md5) of the primary output, or None."""
-        if self.storage in ("s3", "gcs"):
+        """(size, mtime_ns, md5) of the primary output, or None; on Azure, whose ETags are no
+        digest, (size, ETag, md5)."""
+        if self.storage in ("s3", "gcs", "azure"):
             gdal.VSICurlClearCache()
             f = gdal.VSIFOpenL(self.dst, "rb")
             if f is None:
@@ -99,7 +100,10 @@ class Case:
                     break
                 data += chunk
             gdal.VSIFCloseL(f)
-            return (len(data), None, hashlib.md5(data).hexdigest())
+            etag = None
+            if self.storage == "azure":
+                etag = (gdal.GetFileMetadata(self.dst, "HEADERS") or {}).get("etag")
+            return (len(data), etag, hashlib.md5(data).hexdigest())
         if not os.path.exists(self.dst):
             return None
         st = os.stat(self.dst)
@@ -110,6 +114,8 @@ class Case:
         """Whether a completed row's fingerprint is that of the file `output`."""
         if row["completed_at"] is None or output is None or row["output_size"] != output[0]:
             return False
+        if self.storage == "azure":
+            return row["output_etag"] == output[1]
         if self.storage in ("s3", "gcs"):
             return row["output_etag"] in (f"md5:{output[2]}", f'"{output[2]}"')
         return row["output_mtime_ns"] == output[1]

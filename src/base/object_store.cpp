@@ -17,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/azure_blob.hpp"
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
@@ -152,6 +154,10 @@ namespace {
 
 bool is_gcs(const std::string& path) {
   return path.rfind("/vsigs/", 0) == 0;
+}
+
+bool is_azure(const std::string& path) {
+  return path.rfind("/vsiaz/", 0) == 0;
 }
 
 }  // namespace
@@ -294,11 +300,16 @@ void abort_refused_upload(const std::string& path, const std::string& upload_id)
 }  // namespace
 
 bool conditional_upload_applies(const std::string& path, int64_t size) {
-  if (!conditional_writes_enabled() || (path.rfind("/vsis3/", 0) != 0 && !is_gcs(path))) {
+  if (!conditional_writes_enabled() ||
+      (path.rfind("/vsis3/", 0) != 0 && !is_gcs(path) && !is_azure(path))) {
     return false;
   }
   if (is_gcs(path)) {
     return true;  // GDAL sends an object to /vsigs/ in one PUT, whatever its size
+  }
+  if (is_azure(path)) {
+    // Sent by IDEM itself in one Put Blob (azure_blob.hpp), with a key it can sign with.
+    return size <= k_azure_put_blob_max && azure_shared_key_account().has_value();
   }
   // A multipart upload takes its condition on its completion, sent through GDAL_HTTP_HEADERS
   // (copy_vsi_file), which then cannot also carry headers the user set there.
@@ -306,17 +317,78 @@ bool conditional_upload_applies(const std::string& path, int64_t size) {
 }
 
 bool conditional_delete_applies(const std::string& path) {
+  if (is_azure(path)) {
+    return conditional_writes_enabled() && azure_shared_key_account().has_value();
+  }
   return (path.rfind("/vsis3/", 0) == 0 || is_gcs(path)) && conditional_writes_enabled() &&
          CPLGetConfigOption("GDAL_HTTP_HEADERS", nullptr) == nullptr;
 }
 
 bool delete_object_if_version(const std::string& path, const std::string& version) {
+  if (is_azure(path)) {
+    const std::optional<AzureAccount> account = azure_shared_key_account();
+    const bool deleted = account && azure_delete_blob(*account, path, version).status == 202;
+    VSICurlPartialClearCache(path.c_str());
+    return deleted;
+  }
   const auto [name, value] = version_condition(path, version);
   const std::string condition = name + ": " + value;
   CPLConfigOptionSetter header("GDAL_HTTP_HEADERS", condition.c_str(), true);
   CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
   return VSIUnlink(path.c_str()) == 0;
 }
+
+namespace {
+
+// Thrown when a conditional upload failed: refused because another writer changed the object
+// (UploadRefused), or failed for another reason, naming the condition and how to do without it.
+[[noreturn]] void throw_conditional_failure(const std::string& to, const ExpectedObject& expected,
+                                            const std::string& condition_name,
+                                            const std::string& error) {
+  if (current_object_version(to) != expected.version) {
+    throw UploadRefused(ErrorKind::k_ledger, "the upload to " + to +
+                                                 " was refused: another writer changed the " +
+                                                 "object after this attempt looked at it");
+  }
+  throw Error(ErrorKind::k_io, "uploading " + to + " failed: " + error +
+                                   "; the upload was conditional (" + condition_name +
+                                   "): if this store refuses conditional writes, set "
+                                   "IDEM_CONDITIONAL_WRITE=NO");
+}
+
+// The upload of an object to /vsiaz/ that must be conditional: one Put Blob sent by IDEM
+// (azure_blob.hpp), never GDAL's writer, which deletes the blob when a PUT is refused.
+CopiedBytes upload_to_azure(const std::string& from, const std::string& to,
+                            const ExpectedObject& expected,
+                            const std::pair<std::string, std::string>& precondition) {
+  const std::optional<AzureAccount> account = azure_shared_key_account();
+  VSIStatBufL info;
+  if (!account || VSIStatL(from.c_str(), &info) != 0) {
+    throw Error(ErrorKind::k_io, "cannot upload " + from + " to " + to +
+                                     ": no shared-key credentials, or the file is missing");
+  }
+  Md5 md5;
+  CopiedBytes sent;
+  sent.size = static_cast<int64_t>(info.st_size);
+  const AzureAnswer answer =
+      azure_put_blob(*account, to, from, sent.size, precondition.first, precondition.second,
+                     [&](const unsigned char* data, size_t size) { md5.update(data, size); });
+  // GDAL's cached view of the object and its folder predates this write.
+  VSICurlPartialClearCache(to.c_str());
+  VSICurlPartialClearCache(dirname_of(to).c_str());
+  if (answer.status == 201) {
+    sent.md5 = md5.finish_hex();
+    return sent;
+  }
+  if (answer.status == 409 || answer.status == 412) {
+    throw_conditional_failure(to, expected, precondition.first, answer.error);
+  }
+  throw Error(ErrorKind::k_io, "uploading " + to + " failed: " + answer.error +
+                                   "; check that the container exists and that the account's "
+                                   "key (AZURE_STORAGE_CONNECTION_STRING) may write to it");
+}
+
+}  // namespace
 
 CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
                           const ExpectedObject* expected) {
@@ -337,6 +409,9 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   if (expected != nullptr) {
     precondition = version_condition(to, expected->version);
     condition = precondition.first + ": " + precondition.second;
+  }
+  if (expected != nullptr && is_azure(to)) {
+    return upload_to_azure(from, to, *expected, precondition);
   }
   VSIStatBufL from_info;
   const bool in_parts = expected != nullptr && to.rfind("/vsis3/", 0) == 0 &&
@@ -406,16 +481,8 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   }
   if (!ok && expected != nullptr) {
     // Refused for its condition, or failed for another reason: the store's object now decides.
-    const std::string error = close_error.empty() ? last_vsi_error() : close_error;
-    if (current_object_version(to) != expected->version) {
-      throw UploadRefused(ErrorKind::k_ledger, "the upload to " + to +
-                                                   " was refused: another writer changed the " +
-                                                   "object after this attempt looked at it");
-    }
-    throw Error(ErrorKind::k_io, "uploading " + to + " failed: " + error +
-                                     "; the upload was conditional (" + precondition.first +
-                                     "): if this store "
-                                     "refuses conditional writes, set IDEM_CONDITIONAL_WRITE=NO");
+    throw_conditional_failure(to, *expected, precondition.first,
+                              close_error.empty() ? last_vsi_error() : close_error);
   }
   if (!ok) {
     if (is_object_store_path(to)) {

@@ -1,0 +1,64 @@
+// The Azure Blob Storage requests IDEM sends itself (docs/object-storage.md, "Azure"): a
+// conditional Put Blob and a conditional Delete Blob, signed with the account's shared key.
+//
+// GDAL's /vsiaz/ writer cannot carry a condition: on a refused PUT (409) it deletes the blob and
+// tries again, which would make a zombie delete newer work, and it sends an object larger than
+// VSIAZ_CHUNK_SIZE as an append blob in several requests, visible half-written. So an upload
+// that must be conditional goes here instead: one Put Blob request (Azure takes up to 5000 MiB
+// in one) with If-None-Match: * or If-Match: <ETag>, which Azure answers 409 or 412 when the
+// condition does not hold, replacing nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace idem {
+
+// An account IDEM can sign requests for: its name, its key (decoded) and its blob endpoint
+// (scheme, host and any path before the container, no trailing slash).
+struct AzureAccount {
+  std::string name;
+  std::string key;
+  std::string endpoint;
+};
+
+// The account of GDAL's configuration when it is a shared key: AZURE_STORAGE_CONNECTION_STRING
+// with AccountName and AccountKey (BlobEndpoint, or DefaultEndpointsProtocol and
+// EndpointSuffix), else AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_ACCESS_KEY. nullopt for any
+// other credentials (a SAS token, a managed identity, no signing): IDEM cannot sign for them.
+std::optional<AzureAccount> azure_shared_key_account();
+
+// The largest blob one Put Blob request may carry (5000 MiB).
+constexpr int64_t k_azure_put_blob_max = int64_t{5000} << 20;
+
+// What Azure answered: the HTTP status (0 when no answer came), the ETag of a written blob, and
+// the error's text otherwise.
+struct AzureAnswer {
+  long status = 0;
+  std::string etag;
+  std::string error;
+};
+
+// Put Blob of the bytes of `local` (any GDAL path) to `vsiaz_path` (/vsiaz/container/key), with
+// the header `condition_name: condition_value` (If-None-Match: * or If-Match: <ETag>). `sink`
+// sees every byte sent, in order.
+AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz_path,
+                           const std::string& local, int64_t size,
+                           const std::string& condition_name, const std::string& condition_value,
+                           const std::function<void(const unsigned char*, size_t)>& sink);
+
+// Delete Blob of `vsiaz_path` only if its ETag is `etag` (If-Match): 202 when deleted.
+AzureAnswer azure_delete_blob(const AzureAccount& account, const std::string& vsiaz_path,
+                              const std::string& etag);
+
+// The string a shared-key request signs (Azure's "Authorize with Shared Key", version
+// 2015-02-21 and later), exposed for its unit test.
+std::string azure_string_to_sign(const std::string& verb, int64_t content_length,
+                                 const std::string& content_type, const std::string& if_match,
+                                 const std::string& if_none_match,
+                                 const std::string& canonical_headers,
+                                 const std::string& canonical_resource);
+
+}  // namespace idem
