@@ -358,3 +358,26 @@ def test_azure_zombie_with_a_blob_larger_than_gdals_chunk(store, scene, tmp_path
     run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)
     assert case.output() == c_output  # skipped: the same blob, the same ETag
     assert case.temp_dirs() == []
+
+
+@pytest.mark.parametrize("store", [("gcs", "AUTO")], indirect=True, ids=["gcs"])
+def test_gcs_zombie_with_an_object_over_gdals_chunk(store, scene, tmp_path):
+    """GDAL 3.10 and later send an object of VSIGS_CHUNK_SIZE or more to /vsigs/ as a multipart
+    upload whose first request would carry the condition; IDEM sends a conditional upload in one
+    PUT instead. With VSIGS_CHUNK_SIZE=5, a 6.75 MB output: every upload is one PUT, and the
+    zombie's is refused, leaving C's object, recorded."""
+    case = make_case(tmp_path, store, scene)
+    case.env["VSIGS_CHUNK_SIZE"] = "5"
+    server = store[0]
+    mark = server.mark()
+    run(warp_in_parts(case.source, case.dst, "K0"), env=case.env, check=True)
+    returncode, stderr, c_output = zombie_after_newer_work(case, warp_in_parts, case.output)
+    assert c_output[0] > 5 << 20
+    assert returncode != 0, stderr
+    assert case.output() == c_output, "A's late upload replaced newer work"
+    [k2] = completed(case, "K2")
+    assert case.records(k2, c_output) and k2["superseded_at"] is None
+    key = case.dst[len("/vsigs"):]
+    writes = [r for r in server.writes_since(mark) if r[1].startswith(key)]
+    assert {r[0] for r in writes} == {"PUT"}, writes  # no multipart upload
+    assert all(r[3] != "-" for r in writes)  # each one conditional

@@ -156,6 +156,10 @@ bool is_gcs(const std::string& path) {
   return path.rfind("/vsigs/", 0) == 0;
 }
 
+// The largest chunk GDAL's /vsigs/ writer takes (it clamps larger ones to it): an object up to
+// it can be sent in one PUT, which carries the upload's condition.
+constexpr int64_t k_gcs_one_put_max = int64_t{5120} << 20;
+
 bool is_azure(const std::string& path) {
   return path.rfind("/vsiaz/", 0) == 0;
 }
@@ -305,7 +309,7 @@ bool conditional_upload_applies(const std::string& path, int64_t size) {
     return false;
   }
   if (is_gcs(path)) {
-    return true;  // GDAL sends an object to /vsigs/ in one PUT, whatever its size
+    return size < k_gcs_one_put_max;  // sent in one PUT (copy_vsi_file)
   }
   if (is_azure(path)) {
     // Sent by IDEM itself in one Put Blob (azure_blob.hpp), with a key it can sign with.
@@ -425,6 +429,18 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   std::optional<CPLErrorHandlerPusher> quiet_while_conditional;
   if (expected != nullptr) {
     quiet_while_conditional.emplace(CPLQuietErrorHandler);
+  }
+  // GDAL 3.10 and later send an object of VSIGS_CHUNK_SIZE (100 MB) or more to /vsigs/ as a
+  // multipart upload, whose first request, not its completion, would carry the condition: the
+  // chunk is made larger than the object for this thread, so it goes in one PUT, as GDAL 3.6
+  // sends every object (conditional_upload_applies stops at GDAL's largest chunk, 5120 MiB).
+  std::optional<CPLConfigOptionSetter> one_gcs_put;
+  std::optional<CPLConfigOptionSetter> one_gcs_put_bytes;
+  VSIStatBufL source_info;
+  if (expected != nullptr && is_gcs(to) && VSIStatL(from.c_str(), &source_info) == 0) {
+    const int64_t mib = (static_cast<int64_t>(source_info.st_size) >> 20) + 1;
+    one_gcs_put.emplace("VSIGS_CHUNK_SIZE", std::to_string(mib).c_str(), true);
+    one_gcs_put_bytes.emplace("VSIGS_CHUNK_SIZE_BYTES", std::to_string(mib << 20).c_str(), true);
   }
   VSILFILE* out = VSIFOpenEx2L(to.c_str(), "wb", TRUE, headers.List());
   if (out == nullptr) {
