@@ -228,8 +228,8 @@ std::optional<AzureAccount> azure_shared_key_account() {
     if (account.endpoint.empty() && !account.name.empty()) {
       std::string protocol = connection_string_value(connection, "DefaultEndpointsProtocol");
       std::string suffix = connection_string_value(connection, "EndpointSuffix");
-      account.endpoint = (protocol.empty() ? "https" : protocol) + "://" + account.name +
-                         ".blob." + (suffix.empty() ? "core.windows.net" : suffix);
+      account.endpoint = (protocol.empty() ? "https" : protocol) + "://" + account.name + ".blob." +
+                         (suffix.empty() ? "core.windows.net" : suffix);
     }
   } else {
     account.name = CPLGetConfigOption("AZURE_STORAGE_ACCOUNT", "");
@@ -256,8 +256,8 @@ std::string azure_string_to_sign(const std::string& verb, int64_t content_length
   // Content-Type, Date (empty: x-ms-date is sent), If-Modified-Since, If-Match, If-None-Match,
   // If-Unmodified-Since, Range, then the x-ms- headers and the resource.
   return verb + "\n\n\n" + (content_length > 0 ? std::to_string(content_length) : "") + "\n\n" +
-         content_type + "\n\n\n" + if_match + "\n" + if_none_match + "\n\n\n" +
-         canonical_headers + canonical_resource;
+         content_type + "\n\n\n" + if_match + "\n" + if_none_match + "\n\n\n" + canonical_headers +
+         canonical_resource;
 }
 
 AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz_path,
@@ -268,15 +268,17 @@ AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz
   const std::string date = http_date();
   const std::string content_type = "application/octet-stream";
   const bool if_match = EQUAL(condition_name.c_str(), "If-Match");
-  const std::string canonical_headers = "x-ms-blob-type:BlockBlob\nx-ms-date:" + date +
-                                        "\nx-ms-version:" + k_api_version + "\n";
+  const std::string canonical_headers =
+      "x-ms-blob-type:BlockBlob\nx-ms-date:" + date + "\nx-ms-version:" + k_api_version + "\n";
   const std::string to_sign = azure_string_to_sign(
-      "PUT", size, content_type, if_match ? condition_value : "",
-      if_match ? "" : condition_value, canonical_headers, target.canonical_resource);
-  std::vector<std::string> headers = {
-      "x-ms-blob-type: BlockBlob", "x-ms-date: " + date,
-      std::string("x-ms-version: ") + k_api_version, "Content-Type: " + content_type,
-      condition_name + ": " + condition_value, "Authorization: " + sign(account, to_sign)};
+      "PUT", size, content_type, if_match ? condition_value : "", if_match ? "" : condition_value,
+      canonical_headers, target.canonical_resource);
+  std::vector<std::string> headers = {"x-ms-blob-type: BlockBlob",
+                                      "x-ms-date: " + date,
+                                      std::string("x-ms-version: ") + k_api_version,
+                                      "Content-Type: " + content_type,
+                                      condition_name + ": " + condition_value,
+                                      "Authorization: " + sign(account, to_sign)};
   Exchange exchange;
   exchange.body = VSIFOpenL(local.c_str(), "rb");
   if (exchange.body == nullptr) {
@@ -294,12 +296,11 @@ AzureAnswer azure_delete_blob(const AzureAccount& account, const std::string& vs
   const std::string date = http_date();
   const std::string canonical_headers =
       "x-ms-date:" + date + "\nx-ms-version:" + k_api_version + "\n";
-  const std::string to_sign = azure_string_to_sign("DELETE", 0, "", etag, "", canonical_headers,
-                                                   target.canonical_resource);
-  const std::vector<std::string> headers = {"x-ms-date: " + date,
-                                            std::string("x-ms-version: ") + k_api_version,
-                                            "If-Match: " + etag,
-                                            "Authorization: " + sign(account, to_sign)};
+  const std::string to_sign =
+      azure_string_to_sign("DELETE", 0, "", etag, "", canonical_headers, target.canonical_resource);
+  const std::vector<std::string> headers = {
+      "x-ms-date: " + date, std::string("x-ms-version: ") + k_api_version, "If-Match: " + etag,
+      "Authorization: " + sign(account, to_sign)};
   Exchange exchange;
   return send("DELETE", target, headers, exchange, 0);
 }

@@ -143,6 +143,8 @@ std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh)
         headers.checksum_sha256 = value;
       } else if (EQUAL(raw_name, "x-goog-generation")) {
         headers.generation = value;
+      } else if (EQUAL(raw_name, "Content-MD5")) {
+        headers.content_md5 = value;
       }
     }
     CPLFree(raw_name);

@@ -23,6 +23,7 @@ struct ObjectHeaders {
   std::string etag;             // as the store sends it, quotes included
   std::string checksum_sha256;  // x-amz-checksum-sha256 (base64) when the store sends it
   std::string generation;       // x-goog-generation (GCS): the object's version, "" elsewhere
+  std::string content_md5;      // Content-MD5 (base64) that Azure keeps for a blob, when sent
 };
 
 // The token a store's preconditions name an object's version by: the ETag on S3, the

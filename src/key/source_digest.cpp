@@ -373,6 +373,13 @@ SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy poli
       result.value = headers.checksum_sha256;
       return result;
     }
+    // Azure keeps the MD5 of a blob written in one request (Put Blob) and sends it with every
+    // read, while its ETag changes with every write, identical bytes or not.
+    if (path.rfind("/vsiaz/", 0) == 0 && !headers.content_md5.empty()) {
+      result.method = "content-md5";
+      result.value = headers.content_md5;
+      return result;
+    }
     if (!headers.etag.empty()) {
       result.method = "etag";
       result.value = headers.etag;
