@@ -83,7 +83,11 @@ class Case:
         if work is None:
             return rows
         name = {"near": "NearestNeighbour", "bilinear": "Bilinear", "cubic": "Cubic"}
-        return [r for r in rows if f'"{name[RESAMPLING[work]]}"' in r["work_json"]]
+        # A warp's work is told by its resampling; other commands name theirs in metadata
+        # (-mo IDEM_TEST_WORK=K1).
+        return [r for r in rows if f'"{name[RESAMPLING[work]]}"' in r["work_json"]
+                or ('"IDEM_TEST_WORK"' in r["work_json"]
+                    and f'"text":"{work}"' in r["work_json"])]
 
     def output(self):
         """(size, mtime_ns, md5) of the primary output, or None; on Azure, whose ETags are no
