@@ -16,6 +16,7 @@
 
 #include "base/error.hpp"
 #include "cpl_conv.h"
+#include "cpl_multiproc.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 
@@ -167,8 +168,8 @@ struct SlistCloser {
   void operator()(curl_slist* list) const { curl_slist_free_all(list); }
 };
 
-AzureAnswer send(const std::string& verb, const Target& target,
-                 const std::vector<std::string>& headers, Exchange& exchange, int64_t size) {
+AzureAnswer send_once(const std::string& verb, const Target& target,
+                      const std::vector<std::string>& headers, Exchange& exchange, int64_t size) {
   std::unique_ptr<CURL, CurlCloser> curl(curl_easy_init());
   if (!curl) {
     return AzureAnswer{0, "", "cannot start an HTTP request (libcurl)"};
@@ -211,6 +212,38 @@ AzureAnswer send(const std::string& verb, const Target& target,
   answer.etag = exchange.etag;
   if (answer.status >= 300) {
     answer.error = error_of(answer.status, exchange.answer);
+  }
+  return answer;
+}
+
+// Whether an answer is worth asking again, as GDAL's own HTTP retries do: no answer, too many
+// requests, or a server error.
+bool transient(const AzureAnswer& answer) {
+  return answer.status == 0 || answer.status == 429 || answer.status >= 500;
+}
+
+// One request, sent again after a transient failure up to GDAL_HTTP_MAX_RETRY times,
+// GDAL_HTTP_RETRY_DELAY seconds apart (doubling). A conditional request that went through
+// although its answer was lost is refused when sent again (409/412): the caller then looks at
+// the object, as after any refusal. `rewind` makes the body readable from its start again.
+AzureAnswer send(const std::string& verb, const Target& target,
+                 const std::vector<std::string>& headers, Exchange& exchange, int64_t size,
+                 const std::function<bool()>& rewind = nullptr) {
+  const int retries = std::max(0, std::atoi(CPLGetConfigOption("GDAL_HTTP_MAX_RETRY", "0")));
+  double delay = std::max(0.0, CPLAtof(CPLGetConfigOption("GDAL_HTTP_RETRY_DELAY", "30")));
+  AzureAnswer answer = send_once(verb, target, headers, exchange, size);
+  for (int attempt = 0; attempt < retries && transient(answer) && !exchange.read_failed;
+       ++attempt) {
+    CPLDebug("IDEM", "Azure %s of %s: %s; again in %.1f s", verb.c_str(), target.url.c_str(),
+             answer.error.c_str(), delay);
+    CPLSleep(delay);
+    delay *= 2;
+    if (rewind && !rewind()) {
+      break;
+    }
+    exchange.etag.clear();
+    exchange.answer.clear();
+    answer = send_once(verb, target, headers, exchange, size);
   }
   return answer;
 }
@@ -285,7 +318,15 @@ AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz
     return AzureAnswer{0, "", "cannot read " + local};
   }
   exchange.sink = &sink;
-  AzureAnswer answer = send("PUT", target, headers, exchange, size);
+  // A retry sends the bytes again from the start; the sink hears (nullptr, 0) first.
+  const auto rewind = [&] {
+    if (VSIFSeekL(exchange.body, 0, SEEK_SET) != 0) {
+      return false;
+    }
+    sink(nullptr, 0);
+    return true;
+  };
+  AzureAnswer answer = send("PUT", target, headers, exchange, size, rewind);
   VSIFCloseL(exchange.body);
   return answer;
 }

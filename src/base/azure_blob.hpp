@@ -43,7 +43,8 @@ struct AzureAnswer {
 
 // Put Blob of the bytes of `local` (any GDAL path) to `vsiaz_path` (/vsiaz/container/key), with
 // the header `condition_name: condition_value` (If-None-Match: * or If-Match: <ETag>). `sink`
-// sees every byte sent, in order.
+// sees every byte sent, in order; before a retry sends them again (a transient failure,
+// GDAL_HTTP_MAX_RETRY), it is called with (nullptr, 0) to start over.
 AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz_path,
                            const std::string& local, int64_t size,
                            const std::string& condition_name, const std::string& condition_value,

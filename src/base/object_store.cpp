@@ -378,7 +378,13 @@ CopiedBytes upload_to_azure(const std::string& from, const std::string& to,
   sent.size = static_cast<int64_t>(info.st_size);
   const AzureAnswer answer =
       azure_put_blob(*account, to, from, sent.size, precondition.first, precondition.second,
-                     [&](const unsigned char* data, size_t size) { md5.update(data, size); });
+                     [&](const unsigned char* data, size_t size) {
+                       if (data == nullptr) {
+                         md5 = Md5();  // sent again from the start
+                       } else {
+                         md5.update(data, size);
+                       }
+                     });
   // GDAL's cached view of the object and its folder predates this write.
   VSICurlPartialClearCache(to.c_str());
   VSICurlPartialClearCache(dirname_of(to).c_str());
