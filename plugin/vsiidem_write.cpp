@@ -78,7 +78,7 @@ int VsiIdemWriteHandle::Close() {
       // opened at its first read) is open now.
       try {
         refuse_if_open_here(m_real);
-      } catch (const Error& error) {
+      } catch (const idem::Error& error) {
         refused = error.what();
       }
     }
