@@ -10,6 +10,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE = os.path.join(ROOT, "tools", "gcs", "serve_gcs.py")
 
 
+def gcs_config(endpoint):
+    """GDAL config options (also environment variables) that reach a GCS store at `endpoint`
+    (http://address:port)."""
+    return {"CPL_GS_ENDPOINT": endpoint + "/", "GS_NO_SIGN_REQUEST": "YES"}
+
+
+def writes(endpoint, bucket, prefix=""):
+    """{key: writes that landed} under `prefix` (the store's test-only view)."""
+    import json
+    import urllib.parse
+    import urllib.request
+    url = f"{endpoint}/_idem/writes/{bucket}?prefix={urllib.parse.quote(prefix)}"
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        return json.loads(answer.read())
+
+
 class GcsServer(RequestLog):
     def __init__(self, workdir, buckets=("idem-test",)):
         self.buckets = list(buckets)
@@ -32,4 +48,4 @@ class GcsServer(RequestLog):
 
     def config(self):
         """GDAL config options (also environment variables) that reach this store."""
-        return {"CPL_GS_ENDPOINT": self.endpoint() + "/", "GS_NO_SIGN_REQUEST": "YES"}
+        return gcs_config(self.endpoint())

@@ -3,7 +3,7 @@ its own, a host name of its own and faults of its own.
 
     net = Network()                      # a switch: a namespace holding a bridge
     db = net.add(DbHost, "db")           # PostgreSQL + PostGIS, and PgBouncer
-    store = net.add(StorageHost, "s3")   # moto's S3 server (versioned buckets)
+    store = net.add(StorageHost, "s3")   # moto's S3 server (versioned buckets), a GCS store
     w1 = net.add(Host, "w1")             # a worker: run commands in it with w1.popen / w1.run
     net.cut(w1); net.restore(w1)         # its link down (every packet dropped), then back
     net.lossy(w1, 20)                    # 20% of its packets dropped, both ways
@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 
+import gcsserver
 import motoserver
 import pgbouncer
 from idem_testlib import wait_until
@@ -228,32 +229,50 @@ class DbHost(Host):
 
 
 class StorageHost(Host):
-    """moto's S3 server on port 9000, with versioned buckets: every upload that lands stays
-    listed, so a test can prove that a host uploaded nothing. moto rather than s3rver: moto honours
-    conditional writes as S3 does (the fence of a cut-off worker's upload) and does not refuse a
-    host whose clock is ahead."""
+    """Two object stores: moto's S3 server on port 9000, with versioned buckets (every upload
+    that lands stays listed, so a test can prove that a host uploaded nothing), and the tests'
+    GCS store (tools/gcs/serve_gcs.py) on port 9100, which counts the writes that landed per key.
+    moto rather than s3rver: moto honours conditional writes as S3 does (the fence of a cut-off
+    worker's upload) and does not refuse a host whose clock is ahead. `store` ("s3" or "gcs")
+    chooses which one config(), scheme and versions() speak for."""
 
     BUCKET = "hosts"
+    GCS_PORT = 9100
 
     def _create(self):
         super()._create()
         motoserver.require_venv()
-        self.server = self.popen([motoserver.PYTHON, motoserver.SERVE, "--address", self.address,
-                                  "--versioned", "9000", self.BUCKET],
-                                 stdin=subprocess.PIPE, log=os.path.join(self.dir, "moto.log"))
-        wait_until(lambda: _listening(self.address, 9000) or self.server.poll() is not None,
-                 "moto to listen")
-        if self.server.poll() is not None:
-            raise RuntimeError("moto exited: " + open(os.path.join(self.dir, "moto.log"),
-                                                      encoding="utf-8").read())
+        self.store = "s3"
+        self.server = self._serve([motoserver.PYTHON, motoserver.SERVE, "--address", self.address,
+                                   "--versioned", "9000", self.BUCKET], 9000, "moto")
+        self.gcs = self._serve(["/usr/bin/python3", gcsserver.SERVE, "--address", self.address,
+                                str(self.GCS_PORT), os.path.join(self.dir, "gcs-requests.log"),
+                                self.BUCKET], self.GCS_PORT, "gcs")
+
+    def _serve(self, args, port, name):
+        log = os.path.join(self.dir, f"{name}.log")
+        server = self.popen(args, stdin=subprocess.PIPE, log=log)
+        wait_until(lambda: _listening(self.address, port) or server.poll() is not None,
+                   f"{name} to listen")
+        if server.poll() is not None:
+            raise RuntimeError(f"{name} exited: " + open(log, encoding="utf-8").read())
+        return server
+
+    def scheme(self):
+        return {"s3": "vsis3", "gcs": "vsigs"}[self.store]
 
     def config(self):
         """GDAL configuration (environment) that reaches this store, from any host."""
-        return dict(motoserver.s3_config(f"{self.address}:9000"), GDAL_HTTP_MAX_RETRY="3",
-                    GDAL_HTTP_RETRY_DELAY="0.5")
+        retries = {"GDAL_HTTP_MAX_RETRY": "3", "GDAL_HTTP_RETRY_DELAY": "0.5"}
+        if self.store == "gcs":
+            return dict(gcsserver.gcs_config(f"http://{self.address}:{self.GCS_PORT}"), **retries)
+        return dict(motoserver.s3_config(f"{self.address}:9000"), **retries)
 
     def versions(self, prefix=""):
-        """{key: number of versions (uploads that landed) + delete markers}, read with boto3."""
+        """{key: number of versions (uploads that landed) + delete markers}: read with boto3
+        from moto; from the GCS store, the writes that landed per key."""
+        if self.store == "gcs":
+            return gcsserver.writes(f"http://{self.address}:{self.GCS_PORT}", self.BUCKET, prefix)
         code = ("import boto3, json, sys\n"
                 "c = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1',"
                 " aws_access_key_id='moto', aws_secret_access_key='moto')\n"
@@ -269,10 +288,10 @@ class StorageHost(Host):
         return json.loads(proc.stdout)
 
     def stop(self):
-        server = getattr(self, "server", None)
-        if server is not None and server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        for server in (getattr(self, "server", None), getattr(self, "gcs", None)):
+            if server is not None and server.poll() is None:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
 
 
 class Network:

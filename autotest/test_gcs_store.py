@@ -156,3 +156,13 @@ def test_a_source_reuploaded_with_the_same_bytes_keeps_its_key(gcs, tmp_path):
     changed[-1] ^= 0xFF
     upload(bytes(changed))
     assert warp()[1] != mtime        # other bytes: a new work, published
+
+
+def test_the_write_count_view_counts_what_landed(gcs):
+    """The tests' one addition to the API: writes that landed per key, refused ones not."""
+    from gcsserver import writes
+    key = f"/{BUCKET}/counted/a.bin"
+    assert request(gcs, "PUT", key, b"1")[0] == 200
+    assert request(gcs, "PUT", key, b"1", {"x-goog-if-generation-match": "0"})[0] == 412
+    assert request(gcs, "PUT", key, b"2")[0] == 200
+    assert writes(gcs.endpoint(), BUCKET, "counted/") == {"counted/a.bin": 2}

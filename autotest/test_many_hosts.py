@@ -1,7 +1,8 @@
-"""Workers on several hosts (autotest/hosts.py: network namespaces on a private bridge): a
-database host (PostgreSQL + PostGIS, PgBouncer), a storage host (moto's S3 server, versioned
-buckets) and three worker hosts, each running a batch of IDEM tiles to /vsis3/ against the one
-ledger (autotest/hosts_batch.py: each tile retried after a failure, as an orchestrator does).
+"""Workers on several hosts (autotest/hosts.py: network namespaces on a private bridge): a database
+host (PostgreSQL + PostGIS, PgBouncer), a storage host (moto's S3 server, versioned buckets, and
+the tests' GCS store) and three worker hosts, each running a batch of IDEM tiles to /vsis3/ (or
+/vsigs/) against the one ledger (autotest/hosts_batch.py: each tile retried after a failure, as an
+orchestrator does).
 
 Each test injects one fault, lets the batches finish, and then checks what users rely on:
 every tile completed exactly once in the ledger; every object equal to plain gdalwarp's output;
@@ -66,7 +67,7 @@ class Case:
             f"dbname={net.db.DATABASE}", f"dbname={self.database}")
         self.local_dsn = net.db.local_dsn().replace(
             f"dbname={net.db.DATABASE}", f"dbname={self.database}")
-        self.prefix = f"/vsis3/{net.store.BUCKET}/{self.database}"
+        self.prefix = f"/{net.store.scheme()}/{net.store.BUCKET}/{self.database}"
         self.source = source = make_source(tmp_path / "scene.tif", size=256)
         extent = gdal.Warp("", source, format="VRT", dstSRS="EPSG:3857")
         x0, dx, _, y0, _, dy = extent.GetGeoTransform()
@@ -233,6 +234,21 @@ def case(net, tmp_path):
 
 
 @pytest.fixture
+def gcs_case(net, tmp_path):
+    """A case whose outputs go to the storage host's GCS store (/vsigs/)."""
+    net.store.store = "gcs"
+    try:
+        made = Case(net, tmp_path, through_pgbouncer=False)
+        yield made
+        _report(made)
+        made.resume()
+        for worker in net.workers:
+            net.restore(worker)
+    finally:
+        net.store.store = "s3"
+
+
+@pytest.fixture
 def bounced_case(net, tmp_path):
     made = Case(net, tmp_path, through_pgbouncer=True)
     yield made
@@ -258,13 +274,24 @@ def test_a_worker_cut_off_past_its_lease(case):
     both over and finish the batch; the link comes back and w1 goes on. w1 must publish and
     complete nothing it lost: its uploads are refused (one version of each key: nothing of w1's
     landed) and so are its completions."""
+    cut_off_past_the_lease(case)
+
+
+def test_a_worker_cut_off_past_its_lease_on_gcs(gcs_case):
+    """The same against GCS (/vsigs/): w1's uploads carry the generation it saw
+    (x-goog-if-generation-match: 0) and are refused; one write landed per key."""
+    cut_off_past_the_lease(gcs_case)
+
+
+def cut_off_past_the_lease(case):
     net, w1 = case.net, case.net.workers[0]
     first = sorted(case.tiles)[:2]
     batch1 = case.start(w1, 0, lanes=2, pause=first)
     wait_until(lambda: all(case.reached(t) for t in first) or batch1.poll() is not None,
                    "w1 to stop at before_commit on two tiles")
     assert batch1.poll() is None, case.finish([batch1])
-    case.fault("a worker's link cut past its lease, with 2 claims")
+    on_gcs = " (/vsigs/)" if case.net.store.store == "gcs" else ""
+    case.fault(f"a worker's link cut past its lease, with 2 claims{on_gcs}")
     net.cut(w1)
     wait_until(lambda: case.leases_over(w1), "w1's leases to run out", timeout=LEASE * 20)
     case.finish([case.start(w, 4 * i) for i, w in enumerate(net.workers[1:], 1)])

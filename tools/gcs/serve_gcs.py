@@ -14,15 +14,22 @@ What it follows, from GCS's XML API reference:
 - `x-goog-hash: crc32c=<base64>,md5=<base64>` (md5 only for objects written in one request);
 - GET with `Range`, HEAD, and bucket listings in the S3-compatible ListBucketResult form.
 
-Started as `python3 serve_gcs.py PORT LOG BUCKET...` (PORT 0 picks one): prints
-"listening PORT", logs "METHOD PATH STATUS CONDITION" per request to LOG (CONDITION: the
-request's x-goog-if-generation-match, or "-"), stops when stdin closes.
+Started as `python3 serve_gcs.py [--address ADDR] PORT LOG BUCKET...` (PORT 0 picks one;
+ADDR defaults to 127.0.0.1): prints "listening PORT", logs "METHOD PATH STATUS CONDITION" per
+request to LOG (CONDITION: the request's x-goog-if-generation-match, or "-"), stops when stdin
+closes.
+
+One addition for the tests, outside GCS's API: `GET /_idem/writes/BUCKET?prefix=P` answers a
+JSON object {key: number of writes that landed at it (uploads and completions)}, which tells a
+test that an upload it expects to be refused left nothing, even if its bytes equal the ones in
+place.
 Standard library only."""
 
 import base64
 import hashlib
 import http.server
 import itertools
+import json
 import sys
 import threading
 import time
@@ -31,6 +38,7 @@ import uuid
 from xml.sax.saxutils import escape
 
 LOCK = threading.Lock()
+WRITES = {}  # (bucket, key) -> writes that landed there
 BUCKETS = {}  # name -> {key: object}
 UPLOADS = {}  # upload id -> {"bucket", "key", "parts": {number: bytes}}
 GENERATIONS = itertools.count(int(time.time() * 1_000_000))
@@ -137,6 +145,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self, head=False):
         bucket, key, query = self.target()
+        if bucket == "_idem" and key.startswith("writes/"):
+            wanted, prefix = key[len("writes/"):], query.get("prefix", "")
+            with LOCK:
+                counts = {k: n for (b, k), n in WRITES.items()
+                          if b == wanted and k.startswith(prefix)}
+            return self.answer(200, json.dumps(counts).encode(),
+                               {"Content-Type": "application/json"}, head=head)
         with LOCK:
             objects = BUCKETS.get(bucket)
             if objects is None:
@@ -212,6 +227,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.refuse_precondition()
             obj = make_object(data, f'"{hashlib.md5(data).hexdigest()}"', True)
             objects[key] = obj
+            WRITES[bucket, key] = WRITES.get((bucket, key), 0) + 1
             return self.answer(200, b"", self.object_headers(obj))
 
     def do_POST(self):
@@ -241,6 +257,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 obj = make_object(b"".join(upload["parts"][n] for n in numbers),
                                   f'"{digest}-{len(numbers)}"', False)
                 objects[key] = obj
+                WRITES[bucket, key] = WRITES.get((bucket, key), 0) + 1
                 xml = ("<?xml version='1.0' encoding='UTF-8'?><CompleteMultipartUploadResult>"
                        f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(key)}</Key>"
                        f"<ETag>{escape(obj['etag'])}</ETag></CompleteMultipartUploadResult>")
@@ -269,10 +286,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 def main():
     global LOG
-    port, LOG, buckets = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    args = sys.argv[1:]
+    address = "127.0.0.1"
+    if args[0] == "--address":
+        address, args = args[1], args[2:]
+    port, LOG, buckets = int(args[0]), args[1], args[2:]
     for bucket in buckets:
         BUCKETS[bucket] = {}
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = http.server.ThreadingHTTPServer((address, port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"listening {server.server_address[1]}", flush=True)
