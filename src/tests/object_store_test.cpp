@@ -1,12 +1,13 @@
 // The stores' preconditions (base/object_store.hpp) and the Azure request signing
 // (base/azure_blob.hpp): which header fences which store, and the shared-key parts Azure's
 // "Authorize with Shared Key" reference defines.
+#include "base/object_store.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "base/azure_blob.hpp"
-#include "base/object_store.hpp"
 #include "cpl_conv.h"
 
 namespace idem {
@@ -65,8 +66,8 @@ TEST(StorePreconditions, AzureIsFencedOnlyWithAKeyToSignWith) {
     EXPECT_FALSE(conditional_upload_applies("/vsiaz/c/k.tif", 100));
     EXPECT_FALSE(conditional_delete_applies("/vsiaz/c/k.tif"));
   }
-  const ConfigGuard keyed({{"AZURE_STORAGE_ACCOUNT", "acct"},
-                           {"AZURE_STORAGE_ACCESS_KEY", k_dev_key}});
+  const ConfigGuard keyed(
+      {{"AZURE_STORAGE_ACCOUNT", "acct"}, {"AZURE_STORAGE_ACCESS_KEY", k_dev_key}});
   EXPECT_TRUE(conditional_upload_applies("/vsiaz/c/k.tif", 100));
   EXPECT_FALSE(conditional_upload_applies("/vsiaz/c/k.tif", k_azure_put_blob_max + 1));
   EXPECT_TRUE(conditional_delete_applies("/vsiaz/c/k.tif"));
@@ -93,8 +94,9 @@ TEST(AzureSharedKey, TheAccountComesFromTheConnectionStringOrTheAccountOptions) 
     EXPECT_EQ(account->key.size(), 64U);  // the base64 key decoded (it ends with "==")
   }
   {
-    const std::string connection = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=" +
-                                   std::string(k_dev_key) + ";EndpointSuffix=core.chinacloudapi.cn";
+    const std::string connection =
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=" + std::string(k_dev_key) +
+        ";EndpointSuffix=core.chinacloudapi.cn";
     const ConfigGuard cloud({{"AZURE_STORAGE_CONNECTION_STRING", connection.c_str()}});
     const auto account = azure_shared_key_account();
     ASSERT_TRUE(account.has_value());
@@ -115,13 +117,12 @@ TEST(AzureSharedKey, TheStringToSignFollowsTheReferencesFieldOrder) {
   const std::string headers =
       "x-ms-blob-type:BlockBlob\nx-ms-date:Sun, 06 Dec 2026 00:11:18 GMT\n"
       "x-ms-version:2020-10-02\n";
-  EXPECT_EQ(azure_string_to_sign("PUT", 5, "application/octet-stream", "", "*", headers,
-                                 "/acct/acct/c/k.tif"),
-            "PUT\n\n\n5\n\napplication/octet-stream\n\n\n\n*\n\n\n" + headers +
-                "/acct/acct/c/k.tif");
+  EXPECT_EQ(
+      azure_string_to_sign("PUT", 5, "application/octet-stream", "", "*", headers,
+                           "/acct/acct/c/k.tif"),
+      "PUT\n\n\n5\n\napplication/octet-stream\n\n\n\n*\n\n\n" + headers + "/acct/acct/c/k.tif");
   // A zero Content-Length is signed as an empty field (version 2015-02-21 and later).
-  EXPECT_EQ(azure_string_to_sign("DELETE", 0, "", "\"0x8D\"", "", "x-ms-date:d\n",
-                                 "/acct/c/k.tif"),
+  EXPECT_EQ(azure_string_to_sign("DELETE", 0, "", "\"0x8D\"", "", "x-ms-date:d\n", "/acct/c/k.tif"),
             "DELETE\n\n\n\n\n\n\n\n\"0x8D\"\n\n\n\nx-ms-date:d\n/acct/c/k.tif");
 }
 
