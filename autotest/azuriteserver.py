@@ -6,6 +6,8 @@ import os
 import re
 import subprocess
 
+from storeserver import drain
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AZURITE = os.path.join(ROOT, "tools", "azurite", "node_modules", ".bin", "azurite-blob")
 ACCOUNT = "devstoreaccount1"  # Azurite's development account and key, as Azure documents them
@@ -31,6 +33,7 @@ class AzuriteServer:
             found = re.search(r"successfully listens on http://127\.0\.0\.1:(\d+)", line)
             if found:
                 self.port = int(found.group(1))
+                drain(self.proc, self.proc.stdout)
                 return self
         self.proc.wait()
         raise RuntimeError(f"Azurite did not start (exit {self.proc.returncode})")

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 
-from storeserver import RequestLog
+from storeserver import RequestLog, drain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE_JS = os.path.join(ROOT, "tools", "s3rver", "serve.js")
@@ -48,6 +48,7 @@ class S3Server(RequestLog):
             self.proc.kill()
             raise RuntimeError(f"s3rver did not start: {line}{self.proc.stderr.read()}")
         self.port = int(line.split()[1])
+        drain(self.proc, self.proc.stdout, self.proc.stderr)
         return self
 
     def stop(self):

@@ -2,8 +2,24 @@
 "listening PORT" and stops when its stdin closes, and a request log of one
 "METHOD PATH STATUS ..." line per request."""
 
+import collections
 import os
 import subprocess
+import threading
+
+
+def drain(proc, *streams):
+    """Read what the server writes to `streams` for as long as it runs, keeping the last lines
+    in proc.output_tail: a pipe nobody reads fills (64 KB) and then blocks the server's next
+    write, and with it the request that wrote (a warning per request is enough)."""
+    proc.output_tail = collections.deque(maxlen=200)
+
+    def read(stream):
+        for line in stream:
+            proc.output_tail.append(line)
+
+    for stream in streams:
+        threading.Thread(target=read, args=(stream,), daemon=True).start()
 
 
 def start_listening(command, what):
@@ -14,6 +30,7 @@ def start_listening(command, what):
     if not line.startswith("listening "):
         proc.kill()
         raise RuntimeError(f"{what} did not start: {line}{proc.stderr.read()}")
+    drain(proc, proc.stdout, proc.stderr)
     return proc, int(line.split()[1])
 
 
