@@ -2,9 +2,15 @@
 it, point GDAL's /vsiaz/ at it with the emulator's documented development account (a shared
 key, which IDEM signs its conditional requests with), and stop it."""
 
+import base64
+import email.utils
+import hashlib
+import hmac
 import os
 import re
 import subprocess
+import urllib.request
+import xml.etree.ElementTree as ET
 
 from storeserver import drain
 
@@ -51,3 +57,20 @@ class AzuriteServer:
     def config(self):
         """GDAL config options (also environment variables) that reach this store."""
         return {"AZURE_STORAGE_CONNECTION_STRING": self.connection_string()}
+
+    def committed_blocks(self, container, blob):
+        """The IDs of the blocks the blob was committed from (Get Block List), [] for a blob
+        written by one Put Blob; a request of the test's own, signed with the shared key."""
+        path = f"/{ACCOUNT}/{container}/{blob}"
+        date = email.utils.formatdate(usegmt=True)
+        headers = f"x-ms-date:{date}\nx-ms-version:2020-10-02\n"
+        to_sign = ("GET\n" + "\n" * 11 + headers + f"/{ACCOUNT}{path}\n"
+                   "blocklisttype:committed\ncomp:blocklist")
+        mac = hmac.new(base64.b64decode(KEY), to_sign.encode(), hashlib.sha256).digest()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}?comp=blocklist&blocklisttype=committed",
+            headers={"x-ms-date": date, "x-ms-version": "2020-10-02",
+                     "Authorization": f"SharedKey {ACCOUNT}:{base64.b64encode(mac).decode()}"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            tree = ET.fromstring(answer.read())
+        return [e.text for e in tree.iter("Name")]

@@ -5,6 +5,7 @@ what another worker published meanwhile. Run against moto's S3 server, which hon
 writes as S3 does; s3rver, which ignores them, shows the documented fallback. Leases are ended in
 SQL and stopped workers go on when their resume file appears: nothing waits on the clock."""
 
+import base64
 import json
 import os
 import re
@@ -218,12 +219,16 @@ def test_gcs_uploads_carry_the_generation_they_replace(gcs, scene, tmp_path):
         assert [(r[1], r[3]) for r in gcs.writes_since(mark) if r[0] == "PUT"] == [(key, "-")]
 
 
-def test_bad_conditional_write_option_is_refused_before_any_work(moto, scene, tmp_path):
+@pytest.mark.parametrize("option", ["IDEM_CONDITIONAL_WRITE=SOMETIMES", "IDEM_AZURE_BLOCK_SIZE=0",
+                                    "IDEM_AZURE_BLOCK_SIZE=4001", "IDEM_AZURE_BLOCK_SIZE=1MB"])
+def test_bad_conditional_write_option_is_refused_before_any_work(moto, scene, tmp_path, option):
     case = Case(tmp_path, "s3", moto, scene)
-    env = dict(case.env, IDEM_CONDITIONAL_WRITE="SOMETIMES")
+    name, value = option.split("=")
+    env = dict(case.env, **{name: value})
     proc = run(warp(case.source, case.dst, "K1"), env=env)
     assert proc.returncode != 0
-    assert "IDEM_CONDITIONAL_WRITE=SOMETIMES is not valid" in proc.stderr
+    assert f"{option} is not valid" in proc.stderr
+    assert case.output() is None
     db = tmp_path / "ledger.sqlite"
     assert not db.exists() or case.rows() == []
 
@@ -341,13 +346,18 @@ def test_a_zombies_take_back_never_deletes_a_successors_object(store, scene, tmp
 
 
 @pytest.mark.parametrize("store", [("azurite", "AUTO")], indirect=True, ids=["azurite"])
-def test_azure_zombie_with_a_blob_larger_than_gdals_chunk(store, scene, tmp_path):
-    """On /vsiaz/ IDEM sends a conditional upload itself, in one Put Blob: GDAL's writer would
-    send a 6.75 MB output (over VSIAZ_CHUNK_SIZE, 4 MB) as an append blob in several requests,
-    visible half-written, and deletes the blob when a PUT is refused. A (K1) stops before its
-    upload over an older output; B takes K1 over, C completes K2; A's upload is refused and C's
-    blob stays, a block blob, recorded; a rerun of K2 skips."""
+@pytest.mark.parametrize("block_mib", [None, "1"], ids=["put-blob", "block-list"])
+def test_azure_zombie_with_a_blob_larger_than_gdals_chunk(store, scene, tmp_path, block_mib):
+    """On /vsiaz/ IDEM sends a conditional upload itself, in one Put Blob, or (over
+    IDEM_AZURE_BLOCK_SIZE, here 1 MiB) as blocks committed by a conditional Put Block List:
+    GDAL's writer would send a 6.75 MB output (over VSIAZ_CHUNK_SIZE, 4 MB) as an append blob in
+    several requests, visible half-written, and deletes the blob when a PUT is refused. A (K1)
+    stops before its upload over an older output; B takes K1 over, C completes K2; A's upload
+    (its blocks sent, its commit refused) leaves C's blob, a block blob, recorded; a rerun of K2
+    skips."""
     case = make_case(tmp_path, store, scene)
+    if block_mib:
+        case.env["IDEM_AZURE_BLOCK_SIZE"] = block_mib
     run(warp_in_parts(case.source, case.dst, "K0"), env=case.env, check=True)
     returncode, stderr, c_output = zombie_after_newer_work(case, warp_in_parts, case.output)
     assert c_output[0] > 4 << 20
@@ -356,7 +366,13 @@ def test_azure_zombie_with_a_blob_larger_than_gdals_chunk(store, scene, tmp_path
     [k2] = completed(case, "K2")
     assert case.records(k2, c_output) and k2["superseded_at"] is None
     gdal.VSICurlClearCache()
-    assert gdal.GetFileMetadata(case.dst, "HEADERS")["x-ms-blob-type"] == "BlockBlob"
+    headers = gdal.GetFileMetadata(case.dst, "HEADERS")
+    assert headers["x-ms-blob-type"] == "BlockBlob"
+    # The blob keeps the MD5 of its bytes either way (a source on Azure is keyed by it).
+    assert base64.b64decode(headers["content-md5"]).hex() == c_output[2]
+    blob = case.dst.split(f"/vsiaz/{BUCKET}/", 1)[1]
+    blocks = store[0].committed_blocks(BUCKET, blob)
+    assert len(blocks) == (7 if block_mib else 0), blocks
     run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)
     assert case.output() == c_output  # skipped: the same blob, the same ETag
     assert case.temp_dirs() == []

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "base/error.hpp"
@@ -85,7 +87,10 @@ struct Target {
   std::string canonical_resource;
 };
 
-Target target_of(const AzureAccount& account, const std::string& vsiaz_path) {
+// `query` holds the request's parameters (name, value), sorted by name, unencoded: the URL
+// carries them encoded, the signed resource lists them one per line (Shared Key, 2009-09-19+).
+Target target_of(const AzureAccount& account, const std::string& vsiaz_path,
+                 const std::vector<std::pair<std::string, std::string>>& query = {}) {
   const std::string prefix = "/vsiaz/";
   if (vsiaz_path.rfind(prefix, 0) != 0 || vsiaz_path.size() == prefix.size()) {
     throw Error(ErrorKind::k_internal, "not a /vsiaz/ object: " + vsiaz_path);
@@ -96,7 +101,12 @@ Target target_of(const AzureAccount& account, const std::string& vsiaz_path) {
   // endpoint, which holds the account in its path, the name appears twice, as Azure documents.
   const size_t scheme = url.find("://");
   const size_t path_start = url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
-  return Target{url, "/" + account.name + url.substr(path_start)};
+  Target target{url, "/" + account.name + url.substr(path_start)};
+  for (size_t i = 0; i < query.size(); ++i) {
+    target.url += (i == 0 ? "?" : "&") + query[i].first + "=" + encode_path(query[i].second);
+    target.canonical_resource += "\n" + query[i].first + ":" + query[i].second;
+  }
+  return target;
 }
 
 std::string sign(const AzureAccount& account, const std::string& string_to_sign) {
@@ -108,9 +118,13 @@ std::string sign(const AzureAccount& account, const std::string& string_to_sign)
   return "SharedKey " + account.name + ":" + base64(mac, mac_size);
 }
 
+// One request's body (a file, or bytes in memory) and what its answer said.
 struct Exchange {
   VSILFILE* body = nullptr;
   const std::function<void(const unsigned char*, size_t)>* sink = nullptr;
+  const unsigned char* memory = nullptr;  // the body when `body` is null
+  size_t memory_size = 0;
+  size_t memory_sent = 0;
   bool read_failed = false;
   std::string etag;
   std::string answer;
@@ -118,6 +132,12 @@ struct Exchange {
 
 size_t read_body(char* buffer, size_t size, size_t count, void* user) {
   auto* exchange = static_cast<Exchange*>(user);
+  if (exchange->body == nullptr) {
+    const size_t got = std::min(size * count, exchange->memory_size - exchange->memory_sent);
+    std::copy_n(exchange->memory + exchange->memory_sent, got, buffer);
+    exchange->memory_sent += got;
+    return got;
+  }
   const size_t got = VSIFReadL(buffer, 1, size * count, exchange->body);
   if (got < size * count && VSIFEofL(exchange->body) == 0) {
     exchange->read_failed = true;
@@ -329,6 +349,107 @@ AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz
   AzureAnswer answer = send("PUT", target, headers, exchange, size, rewind);
   VSIFCloseL(exchange.body);
   return answer;
+}
+
+int64_t azure_block_size() {
+  const char* text = CPLGetConfigOption("IDEM_AZURE_BLOCK_SIZE", "100");
+  char* end = nullptr;
+  const long long mib = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || mib < 1 || mib > 4000) {
+    throw Error(ErrorKind::k_usage, std::string("IDEM_AZURE_BLOCK_SIZE=") + text +
+                                        " is not valid: give the size of a block in MiB, "
+                                        "from 1 to 4000 (default 100)");
+  }
+  return static_cast<int64_t>(mib) << 20;
+}
+
+AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string& vsiaz_path,
+                                 const std::string& local, int64_t block_size,
+                                 const std::string& condition_name,
+                                 const std::string& condition_value,
+                                 const std::function<void(const unsigned char*, size_t)>& sink,
+                                 const std::function<std::string()>& content_md5) {
+  VSILFILE* in = VSIFOpenL(local.c_str(), "rb");
+  if (in == nullptr) {
+    return AzureAnswer{0, "", "cannot read " + local};
+  }
+  // Block IDs name this upload (a random part) so that another writer's uncommitted blocks of
+  // the same blob, which Azure keeps beside these, can never be committed by this list, nor
+  // these by its list. Every ID has the same length, as Azure requires; 27 bytes encode without
+  // padding.
+  std::random_device random;
+  char nonce[32];
+  std::snprintf(nonce, sizeof nonce, "%08x%07x", random(), random() & 0xfffffffU);
+  std::string list = "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>";
+  std::vector<unsigned char> block(static_cast<size_t>(block_size));
+  AzureAnswer answer{201, "", ""};
+  for (int index = 0;; ++index) {
+    const size_t got = VSIFReadL(block.data(), 1, block.size(), in);
+    if (got < block.size() && VSIFEofL(in) == 0) {
+      answer = AzureAnswer{0, "", "reading " + local + " failed"};
+      break;
+    }
+    if (got == 0 && index > 0) {
+      break;  // the file's size is a multiple of the block's
+    }
+    char id_text[48];
+    std::snprintf(id_text, sizeof id_text, "idem%s%08d", nonce, index);
+    const std::string id = base64(reinterpret_cast<const unsigned char*>(id_text), 27);
+    const Target target = target_of(account, vsiaz_path, {{"blockid", id}, {"comp", "block"}});
+    const std::string date = http_date();
+    const std::string to_sign = azure_string_to_sign(
+        "PUT", static_cast<int64_t>(got), "", "", "",
+        "x-ms-date:" + date + "\nx-ms-version:" + k_api_version + "\n", target.canonical_resource);
+    const std::vector<std::string> headers = {
+        "x-ms-date: " + date, std::string("x-ms-version: ") + k_api_version,
+        "Content-Type:", "Authorization: " + sign(account, to_sign)};
+    Exchange exchange;
+    exchange.memory = block.data();
+    exchange.memory_size = got;
+    answer = send("PUT", target, headers, exchange, static_cast<int64_t>(got), [&] {
+      exchange.memory_sent = 0;
+      return true;
+    });
+    if (answer.status != 201) {
+      break;
+    }
+    sink(block.data(), got);  // once the block is stored: a retry never resends hashed bytes
+    list += "<Latest>" + id + "</Latest>";
+    if (got < block.size()) {
+      break;
+    }
+  }
+  VSIFCloseL(in);
+  if (answer.status != 201) {
+    return answer;
+  }
+  list += "</BlockList>";
+  // The list names the blocks to commit; the condition decides whether the commit replaces the
+  // blob. The blob gets the Content-MD5 a Put Blob would have given it.
+  const Target target = target_of(account, vsiaz_path, {{"comp", "blocklist"}});
+  const std::string date = http_date();
+  const std::string md5 = content_md5();
+  const bool if_match = EQUAL(condition_name.c_str(), "If-Match");
+  const std::string canonical_headers =
+      "x-ms-blob-content-md5:" + md5 + "\nx-ms-blob-content-type:application/octet-stream" +
+      "\nx-ms-date:" + date + "\nx-ms-version:" + k_api_version + "\n";
+  const std::string to_sign = azure_string_to_sign(
+      "PUT", static_cast<int64_t>(list.size()), "application/xml", if_match ? condition_value : "",
+      if_match ? "" : condition_value, canonical_headers, target.canonical_resource);
+  const std::vector<std::string> headers = {"x-ms-blob-content-md5: " + md5,
+                                            "x-ms-blob-content-type: application/octet-stream",
+                                            "x-ms-date: " + date,
+                                            std::string("x-ms-version: ") + k_api_version,
+                                            "Content-Type: application/xml",
+                                            condition_name + ": " + condition_value,
+                                            "Authorization: " + sign(account, to_sign)};
+  Exchange exchange;
+  exchange.memory = reinterpret_cast<const unsigned char*>(list.data());
+  exchange.memory_size = list.size();
+  return send("PUT", target, headers, exchange, static_cast<int64_t>(list.size()), [&] {
+    exchange.memory_sent = 0;
+    return true;
+  });
 }
 
 AzureAnswer azure_delete_blob(const AzureAccount& account, const std::string& vsiaz_path,

@@ -6,7 +6,8 @@
 // VSIAZ_CHUNK_SIZE as an append blob in several requests, visible half-written. So an upload
 // that must be conditional goes here instead: one Put Blob request (Azure takes up to 5000 MiB
 // in one) with If-None-Match: * or If-Match: <ETag>, which Azure answers 409 or 412 when the
-// condition does not hold, replacing nothing.
+// condition does not hold, replacing nothing; a larger one as blocks committed by one Put Block
+// List carrying the condition.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,26 @@ AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz
                            const std::string& local, int64_t size,
                            const std::string& condition_name, const std::string& condition_value,
                            const std::function<void(const unsigned char*, size_t)>& sink);
+
+// The size of the blocks an upload larger than one block is sent in: IDEM_AZURE_BLOCK_SIZE
+// (MiB, 1 to 4000, default 100). Throws idem::Error(k_usage) for another value.
+int64_t azure_block_size();
+
+// The most blocks one blob may have.
+constexpr int64_t k_azure_max_blocks = 50000;
+
+// The bytes of `local` sent as blocks of `block_size` (Put Block, each sent again on a transient
+// failure), then committed by one Put Block List carrying the condition, as in azure_put_blob:
+// the blob changes only if the condition holds, whole. `sink` sees each block once Azure has
+// stored it, in order; `content_md5` then gives the base64 MD5 of all of them, which the blob
+// keeps as its Content-MD5 (as after a Put Blob). Blocks of a refused commit stay uncommitted
+// (never visible) until Azure discards them, a week later, or the blob's next commit.
+AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string& vsiaz_path,
+                                 const std::string& local, int64_t block_size,
+                                 const std::string& condition_name,
+                                 const std::string& condition_value,
+                                 const std::function<void(const unsigned char*, size_t)>& sink,
+                                 const std::function<std::string()>& content_md5);
 
 // Delete Blob of `vsiaz_path` only if its ETag is `etag` (If-Match): 202 when deleted.
 AzureAnswer azure_delete_blob(const AzureAccount& account, const std::string& vsiaz_path,

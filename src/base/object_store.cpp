@@ -7,6 +7,7 @@
 
 #include <openssl/md5.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -60,6 +61,16 @@ class Md5 {
     unsigned char digest[MD5_DIGEST_LENGTH];
     MD5_Final(digest, &m_context);
     return hex_of(digest, sizeof(digest));
+  }
+  // The digest of the bytes so far, base64 (as Content-MD5 carries it); more may follow.
+  std::string base64_so_far() const {
+    MD5_CTX copy = m_context;
+    unsigned char digest[MD5_DIGEST_LENGTH];
+    MD5_Final(digest, &copy);
+    char* encoded = CPLBase64Encode(static_cast<int>(sizeof(digest)), digest);
+    std::string result = encoded;
+    CPLFree(encoded);
+    return result;
   }
 
  private:
@@ -314,8 +325,10 @@ bool conditional_upload_applies(const std::string& path, int64_t size) {
     return size < k_gcs_one_put_max;  // sent in one PUT (copy_vsi_file)
   }
   if (is_azure(path)) {
-    // Sent by IDEM itself in one Put Blob (azure_blob.hpp), with a key it can sign with.
-    return size <= k_azure_put_blob_max && azure_shared_key_account().has_value();
+    // Sent by IDEM itself (azure_blob.hpp), in one Put Blob or as blocks, with a key it can
+    // sign with.
+    return size <= azure_block_size() * k_azure_max_blocks &&
+           azure_shared_key_account().has_value();
   }
   // A multipart upload takes its condition on its completion, sent through GDAL_HTTP_HEADERS
   // (copy_vsi_file), which then cannot also carry headers the user set there.
@@ -362,8 +375,9 @@ namespace {
                                    "IDEM_CONDITIONAL_WRITE=NO");
 }
 
-// The upload of an object to /vsiaz/ that must be conditional: one Put Blob sent by IDEM
-// (azure_blob.hpp), never GDAL's writer, which deletes the blob when a PUT is refused.
+// The upload of an object to /vsiaz/ that must be conditional, sent by IDEM (azure_blob.hpp):
+// one Put Blob up to IDEM_AZURE_BLOCK_SIZE, blocks committed by one conditional Put Block List
+// above it; never GDAL's writer, which deletes the blob when a PUT is refused.
 CopiedBytes upload_to_azure(const std::string& from, const std::string& to,
                             const ExpectedObject& expected,
                             const std::pair<std::string, std::string>& precondition) {
@@ -376,15 +390,20 @@ CopiedBytes upload_to_azure(const std::string& from, const std::string& to,
   Md5 md5;
   CopiedBytes sent;
   sent.size = static_cast<int64_t>(info.st_size);
+  const auto hash = [&](const unsigned char* data, size_t size) {
+    if (data == nullptr) {
+      md5 = Md5();  // sent again from the start
+    } else {
+      md5.update(data, size);
+    }
+  };
+  const int64_t block_size = azure_block_size();
   const AzureAnswer answer =
-      azure_put_blob(*account, to, from, sent.size, precondition.first, precondition.second,
-                     [&](const unsigned char* data, size_t size) {
-                       if (data == nullptr) {
-                         md5 = Md5();  // sent again from the start
-                       } else {
-                         md5.update(data, size);
-                       }
-                     });
+      sent.size <= std::min(block_size, k_azure_put_blob_max)
+          ? azure_put_blob(*account, to, from, sent.size, precondition.first, precondition.second,
+                           hash)
+          : azure_put_block_list(*account, to, from, block_size, precondition.first,
+                                 precondition.second, hash, [&] { return md5.base64_so_far(); });
   // GDAL's cached view of the object and its folder predates this write.
   VSICurlPartialClearCache(to.c_str());
   VSICurlPartialClearCache(dirname_of(to).c_str());

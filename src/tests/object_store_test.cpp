@@ -69,7 +69,19 @@ TEST(StorePreconditions, AzureIsFencedOnlyWithAKeyToSignWith) {
   const ConfigGuard keyed(
       {{"AZURE_STORAGE_ACCOUNT", "acct"}, {"AZURE_STORAGE_ACCESS_KEY", k_dev_key}});
   EXPECT_TRUE(conditional_upload_applies("/vsiaz/c/k.tif", 100));
-  EXPECT_FALSE(conditional_upload_applies("/vsiaz/c/k.tif", k_azure_put_blob_max + 1));
+  // Over one Put Blob: as blocks, up to Azure's 50,000 of IDEM_AZURE_BLOCK_SIZE.
+  EXPECT_TRUE(conditional_upload_applies("/vsiaz/c/k.tif", k_azure_put_blob_max + 1));
+  EXPECT_TRUE(conditional_upload_applies("/vsiaz/c/k.tif", (int64_t{100} << 20) * 50000));
+  EXPECT_FALSE(conditional_upload_applies("/vsiaz/c/k.tif", (int64_t{100} << 20) * 50000 + 1));
+  {
+    const ConfigGuard small_blocks({{"IDEM_AZURE_BLOCK_SIZE", "4"}});
+    EXPECT_EQ(azure_block_size(), int64_t{4} << 20);
+    EXPECT_FALSE(conditional_upload_applies("/vsiaz/c/k.tif", (int64_t{4} << 20) * 50000 + 1));
+  }
+  for (const char* bad : {"0", "4001", "-3", "1MB", ""}) {
+    const ConfigGuard wrong({{"IDEM_AZURE_BLOCK_SIZE", bad}});
+    EXPECT_THROW(azure_block_size(), Error) << bad;
+  }
   EXPECT_TRUE(conditional_delete_applies("/vsiaz/c/k.tif"));
   const ConfigGuard off({{"IDEM_CONDITIONAL_WRITE", "NO"}});
   EXPECT_FALSE(conditional_upload_applies("/vsiaz/c/k.tif", 100));
