@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 
+import azuriteserver
 import gcsserver
 import motoserver
 import pgbouncer
@@ -229,15 +230,18 @@ class DbHost(Host):
 
 
 class StorageHost(Host):
-    """Two object stores: moto's S3 server on port 9000, with versioned buckets (every upload
+    """Object stores: moto's S3 server on port 9000, with versioned buckets (every upload
     that lands stays listed, so a test can prove that a host uploaded nothing), and the tests'
-    GCS store (tools/gcs/serve_gcs.py) on port 9100, which counts the writes that landed per key.
-    moto rather than s3rver: moto honours conditional writes as S3 does (the fence of a cut-off
-    worker's upload) and does not refuse a host whose clock is ahead. `store` ("s3" or "gcs")
-    chooses which one config(), scheme and versions() speak for."""
+    GCS store (tools/gcs/serve_gcs.py) on port 9100, which counts the writes that landed per key;
+    Azurite on port 10000 once a test asks for it (use_azure()), whose blobs' ETags tell whether
+    anything landed (versions()). moto rather than s3rver: moto honours conditional writes as
+    S3 does (the fence of a cut-off worker's upload) and does not refuse a host whose clock is
+    ahead. `store` ("s3", "gcs" or "azure") chooses which one config(), scheme and versions()
+    speak for."""
 
     BUCKET = "hosts"
     GCS_PORT = 9100
+    AZURE_PORT = 10000
 
     def _create(self):
         super()._create()
@@ -251,26 +255,45 @@ class StorageHost(Host):
 
     def _serve(self, args, port, name):
         log = os.path.join(self.dir, f"{name}.log")
-        server = self.popen(args, stdin=subprocess.PIPE, log=log)
+        server = self.popen(args, stdin=subprocess.PIPE, log=log, cwd=self.dir)
         wait_until(lambda: _listening(self.address, port) or server.poll() is not None,
                    f"{name} to listen")
         if server.poll() is not None:
             raise RuntimeError(f"{name} exited: " + open(log, encoding="utf-8").read())
         return server
 
+    def use_azure(self):
+        """Azurite started (once) and made the store, with the container BUCKET."""
+        if getattr(self, "azurite", None) is None:
+            self.azurite = self._serve(azuriteserver.command(self.address, self.AZURE_PORT),
+                                       self.AZURE_PORT, "azurite")
+            from osgeo import gdal
+            from idem_testlib import gdal_config
+            with gdal_config(azuriteserver.azure_config(self.azure_endpoint())):
+                assert gdal.Mkdir(f"/vsiaz/{self.BUCKET}", 0o755) == 0
+        self.store = "azure"
+
+    def azure_endpoint(self):
+        return f"http://{self.address}:{self.AZURE_PORT}"
+
     def scheme(self):
-        return {"s3": "vsis3", "gcs": "vsigs"}[self.store]
+        return {"s3": "vsis3", "gcs": "vsigs", "azure": "vsiaz"}[self.store]
 
     def config(self):
         """GDAL configuration (environment) that reaches this store, from any host."""
         retries = {"GDAL_HTTP_MAX_RETRY": "3", "GDAL_HTTP_RETRY_DELAY": "0.5"}
+        if self.store == "azure":
+            return dict(azuriteserver.azure_config(self.azure_endpoint()), **retries)
         if self.store == "gcs":
             return dict(gcsserver.gcs_config(f"http://{self.address}:{self.GCS_PORT}"), **retries)
         return dict(motoserver.s3_config(f"{self.address}:9000"), **retries)
 
     def versions(self, prefix=""):
         """{key: number of versions (uploads that landed) + delete markers}: read with boto3
-        from moto; from the GCS store, the writes that landed per key."""
+        from moto; from the GCS store, the writes that landed per key. Azurite keeps no count:
+        {key: ETag}, which every write that lands changes."""
+        if self.store == "azure":
+            return azuriteserver.blob_etags(self.azure_endpoint(), self.BUCKET, prefix)
         if self.store == "gcs":
             return gcsserver.writes(f"http://{self.address}:{self.GCS_PORT}", self.BUCKET, prefix)
         code = ("import boto3, json, sys\n"
@@ -288,7 +311,8 @@ class StorageHost(Host):
         return json.loads(proc.stdout)
 
     def stop(self):
-        for server in (getattr(self, "server", None), getattr(self, "gcs", None)):
+        for server in (getattr(self, "server", None), getattr(self, "gcs", None),
+                       getattr(self, "azurite", None)):
             if server is not None and server.poll() is None:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
