@@ -275,6 +275,24 @@ def test_idem_full_disk_keeps_the_previous_output(sqlite_ledger, source, mount_p
     assert len(completed) == 1 and completed[0]["output_size"] == before[2]
 
 
+def test_a_png_tile_needs_no_room_for_a_scratch_geotiff(sqlite_ledger, source, mount_point):
+    """A CreateCopy-only format (PNG) is copied from a GeoTIFF IDEM warps first; for a tile that
+    GeoTIFF is kept in memory, not written beside the output. On a disk with room for the PNG
+    (as plain gdalwarp needs) but not for the 256 KB of uncompressed pixels, the tile is made,
+    identical to plain gdalwarp's, and nothing else is left there."""
+    mount_or_skip(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount_point)])
+    tile = ("-dstalpha", "-ts", "256", "256", "-co", "FORMAT=PNG")
+    out = mount_point / "t.png"
+    run(warp_cmd(source, out, *tile), env=env_with(IDEM_LEDGER=sqlite_ledger.dsn), check=True)
+    plain = mount_point.parent / "plain.png"
+    run(["gdalwarp", "-q", "-of", "PNG", "-t_srs", "EPSG:3857", "-r", "bilinear", "-dstalpha",
+         "-ts", "256", "256", source, str(plain)], check=True)
+    assert (read_pixels(str(out)) == read_pixels(str(plain))).all()
+    assert sorted(os.listdir(mount_point)) == ["t.png", "t.png.aux.xml"]
+    [row] = sqlite_ledger.rows()
+    assert row["completed_at"] is not None and row["output_size"] == out.stat().st_size
+
+
 def test_idem_unreachable_ledger_fails_without_password(source, tmp_path):
     out = tmp_path / "o.tif"
     proc = run(warp_cmd(source, out),

@@ -7,6 +7,7 @@
 #include "warp_engine.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -470,7 +471,23 @@ GDALDatasetUniquePtr create_copy(GDALDriver* driver, const std::string& path, GD
   return output;
 }
 
+// Up to this many bytes of pixels, the GeoTIFF a CreateCopy-only format is copied from is kept
+// in memory (/vsimem/, this process's own): a 256x256 tile then costs no file created, written,
+// read back and deleted. Larger ones go beside the output, on its disk.
+constexpr int64_t k_scratch_in_memory_max = int64_t{16} << 20;
+
 std::string scratch_path_for(const MaterialiseRequest& request) {
+  GDALDataset* source = request.source;
+  const int64_t pixels = int64_t{source->GetRasterXSize()} * source->GetRasterYSize();
+  int64_t bytes_per_pixel = 0;
+  for (int band = 1; band <= source->GetRasterCount(); ++band) {
+    bytes_per_pixel += GDALGetDataTypeSizeBytes(source->GetRasterBand(band)->GetRasterDataType());
+  }
+  if (bytes_per_pixel > 0 && pixels <= k_scratch_in_memory_max / bytes_per_pixel) {
+    static std::atomic<unsigned> counter{0};
+    return CPLSPrintf("/vsimem/idem-scratch-%u-%s.idem-warp.tif", counter++,
+                      CPLGetBasename(request.output_path.c_str()));
+  }
   const std::string dir =
       request.scratch_dir.empty() ? CPLGetPath(request.output_path.c_str()) : request.scratch_dir;
   const std::string name = std::string(CPLGetBasename(request.output_path.c_str())) + ".idem-warp";
