@@ -120,32 +120,52 @@ results.append(idem == direct)
     assert len(sqlite_ledger.completed()) == 2  # other work: rebuilt
 
 
-def test_two_unnamed_in_memory_sources_in_one_vrt_are_refused(sqlite_ledger, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("call", ["translate", "warp"])
+def test_two_unnamed_in_memory_sources_in_one_vrt_are_told_apart(sqlite_ledger, tmp_path,  # noqa: F811
+                                                                 call):
+    """gdal.BuildVRT('', [a, b]) of two MEM datasets both named '': each is identified through
+    the VRT's own handle on it, not by the name they share. The direct call's pixels; an
+    identical rerun skips; swapping what the two hold (the same two contents, each where the
+    other was) gives other pixels, so it is other work, as is a change of either."""
     out = str(tmp_path / "out.tif")
-    body = """
+    body = f"""
 a = mem_source()
 b = mem_source()
 b.SetGeoTransform([500640, 10, 0, 4650000, 0, -10])
-mosaic = gdal.BuildVRT('', [a, b])
-try:
-    gdal.Translate('/vsiidem/' + OUT, mosaic, format='IDEM')
-    results.append('published')
-except RuntimeError as error:
-    results.append(str(error))
+b.GetRasterBand(1).Fill(40)
+def once():
+    src = gdal.BuildVRT('', [a, b])
+    idem, direct = idem_and_direct({CALLS[call]}, out=OUT)
+    results.append([idem == direct, idem['pixels'][0][0], idem['pixels'][0][-1]])
+once()
+once()                                   # the same: skipped
+pixels_a = a.GetRasterBand(1).ReadAsArray()
+a.GetRasterBand(1).WriteArray(b.GetRasterBand(1).ReadAsArray())
+b.GetRasterBand(1).WriteArray(pixels_a)  # swapped: other work
+once()
+b.GetRasterBand(1).Fill(41)              # changed: other work
+once()
 """
     results, _ = run_script(body, out, sqlite_ledger)
-    assert "cannot be told apart" in results[0]
-    assert sqlite_ledger.rows() == []
+    assert [r[0] for r in results] == [True] * 4
+    assert results[0] == results[1] and results[2] != results[0]
+    completed = sqlite_ledger.completed()
+    assert len(completed) == 3, [r["work_key"] for r in completed]
+    assert len({r["work_key"] for r in completed}) == 3
 
 
-def test_named_mem_source_under_a_vrt_made_in_memory_is_keyed_by_its_pixels(sqlite_ledger,  # noqa: F811
-                                                                           tmp_path):
-    """gdal_translate's VRT over gdal.BuildVRT('', [MEM]): the MEM dataset two levels down is
-    reached through the handles, so a change of its pixels is other work."""
+@pytest.mark.parametrize("name", ["level-two", ""], ids=["named", "unnamed"])
+def test_mem_source_under_a_vrt_made_in_memory_wrapped_again(sqlite_ledger, tmp_path,  # noqa: F811
+                                                              name):
+    """gdal_translate's VRT (-scale) over gdal.BuildVRT('', [MEM]): the MEM dataset two levels
+    down is reached through the handles, so a change of its pixels is other work. Unnamed, the
+    VRT and the MEM dataset share the name '', and the MEM dataset is told apart through the
+    VRT's handle on it. The direct call's pixels, a skip on rerun, other work when its pixels
+    change."""
     out = str(tmp_path / "out.tif")
-    body = """
-mem = mem_source('level-two')
-for fill in (None, 200):
+    body = f"""
+mem = mem_source({name!r})
+for fill in (None, None, 200):
     if fill is not None:
         mem.GetRasterBand(1).Fill(fill)
     src = gdal.BuildVRT('', [mem])
@@ -153,14 +173,17 @@ for fill in (None, 200):
     results.append(idem == direct)
 """
     results, _ = run_script(body, out, sqlite_ledger)
-    assert results == [True, True]
+    assert results == [True, True, True]
     assert len(sqlite_ledger.completed()) == 2
 
 
-def test_unnamed_sources_nested_in_memory_are_refused_not_guessed(sqlite_ledger, tmp_path):  # noqa: F811
+def test_two_unnamed_vrts_made_in_memory_are_refused_not_guessed(sqlite_ledger, tmp_path):  # noqa: F811
     out = str(tmp_path / "out.tif")
     body = """
-src = gdal.BuildVRT('', [mem_source()])
+a = mem_source('a')
+b = mem_source('b')
+b.SetGeoTransform([500640, 10, 0, 4650000, 0, -10])
+src = gdal.BuildVRT('', [gdal.BuildVRT('', [a]), gdal.BuildVRT('', [b])])
 try:
     gdal.Translate('/vsiidem/' + OUT, src, format='IDEM', scaleParams=[[0, 250, 0, 100]])
     results.append('published')

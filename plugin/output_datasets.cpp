@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -276,28 +277,38 @@ void write_pending_changes_of_sources(const std::vector<GDALDataset*>& read_thro
 // A source without files (a MEM dataset), or a VRT made in memory (gdal.BuildVRT('', ...)), that
 // the CreateCopy source reads from cannot be opened again by the name it is recorded under
 // (often ""): the key and the warp take the caller's handle under that name instead (docs/keys.md,
-// "Sources in memory"). Two such sources under one name cannot be told apart by it: refused.
+// "Sources in memory"). A dataset without files whose name another such source shares (two
+// unnamed MEM datasets in one VRT) is kept under a name of its own (KeptSources::keep_aliased),
+// which the key reads in the VRT in place of the shared one. Two VRTs made in memory under one
+// name cannot be told apart: refused.
 void keep_sources_without_files(GDALDataset* source, const std::vector<GDALDataset*>& read_through,
                                 KeptSources& kept) {
+  std::map<std::string, std::vector<GDALDataset*>> by_name;
   for (GDALDataset* dataset : read_through) {
-    if (dataset == source) {
-      continue;  // handed over itself: its identity is taken from the handle directly
+    if (dataset == source || !held_not_reopened(dataset)) {
+      continue;  // handed over itself, or opened again by its name, as its files are now
     }
-    const std::string name = dataset->GetDescription();
-    if (!held_not_reopened(dataset)) {
-      continue;  // opened again by its name, as its files are now
+    std::vector<GDALDataset*>& named = by_name[dataset->GetDescription()];
+    if (std::find(named.begin(), named.end(), dataset) == named.end()) {
+      named.push_back(dataset);
     }
-    if (GDALDataset* already = kept.find(name)) {
-      if (already != dataset) {
-        throw Error(ErrorKind::k_usage,
-                    "two sources held in memory are both named '" + name +
-                        "', so they cannot be told apart: give each its own name (a MEM "
-                        "dataset: Create('name', ...); a VRT: build it as /vsimem/name.vrt)");
+  }
+  for (const auto& [name, datasets] : by_name) {
+    const auto vrts = std::count_if(datasets.begin(), datasets.end(), is_vrt_in_memory);
+    if (vrts > 1) {
+      throw Error(ErrorKind::k_usage,
+                  "two VRTs made in memory are both named '" + name +
+                      "', so they cannot be told apart: build each as /vsimem/NAME.vrt, with its "
+                      "own NAME");
+    }
+    for (GDALDataset* dataset : datasets) {
+      dataset->Reference();
+      if (datasets.size() > 1 && !is_vrt_in_memory(dataset)) {
+        kept.keep_aliased(dataset);
+      } else {
+        kept.keep(name, dataset);
       }
-      continue;
     }
-    dataset->Reference();
-    kept.keep(name, dataset);
   }
 }
 

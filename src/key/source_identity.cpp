@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/gdal_compat.hpp"
 #include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cpl_conv.h"
@@ -194,11 +195,16 @@ JsonValue in_memory_identity(GDALDataset* dataset) {
   return identity;
 }
 
-std::string vrt_xml_sha256(GDALDataset* dataset) {
-  CSLConstList xml = dataset->GetMetadata("xml:VRT");
+std::string vrt_xml_sha256(GDALDataset* dataset, const KeptSources* kept) {
   Sha256 hasher;
-  hasher.update(xml != nullptr && xml[0] != nullptr ? std::string_view(xml[0]) : "");
+  hasher.update(vrt_xml_for_key(dataset, kept));
   return hasher.finish_hex();
+}
+
+// Whether an element of a VRTRasterBand is one of its sources (what GDAL writes for each entry
+// of the band's source list): one that names its dataset.
+bool is_source_element(const CPLXMLNode* node) {
+  return node->eType == CXT_Element && CPLGetXMLNode(node, "SourceFilename") != nullptr;
 }
 
 // Whether `path` is a `.aux.xml` that holds nothing but the exact statistics GDAL computes from
@@ -305,9 +311,9 @@ class IdentityCollector {
     }
     GDALDriver* driver = dataset->GetDriver();
     if (driver != nullptr && EQUAL(driver->GetDescription(), "VRT")) {
-      CSLConstList xml = dataset->GetMetadata("xml:VRT");
-      if (xml != nullptr && xml[0] != nullptr) {
-        const CPLXMLTreeCloser tree(CPLParseXMLString(xml[0]));
+      const std::string xml = vrt_xml_for_key(dataset, m_options.kept_sources);
+      if (!xml.empty()) {
+        const CPLXMLTreeCloser tree(CPLParseXMLString(xml.c_str()));
         const std::string description = dataset->GetDescription();
         const std::string vrt_dir = description.empty() || description[0] == '<'
                                         ? std::string()
@@ -407,7 +413,7 @@ class IdentityCollector {
   // sources it names.
   void add_vrt_in_memory(GDALDataset* dataset, int depth) {
     JsonValue entry = JsonValue::object();
-    entry.set("vrt_xml_sha256", JsonValue::string(vrt_xml_sha256(dataset)));
+    entry.set("vrt_xml_sha256", JsonValue::string(vrt_xml_sha256(dataset, m_options.kept_sources)));
     m_files.push_back(std::move(entry));
     add_dataset(dataset, depth);
   }
@@ -508,7 +514,8 @@ JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions&
     return in_memory_identity(dataset);  // no files behind it (MEM, some virtual datasets)
   }
   if (is_vrt_in_memory(dataset)) {
-    identity.set("vrt_xml_sha256", JsonValue::string(vrt_xml_sha256(dataset)));
+    identity.set("vrt_xml_sha256",
+                 JsonValue::string(vrt_xml_sha256(dataset, options.kept_sources)));
   }
   const CPLStringList files(dataset->GetFileList());
   const std::string name =
@@ -541,6 +548,85 @@ KeptSources::~KeptSources() {
   for (const auto& [name, dataset] : m_datasets) {
     dataset->ReleaseRef();
   }
+}
+
+std::string held_alias(GDALDataset* dataset) {
+  Sha256 hasher;
+  hasher.update(in_memory_identity(dataset).dump());
+  return std::string(dataset->GetDescription()) + "#idem-held:" + hasher.finish_hex();
+}
+
+std::string vrt_xml_for_key(GDALDataset* vrt, const KeptSources* kept) {
+  CSLConstList xml = vrt->GetMetadata("xml:VRT");
+  if (xml == nullptr || xml[0] == nullptr) {
+    return std::string();
+  }
+  // Which sources of which band go by an alias: none, most of the time.
+  std::map<int, std::map<size_t, std::string>> aliases;
+  for (int number = 1; kept != nullptr && number <= vrt->GetRasterCount(); ++number) {
+    auto* band = dynamic_cast<VRTSourcedRasterBand*>(vrt->GetRasterBand(number));
+    if (band == nullptr) {
+      continue;
+    }
+    const std::vector<VRTSource*> sources = compat::vrt_band_sources(band);
+    for (size_t i = 0; i < sources.size(); ++i) {
+      GDALRasterBand* from = sources[i]->IsSimpleSource()
+                                 ? static_cast<VRTSimpleSource*>(sources[i])->GetRasterBand()
+                                 : nullptr;
+      const std::string alias = from != nullptr && from->GetDataset() != nullptr
+                                    ? kept->alias_of(from->GetDataset())
+                                    : std::string();
+      if (!alias.empty()) {
+        aliases[number][i] = alias;
+      }
+    }
+  }
+  if (aliases.empty()) {
+    return xml[0];
+  }
+  const CPLXMLTreeCloser tree(CPLParseXMLString(xml[0]));
+  CPLXMLNode* root = tree ? CPLGetXMLNode(tree.get(), "=VRTDataset") : nullptr;
+  if (root == nullptr) {
+    throw Error(ErrorKind::k_internal, "the xml:VRT of a VRT made in memory does not parse");
+  }
+  int number = 0;
+  for (CPLXMLNode* band = root->psChild; band != nullptr; band = band->psNext) {
+    if (band->eType != CXT_Element || !EQUAL(band->pszValue, "VRTRasterBand")) {
+      continue;
+    }
+    number = std::atoi(CPLGetXMLValue(band, "band", std::to_string(number + 1).c_str()));
+    const auto renamed = aliases.find(number);
+    size_t index = 0;
+    for (CPLXMLNode* source = band->psChild; source != nullptr; source = source->psNext) {
+      if (!is_source_element(source)) {
+        continue;
+      }
+      if (renamed != aliases.end()) {
+        const auto alias = renamed->second.find(index);
+        if (alias != renamed->second.end()) {
+          CPLSetXMLValue(source, "SourceFilename", alias->second.c_str());
+        }
+      }
+      ++index;
+    }
+  }
+  char* text = CPLSerializeXMLTree(tree.get());
+  std::string rewritten = text != nullptr ? text : "";
+  CPLFree(text);
+  return rewritten;
+}
+
+void KeptSources::keep_aliased(GDALDataset* dataset) {
+  auto known = m_aliases.find(dataset);
+  if (known == m_aliases.end()) {
+    known = m_aliases.emplace(dataset, held_alias(dataset)).first;
+  }
+  keep(known->second, dataset);
+}
+
+std::string KeptSources::alias_of(GDALDataset* dataset) const {
+  const auto it = m_aliases.find(dataset);
+  return it == m_aliases.end() ? std::string() : it->second;
 }
 
 void KeptSources::keep(const std::string& name, GDALDataset* dataset) {

@@ -220,15 +220,16 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     work.set("proj_version", JsonValue::string(proj_info().version));
   }
 
-  CSLConstList xml = src->GetMetadata("xml:VRT");
   GDALDriver* driver = src->GetDriver();
-  const bool is_vrt = driver != nullptr && EQUAL(driver->GetDescription(), "VRT") &&
-                      xml != nullptr && xml[0] != nullptr;
+  const std::string xml = driver != nullptr && EQUAL(driver->GetDescription(), "VRT")
+                              ? vrt_xml_for_key(src, options.kept_sources)
+                              : std::string();
+  const bool is_vrt = !xml.empty();
   if (is_vrt) {
     VrtCanonicalOptions vrt_options;
     vrt_options.vrt_dir = vrt_directory(src);
     vrt_options.sources = source_options;
-    JsonValue vrt = canonical_vrt(xml[0], vrt_options);
+    JsonValue vrt = canonical_vrt(xml, vrt_options);
     const JsonValue* attributes = vrt.find("attr");
     const JsonValue* sub_class = attributes != nullptr ? attributes->find("subClass") : nullptr;
     description.is_warp = sub_class != nullptr && sub_class->text() == "VRTWarpedDataset";
@@ -244,7 +245,7 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
       }
     }
     work.set("vrt", std::move(vrt));
-    description.vrt_xml = xml[0];
+    description.vrt_xml = xml;
     if (options.gdalwarp_arguments) {
       work.set(description.is_warp ? "gdalwarp_warp" : "gdalwarp_mosaic",
                string_array(*options.gdalwarp_arguments));
