@@ -138,6 +138,18 @@ def sources(tmp_path_factory):
     ds = byte_source("rgba.tif", bands=4, alpha=True)
     ds = None
     paths["rgba"] = root / "rgba.tif"
+    # Int16, a grey band and an alpha band whose maximum is the type's (32767), part
+    # transparent and part half so, read through a VRT (as for {nbits}).
+    ds = gtiff.Create(str(root / "int16_alpha.tif"), size, size, 2, gdal.GDT_Int16, ["ALPHA=YES"])
+    _geo(ds, size, size, (500000.0, 4650000.0))
+    ds.GetRasterBand(1).WriteArray((_pattern(size, 0, 11) * 37 % 30000).astype(np.int16))
+    alpha = np.full((size, size), 32767, np.int16)
+    alpha[:, :40] = 0
+    alpha[:30, :] = 16000
+    ds.GetRasterBand(2).WriteArray(alpha)
+    ds = None
+    gdal.BuildVRT(str(root / "int16_alpha.vrt"), [str(root / "int16_alpha.tif")]).FlushCache()
+    paths["int16_alpha"] = root / "int16_alpha.vrt"
 
     ds = byte_source("ovr.tif")
     ds.BuildOverviews("AVERAGE", [2, 4])
@@ -508,3 +520,44 @@ def test_a_missing_vrt_source_fails_only_where_gdal_reads_it(sources, tmp_path):
     assert proc.returncode != 0
     assert not (tmp_path / "east.tif").exists()
     assert len(ledger.completed()) == 1
+
+
+MISSING_IN_MEMORY = """
+import os, shutil, sys
+from osgeo import gdal
+gdal.UseExceptions()
+src, gone, out = sys.argv[1:4]
+shutil.copy(src, gone)
+b = gdal.Translate('', gone, format='MEM')
+gdal.Translate(gone, b, outputBounds=[502560, 4650000, 505120, 4647440])
+vrt = gdal.BuildVRT('', [src, gone])
+os.unlink(gone)
+for name, window in (('west', [0, 0, 10, 10]), ('west', [0, 0, 10, 10]), ('east', [300, 0, 10, 10])):
+    try:
+        gdal.Translate(out + name + '.direct.tif', vrt, srcWin=window)
+        direct = 'ok'
+    except RuntimeError:
+        direct = 'failed'
+    try:
+        gdal.Translate('/vsiidem/' + out + name + '.tif', vrt, srcWin=window, format='IDEM')
+        idem = 'ok'
+    except RuntimeError:
+        idem = 'failed'
+    print(name, direct, idem)
+"""
+
+
+def test_a_missing_source_of_a_vrt_made_in_memory_fails_only_where_gdal_reads_it(sources,
+                                                                                 tmp_path):
+    """The same with the VRT made in memory (gdal.BuildVRT('', [src, gone])): its sources are
+    walked by the key's canonical form of the VRT, not by a file's identity, and follow the same
+    rule (a stand-in for a file that is gone is a missing source, not a dataset held in memory)."""
+    ledger = make_ledger("sqlite", tmp_path)
+    out = str(tmp_path / "out_")
+    proc = run(["/usr/bin/python3", "-c", MISSING_IN_MEMORY, sources["src"],
+                tmp_path / "gone.tif", out], env=env_with(IDEM_LEDGER=ledger.dsn), check=True)
+    assert proc.stdout.split("\n")[:3] == ["west ok ok", "west ok ok", "east failed failed"]
+    assert differences(out + "west.tif", out + "west.direct.tif") == []
+    assert not os.path.exists(out + "east.tif")
+    [completed] = ledger.completed()
+    assert '"missing"' in completed["work_json"] and "gone.tif" in completed["work_json"]

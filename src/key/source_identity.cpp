@@ -18,6 +18,7 @@
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
+#include "gdal_proxy.h"
 #include "ogr_spatialref.h"
 #include "vrtdataset.h"
 
@@ -182,7 +183,20 @@ bool is_vrt_in_memory(GDALDataset* dataset) {
 }
 
 bool held_not_reopened(GDALDataset* dataset) {
-  return is_vrt_in_memory(dataset) || CPLStringList(dataset->GetFileList()).size() == 0;
+  // A VRT's stand-in for a file (GDALProxyPoolDataset, gdalbuildvrt's) opens it by its name: it
+  // lists no file when that file is gone, and is then a missing source, not one held.
+  return is_vrt_in_memory(dataset) || (dynamic_cast<GDALProxyPoolDataset*>(dataset) == nullptr &&
+                                       CPLStringList(dataset->GetFileList()).size() == 0);
+}
+
+std::optional<JsonValue> missing_source(const std::string& name) {
+  VSIStatBufL info;
+  if (VSIStatExL(name.c_str(), &info, VSI_STAT_EXISTS_FLAG) == 0) {
+    return std::nullopt;
+  }
+  JsonValue entry = JsonValue::object();
+  entry.set("missing", JsonValue::string(name));
+  return entry;
 }
 
 namespace {
@@ -397,13 +411,11 @@ class IdentityCollector {
     try {
       dataset = open_source(name);
     } catch (const Error&) {
-      VSIStatBufL info;
-      if (depth == 0 || VSIStatExL(name.c_str(), &info, VSI_STAT_EXISTS_FLAG) == 0) {
+      std::optional<JsonValue> missing = depth > 0 ? missing_source(name) : std::nullopt;
+      if (!missing) {
         throw;
       }
-      JsonValue entry = JsonValue::object();
-      entry.set("missing", JsonValue::string(name));
-      m_files.push_back(std::move(entry));
+      m_files.push_back(std::move(*missing));
       return;
     }
     add_dataset(dataset.get(), depth);
@@ -537,11 +549,19 @@ GDALDataset* open_and_keep_source(const std::string& name, KeptSources& kept) {
 }
 
 JsonValue identity_of_source(const std::string& name, const SourceIdentityOptions& options) {
-  if (options.kept_sources != nullptr) {
-    return identity_of_dataset(open_and_keep_source(name, *options.kept_sources), options);
+  GDALDataset* dataset = nullptr;
+  GDALDatasetUniquePtr opened;
+  try {
+    dataset = options.kept_sources != nullptr ? open_and_keep_source(name, *options.kept_sources)
+                                              : (opened = open_source(name)).get();
+  } catch (const Error&) {
+    std::optional<JsonValue> missing = missing_source(name);
+    if (!missing) {
+      throw;
+    }
+    return std::move(*missing);
   }
-  GDALDatasetUniquePtr dataset = open_source(name);
-  return identity_of_dataset(dataset.get(), options);
+  return identity_of_dataset(dataset, options);
 }
 
 KeptSources::~KeptSources() {

@@ -102,9 +102,15 @@ std::string geoloc_array_name(const CPLXMLNode* geoloc_transformer, const std::s
 std::string processing_step_dataset_name(const CPLXMLNode* step, const CPLXMLNode* argument,
                                          const std::string& vrt_dir);
 
-// Identity of the dataset named `name` (a path or GDAL connection string), opened read-only
-// (and kept in options.kept_sources when set). Throws idem::Error(k_source) naming the source
-// when it cannot be opened or read.
+// The rule for a source a VRT names that does not open (docs/keys.md, "Missing sources"): when
+// `name` is no file at all, the key records its absence, {"missing": name}, since GDAL opens a
+// VRT's sources only when it reads them; nullopt when something is there (a corrupt or
+// unreadable file), whose failure to open stands. Every walk of a VRT's sources asks this.
+std::optional<JsonValue> missing_source(const std::string& name);
+
+// Identity of the dataset named `name` (a path or GDAL connection string) in a VRT, opened
+// read-only (and kept in options.kept_sources when set); missing_source() when it does not open.
+// Throws idem::Error(k_source) naming the source when it cannot be opened or read.
 JsonValue identity_of_source(const std::string& name, const SourceIdentityOptions& options);
 
 }  // namespace idem
