@@ -166,8 +166,11 @@ std::string row_state_name(const LedgerRow& row) {
   if (row.state == RowState::k_completed) {
     return row.superseded_at ? "superseded" : "completed";
   }
-  if (row.released_at || (row.lease_left_seconds && *row.lease_left_seconds <= 0)) {
-    return "stale";
+  if (row.released_at) {
+    return "released";  // given up (a failure, or `gdal-idem reap`): the next claim takes it
+  }
+  if (row.lease_left_seconds && *row.lease_left_seconds <= 0) {
+    return "stale";  // a killed or stalled worker's: `gdal-idem reap` releases it
   }
   return "in_flight";
 }

@@ -1,6 +1,8 @@
 // gdal-idem inflight [--all] [--namespace N] [--layer L]: the claims whose lease expired (a
 // killed or stalled worker's): who held them, since when, and their output. --all lists the
-// live claims too.
+// live claims too, and the released ones (given up by a failure or `gdal-idem reap`; the next
+// claim takes them), which need nothing. Exits 1 only while a stale claim is left.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli.hpp"
@@ -27,7 +29,12 @@ int run_inflight(const Args& args, const GlobalOptions& global) {
   }
   filter.expired_only = !all;
   auto ledger = open_ledger_read_only(global);
-  const std::vector<LedgerRow> rows = ledger->rows(filter);
+  std::vector<LedgerRow> rows = ledger->rows(filter);
+  if (!all) {
+    rows.erase(std::remove_if(rows.begin(), rows.end(),
+                              [](const LedgerRow& row) { return row.released_at.has_value(); }),
+               rows.end());
+  }
   const double now = ledger->now();
   int64_t stale = 0;
   std::vector<std::string> items;

@@ -1,5 +1,6 @@
-// gdal-idem status [--namespace N] [--layer L]: counts of completed, in-flight, stale and
-// superseded rows, the oldest in-flight claim and the completions of the last hour.
+// gdal-idem status [--namespace N] [--layer L]: counts of completed, in-flight, stale, released
+// and superseded rows, the oldest in-flight claim and the completions of the last hour. Exits 1
+// only while a stale claim is left (released ones need nothing).
 #include <cstdio>
 
 #include "cli.hpp"
@@ -40,6 +41,7 @@ int run_status(const Args& args, const GlobalOptions& global) {
                 {"oldest_in_flight_age_seconds",
                  has_oldest ? json::real(now - oldest_claimed_at) : json::null()},
                 {"oldest_in_flight_claimed_at", json::time(counts.oldest_in_flight_claimed_at)},
+                {"released", json::integer(counts.released)},
                 {"stale", json::integer(counts.stale)},
                 {"superseded", json::integer(counts.superseded)},
             })
@@ -56,6 +58,8 @@ int run_status(const Args& args, const GlobalOptions& global) {
     std::printf("in flight:  %lld\n", static_cast<long long>(counts.in_flight));
     std::printf("stale:      %lld%s\n", static_cast<long long>(counts.stale),
                 counts.stale > 0 ? " (lease expired; `gdal-idem reap` releases them)" : "");
+    std::printf("released:   %lld%s\n", static_cast<long long>(counts.released),
+                counts.released > 0 ? " (given up; the next run claims them)" : "");
     std::printf("superseded: %lld\n", static_cast<long long>(counts.superseded));
     if (counts.oldest_in_flight_claimed_at) {
       std::printf("oldest in-flight claim: %s (%s ago)\n",

@@ -109,7 +109,8 @@ struct LedgerCounts {
   int64_t completed = 0;   // completed and not superseded
   int64_t superseded = 0;  // completed, then overwritten by a later completion of the output
   int64_t in_flight = 0;   // claimed, lease live
-  int64_t stale = 0;       // claimed, lease expired or released: a new claim takes it over
+  int64_t stale = 0;       // claimed, lease expired, not released: a killed or stalled worker's
+  int64_t released = 0;    // claimed, then released (a failure, `gdal-idem reap`): nothing to do
   std::optional<double> oldest_in_flight_claimed_at;  // over live and stale claims
   int64_t completed_last_hour = 0;  // completions (superseded or not) in the last hour
 };

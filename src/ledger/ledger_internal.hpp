@@ -171,7 +171,8 @@ LedgerRow make_row(const Cells& cells) {
 }
 
 // Build LedgerCounts from the counts query's one row, whose columns are, in this order: completed,
-// superseded, in flight, stale, oldest claim (NULL when none), completed in the last hour.
+// superseded, in flight, stale, oldest claim (NULL when none), completed in the last hour,
+// released.
 template <class Cells>
 LedgerCounts make_counts(const Cells& cells) {
   LedgerCounts counts;
@@ -183,6 +184,7 @@ LedgerCounts make_counts(const Cells& cells) {
     counts.oldest_in_flight_claimed_at = cells.real(4);
   }
   counts.completed_last_hour = cells.integer(5);
+  counts.released = cells.integer(6);
   return counts;
 }
 

@@ -58,10 +58,12 @@ LedgerCounts PostgresLedger::counts(const RowFilter& filter) {
       "count(*) FILTER (WHERE superseded_at IS NOT NULL), "
       "count(*) FILTER (WHERE completed_at IS NULL AND released_at IS NULL "
       "AND lease_expires_at > now()), "
-      "count(*) FILTER (WHERE completed_at IS NULL AND (released_at IS NOT NULL "
-      "OR lease_expires_at <= now())), "
-      "CAST(extract(epoch FROM min(claimed_at) FILTER (WHERE completed_at IS NULL)) AS float8), "
-      "count(*) FILTER (WHERE completed_at >= now() - interval '1 hour') "
+      "count(*) FILTER (WHERE completed_at IS NULL AND released_at IS NULL "
+      "AND lease_expires_at <= now()), "
+      "CAST(extract(epoch FROM min(claimed_at) FILTER (WHERE completed_at IS NULL AND "
+      "released_at IS NULL)) AS float8), "
+      "count(*) FILTER (WHERE completed_at >= now() - interval '1 hour'), "
+      "count(*) FILTER (WHERE completed_at IS NULL AND released_at IS NOT NULL) "
       "FROM idem.ledger WHERE " +
       filter_conditions(scope, params);
   std::lock_guard<std::mutex> lock(m_mutex);

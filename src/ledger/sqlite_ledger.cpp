@@ -323,11 +323,13 @@ class SqliteLedger final : public Ledger {
         "coalesce(sum(completed_at IS NULL AND released_at IS NULL AND lease_expires_at "
         "> " IDEM_SQLITE_NOW
         "), 0), "
-        "coalesce(sum(completed_at IS NULL AND (released_at IS NOT NULL OR lease_expires_at "
+        "coalesce(sum(completed_at IS NULL AND released_at IS NULL AND lease_expires_at "
         "<= " IDEM_SQLITE_NOW
-        ")), 0), "
-        "min(CASE WHEN completed_at IS NULL THEN claimed_at END), "
-        "coalesce(sum(completed_at >= " IDEM_SQLITE_NOW " - 3600.0), 0) FROM ledger WHERE " +
+        "), 0), "
+        "min(CASE WHEN completed_at IS NULL AND released_at IS NULL THEN claimed_at END), "
+        "coalesce(sum(completed_at >= " IDEM_SQLITE_NOW
+        " - 3600.0), 0), "
+        "coalesce(sum(completed_at IS NULL AND released_at IS NOT NULL), 0) FROM ledger WHERE " +
         filter_conditions(scope);
     std::lock_guard<std::mutex> lock(m_mutex);
     Query query(m_db, sql);
