@@ -39,7 +39,7 @@ def test_idem_driver_declares_its_help_topic_and_virtual_io():
     proc = run(["/usr/bin/python3", "-c", code], check=True)
     topic, virtual_io = proc.stdout.split()
     assert virtual_io == "YES"
-    assert topic == "docs/configuration.md"
+    assert topic == "docs/driver.rst"
     assert os.path.isfile(os.path.join(ROOT, topic))
     if INSTALLED:
         assert os.path.isfile(os.path.join("/usr/share/doc/gdal-idem", topic))

@@ -913,7 +913,7 @@ void register_idem_driver() {
   driver->SetMetadataItem(GDAL_DMD_LONGNAME, "Idempotent output (gdal-idem)");
   // Relative to gdal-idem's documentation (installed in /usr/share/doc/gdal-idem), as GDAL's own
   // topics are relative to GDAL's.
-  driver->SetMetadataItem(GDAL_DMD_HELPTOPIC, "docs/configuration.md");
+  driver->SetMetadataItem(GDAL_DMD_HELPTOPIC, "docs/driver.rst");
   // Outputs may be on any GDAL virtual file system (/vsis3/, /vsimem/...), behind /vsiidem/.
   driver->SetMetadataItem(GDAL_DCAP_VIRTUALIO, "YES");
   driver->SetMetadataItem(GDAL_DMD_CREATIONOPTIONLIST, creation_option_list());
