@@ -11,12 +11,14 @@ import os
 import re
 import signal
 import subprocess
+import types
 
 import pytest
 from osgeo import gdal, osr
 
 from idem_testlib import GDAL_IDEM, gdal_config, make_source, read_pixels, run, wait_until
-from azuriteserver import AzuriteServer
+from azuriteserver import AzuriteServer, azure_config
+from faultproxy import FaultProxy
 from gcsserver import GcsServer
 from motoserver import PYTHON, MotoS3Server
 from test_fault_matrix import RESAMPLING, Case, warp
@@ -451,3 +453,61 @@ def test_zombie_200mb_cog_is_refused_at_its_completion(store, scene_200mb, tmp_p
         assert multipart_uploads(store[0], key) == []
     run(cog_translate(case.source, case.dst, "K2"), env=case.env, check=True)
     assert store_etag(case.dst) == c_etag  # skipped
+
+
+@pytest.mark.parametrize("block_mib", [None, "1"], ids=["put-blob", "block-list"])
+def test_azure_requests_are_sent_again_after_a_transient_failure(azurite, scene, tmp_path,
+                                                                 block_mib):
+    """IDEM's own Azure requests follow GDAL_HTTP_MAX_RETRY: a Put Blob, a Put Block or a Put
+    Block List answered 503 (by a proxy in front of Azurite, which never sees it) is sent again,
+    from the start of its bytes, and the blob ends whole: its Content-MD5 is the MD5 of its
+    bytes, which a block hashed twice would break. Without retries the same fault fails the
+    work, leaving no blob and no completion."""
+    proxy = FaultProxy(azurite.port).start()
+    try:
+        via_proxy = types.SimpleNamespace(config=lambda: azure_config(
+            f"http://127.0.0.1:{proxy.port}"))
+        case = Case(tmp_path, "azure", via_proxy, scene)
+        case.env.update(GDAL_HTTP_RETRY_DELAY="0.01")
+        if block_mib:
+            case.env["IDEM_AZURE_BLOCK_SIZE"] = block_mib
+
+        def is_put_block(method, path):
+            return method == "PUT" and "comp=block&" in path + "&"
+
+        def is_put_block_list(method, path):
+            return method == "PUT" and "comp=blocklist" in path
+
+        def is_put_blob(method, path):
+            return method == "PUT" and "comp=" not in path and "restype=" not in path
+
+        proxy.fail(is_put_block if block_mib else is_put_blob, 1)
+        failed = run(warp_in_parts(case.source, case.dst, "K1"),
+                     env=dict(case.env, GDAL_HTTP_MAX_RETRY="0"))
+        assert failed.returncode != 0 and proxy.faults_left() == 0
+        with gdal_config(azurite.config()):
+            assert case.output() is None
+        assert completed(case, "K1") == []
+
+        if block_mib:
+            proxy.fail(is_put_block, 2).fail(is_put_block_list, 1)
+        else:
+            proxy.fail(is_put_blob, 2)
+        run(warp_in_parts(case.source, case.dst, "K1"),
+            env=dict(case.env, GDAL_HTTP_MAX_RETRY="3"), check=True)
+        assert proxy.faults_left() == 0
+        with gdal_config(azurite.config()):
+            output = case.output()
+            headers = gdal.GetFileMetadata(case.dst, "HEADERS")
+            blob = case.dst.split(f"/vsiaz/{BUCKET}/", 1)[1]
+            assert len(azurite.committed_blocks(BUCKET, blob)) == (7 if block_mib else 0)
+        assert base64.b64decode(headers["content-md5"]).hex() == output[2]
+        [row] = completed(case, "K1")
+        assert case.records(row, output)
+        plain = tmp_path / "plain.tif"
+        run(["gdalwarp", "-q", "-t_srs", "EPSG:3857", "-ts", "1500", "1500", "-r",
+             RESAMPLING["K1"], case.source, str(plain)], check=True)
+        with gdal_config(azurite.config()):
+            assert (read_pixels(case.dst) == read_pixels(str(plain))).all()
+    finally:
+        proxy.stop()

@@ -1,0 +1,96 @@
+"""A forwarding HTTP proxy, in the test's process, that answers chosen requests with a transient
+failure (503) instead of passing them on: the real store behind it (Azurite) sees only what
+gets through, so a client's retry is observed on the store's own state, not assumed."""
+
+import http.client
+import http.server
+import threading
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+              "proxy-authenticate", "proxy-authorization"}
+
+
+class FaultProxy:
+    def __init__(self, upstream_port):
+        self.upstream_port = upstream_port
+        self.faults = []  # [predicate(method, path) -> bool, times left]
+        self.log = []  # (method, path, status) of every request, in order
+        self.lock = threading.Lock()
+        self.server = None
+
+    def fail(self, predicate, times):
+        """Answer the next `times` requests for which predicate(method, path) holds with 503."""
+        with self.lock:
+            self.faults.append([predicate, times])
+        return self
+
+    def faults_left(self):
+        with self.lock:
+            return sum(times for _, times in self.faults)
+
+    def _take_fault(self, method, path):
+        with self.lock:
+            for fault in self.faults:
+                if fault[1] > 0 and fault[0](method, path):
+                    fault[1] -= 1
+                    return True
+        return False
+
+    def start(self):
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _relay(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if proxy._take_fault(self.command, self.path):
+                    self.send_response(503, "Service Unavailable (injected)")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    with proxy.lock:
+                        proxy.log.append((self.command, self.path, 503))
+                    return
+                upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port,
+                                                      timeout=120)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in HOP_BY_HOP and k.lower() != "host"}
+                headers["Host"] = f"127.0.0.1:{proxy.upstream_port}"
+                upstream.request(self.command, self.path, body=body or None, headers=headers)
+                answer = upstream.getresponse()
+                data = answer.read()
+                self.send_response(answer.status, answer.reason)
+                for name, value in answer.getheaders():
+                    if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
+                        self.send_header(name, value)
+                content_length = answer.getheader("Content-Length")
+                self.send_header("Content-Length",
+                                 content_length if self.command == "HEAD" and content_length
+                                 else str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                upstream.close()
+                with proxy.lock:
+                    proxy.log.append((self.command, self.path, answer.status))
+
+            do_GET = do_PUT = do_DELETE = do_HEAD = do_POST = _relay
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    @property
+    def port(self):
+        return self.server.server_address[1]
+
+    def stop(self):
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
