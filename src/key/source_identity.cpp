@@ -583,7 +583,8 @@ std::string vrt_xml_for_key(GDALDataset* vrt, const KeptSources* kept) {
   }
   // Which sources of which band go by an alias: none, most of the time.
   std::map<int, std::map<size_t, std::string>> aliases;
-  for (int number = 1; kept != nullptr && number <= vrt->GetRasterCount(); ++number) {
+  const bool any = kept != nullptr && kept->has_aliases();
+  for (int number = 1; any && number <= vrt->GetRasterCount(); ++number) {
     auto* band = dynamic_cast<VRTSourcedRasterBand*>(vrt->GetRasterBand(number));
     if (band == nullptr) {
       continue;

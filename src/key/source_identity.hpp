@@ -34,6 +34,7 @@ class KeptSources {
   GDALDataset* find(const std::string& name) const;
   // The name keep_aliased() gave `dataset`, "" when it gave none.
   std::string alias_of(GDALDataset* dataset) const;
+  bool has_aliases() const { return !m_aliases.empty(); }
 
  private:
   std::map<std::string, GDALDataset*> m_datasets;
