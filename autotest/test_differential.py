@@ -289,6 +289,10 @@ def python_call(program, fmt, arguments, sources, output, idem):
             f"kwargs = {kwargs}\n"
             "options = kwargs.pop('creationOptions', [])\n"
             f"source = kwargs.pop('sources', {sources['src']!r})\n"
+            # "in_memory": the files as unnamed MEM datasets, under a VRT made in memory.
+            "if 'in_memory' in kwargs:\n"
+            "    held = [gdal.Translate('', p, format='MEM') for p in kwargs.pop('in_memory')]\n"
+            "    source = gdal.BuildVRT('', held)\n"
             "if isinstance(kwargs.get('options'), str):\n"
             f"    kwargs['options'] += ' ' + shlex.join({fmt_words!r})\n"
             f"    gdal.{program}({target!r}, source, **kwargs)\n"
