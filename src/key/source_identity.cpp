@@ -396,7 +396,7 @@ class IdentityCollector {
           return;
         }
         if (held_not_reopened(kept)) {
-          m_files.push_back(in_memory_identity(kept));
+          m_files.push_back(m_options.kept_sources->held_identity(kept));
           return;
         }
       }
@@ -570,12 +570,6 @@ KeptSources::~KeptSources() {
   }
 }
 
-std::string held_alias(GDALDataset* dataset) {
-  Sha256 hasher;
-  hasher.update(in_memory_identity(dataset).dump());
-  return std::string(dataset->GetDescription()) + "#idem-held:" + hasher.finish_hex();
-}
-
 std::string vrt_xml_for_key(GDALDataset* vrt, const KeptSources* kept) {
   CSLConstList xml = vrt->GetMetadata("xml:VRT");
   if (xml == nullptr || xml[0] == nullptr) {
@@ -637,10 +631,23 @@ std::string vrt_xml_for_key(GDALDataset* vrt, const KeptSources* kept) {
   return rewritten;
 }
 
+const JsonValue& KeptSources::held_identity(GDALDataset* dataset) {
+  auto known = m_held_identities.find(dataset);
+  if (known == m_held_identities.end()) {
+    known = m_held_identities.emplace(dataset, in_memory_identity(dataset)).first;
+  }
+  return known->second;
+}
+
 void KeptSources::keep_aliased(GDALDataset* dataset) {
   auto known = m_aliases.find(dataset);
   if (known == m_aliases.end()) {
-    known = m_aliases.emplace(dataset, held_alias(dataset)).first;
+    Sha256 hasher;
+    hasher.update(held_identity(dataset).dump());
+    known = m_aliases
+                .emplace(dataset, std::string(dataset->GetDescription()) +
+                                      "#idem-held:" + hasher.finish_hex())
+                .first;
   }
   keep(known->second, dataset);
 }

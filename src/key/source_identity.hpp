@@ -28,8 +28,13 @@ class KeptSources {
   // Takes over the caller's reference; a second dataset under the same name is released.
   void keep(const std::string& name, GDALDataset* dataset);
   // Keeps a dataset without files (MEM) whose name another source of the work shares under a
-  // name of its own, held_alias(): vrt_xml_for_key() then names it so wherever a VRT reads it.
+  // name of its own: its name, then "#idem-held:" and the digest of its identity (held_identity),
+  // so two with the same content get the same name and are the same for the key.
+  // vrt_xml_for_key() then names it so wherever a VRT reads it.
   void keep_aliased(GDALDataset* dataset);
+  // The identity of a dataset without files (what it holds: its pixels and all that describes
+  // them), computed once per dataset whoever asks (its alias, the key).
+  const JsonValue& held_identity(GDALDataset* dataset);
   // The dataset kept under exactly this name (as written in the VRT, resolved), or nullptr.
   GDALDataset* find(const std::string& name) const;
   // The name keep_aliased() gave `dataset`, "" when it gave none.
@@ -39,6 +44,7 @@ class KeptSources {
  private:
   std::map<std::string, GDALDataset*> m_datasets;
   std::map<GDALDataset*, std::string> m_aliases;
+  std::map<GDALDataset*, JsonValue> m_held_identities;
 };
 
 // A file a work reads, as it was identified: `read_as` for local files (SourceDigest::read_as).
@@ -60,12 +66,6 @@ bool is_vrt_in_memory(GDALDataset* dataset);
 // name: a dataset without files (MEM) or a VRT made in memory. The driver keeps such sources in
 // KeptSources under their names, and the key and the warp take them from there.
 bool held_not_reopened(GDALDataset* dataset);
-
-// The name a dataset without files (MEM) is told apart by when another source of the same work
-// has its name (two unnamed MEM datasets in one VRT): its name, then "#idem-held:" and the digest
-// of what it holds (its identity). Two with the same content get the same name, and are the same
-// for the key.
-std::string held_alias(GDALDataset* dataset);
 
 // The xml:VRT of `vrt` as the key reads it: each source of its bands that `kept` keeps under an
 // alias (KeptSources::keep_aliased) is named by it, in place of the name the two share. The
