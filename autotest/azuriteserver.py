@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Azurite, Azure Blob Storage's emulator (npm, tools/azurite), on loopback for the tests: start
 it, point GDAL's /vsiaz/ at it with the emulator's documented development account (a shared
 key, which IDEM signs its conditional requests with), and stop it."""

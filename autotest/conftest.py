@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """pytest configuration shared by the suite, and the helpers of the key tests (test_key_*.py):
 where the built plugin and `gdal-idem` are (IDEM_BUILD_DIR, default /work/main/build), and how
 to get the idempotency key a command would get, through the IDEM driver's dry run
@@ -162,6 +163,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "golden: the golden key corpus (autotest/data)")
+    # The workers the tests start say what each call did (IDEM_VERBOSE, docs/configuration.md):
+    # a documented line on stderr, which many tests read ("IDEM: skipped ..."). test_messages.py
+    # checks the default, where a skip prints nothing.
+    os.environ["IDEM_VERBOSE"] = "YES"
     # test_differential.py appends one line per compared call here; the summary is printed below.
     import tempfile
     results = tempfile.NamedTemporaryFile(prefix="idem-differential-", suffix=".jsonl",

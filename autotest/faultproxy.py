@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A forwarding HTTP proxy, in the test's process, that answers chosen requests with a transient
 failure (503) instead of passing them on: the real store behind it (Azurite) sees only what
 gets through, so a client's retry is observed on the store's own state, not assumed."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The tests' Google Cloud Storage store (tools/gcs/serve_gcs.py) on loopback: GCS's XML API as
 GDAL's /vsigs/ uses it, with object generations and x-goog-if-generation-match preconditions.
 Start it, point GDAL at it (config()), and read which requests it received."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Hosts for the many-hosts tests: network namespaces on a private bridge, each with an address of
 its own, a host name of its own and faults of its own.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The tile batch a worker host runs in the many-hosts tests (autotest/test_many_hosts.py), as an
 orchestrator's worker would: each tile is a `gdalwarp -of IDEM` to /vsiidem//vsis3/..., retried
 after a failure (up to --tries times, --retry-delay seconds apart), the tiles taken in the order

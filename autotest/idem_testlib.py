@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Shared helpers for the driver, CLI and /vsiidem/ tests: paths of the built plugin and
 command, synthetic sources, running the real programs, and reading ledger rows from SQLite or
 PostgreSQL. Fixtures defined here are imported by the test modules that use them."""
@@ -70,6 +71,14 @@ def env_with(**extra):
     return env
 
 
+def warp_cmd(src, dst, *extra, resampling="bilinear", srs="EPSG:3857", quiet=False,
+             through_vsiidem=False):
+    """The tests' usual warp: gdalwarp -overwrite through IDEM into `srs`, `extra` options before
+    the source; `dst` as given, or under /vsiidem/ with through_vsiidem."""
+    return ["gdalwarp", *(["-q"] if quiet else []), "-overwrite", "-of", "IDEM", "-t_srs", srs,
+            "-r", resampling, *extra, src, ("/vsiidem/" + str(dst)) if through_vsiidem else dst]
+
+
 def run(args, env=None, cwd=None, timeout=300, check=False):
     proc = subprocess.run([str(a) for a in args], env=env or env_with(), cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
@@ -80,8 +89,9 @@ def run(args, env=None, cwd=None, timeout=300, check=False):
 
 
 # A gdalwarp command run as gdal.Warp in a Python process (GDALWarp(), the code gdalwarp runs),
-# which then reads the IDEM driver's _DEBUG_ metadata: what the call did (docs/configuration.md,
-# "Debug metadata"). The command's last two words are its source and destination.
+# which then prints the IDEM driver's RESULT and _DEBUG_ metadata: what the call did
+# (docs/configuration.md, "The result of a call", "Debug metadata"), as one JSON line. The
+# command's last two words are its source and destination.
 GDAL_WARP_REPORTING = r"""
 import json, sys
 from osgeo import gdal
@@ -98,17 +108,36 @@ while args:
 try:
     gdal.Warp(dst, gdal.OpenEx(src, gdal.OF_RASTER, open_options=open_options), options=options)
 finally:
-    print(json.dumps(gdal.GetDriverByName("IDEM").GetMetadata("_DEBUG_") or {}))
+    idem = gdal.GetDriverByName("IDEM")
+    print(json.dumps({domain: idem.GetMetadata(domain) or {} for domain in ("RESULT", "_DEBUG_")}))
 """
+
+
+def as_gdal_warp(cmd):
+    """`cmd`, a gdalwarp command (["gdalwarp", ...]), as a Python process that runs it as
+    gdal.Warp and prints the driver's reports (read them with reports_of())."""
+    assert cmd[0] == "gdalwarp", cmd
+    return ["/usr/bin/python3", "-c", GDAL_WARP_REPORTING, *cmd[1:]]
+
+
+def reports_of(stdout, domain):
+    """The report of `domain` ("RESULT" or "_DEBUG_") an as_gdal_warp() process printed."""
+    lines = stdout.strip().splitlines()
+    return json.loads(lines[-1])[domain] if lines else {}
 
 
 def warp_reporting(cmd, env=None, check=True):
     """Runs `cmd`, a gdalwarp command (["gdalwarp", ...]), as gdal.Warp; returns the process and
     the IDEM driver's _DEBUG_ report of the call as a dict."""
-    assert cmd[0] == "gdalwarp", cmd
-    proc = run(["/usr/bin/python3", "-c", GDAL_WARP_REPORTING, *cmd[1:]], env=env, check=check)
-    lines = proc.stdout.strip().splitlines()
-    return proc, json.loads(lines[-1]) if lines else {}
+    proc = run(as_gdal_warp(cmd), env=env, check=check)
+    return proc, reports_of(proc.stdout, "_DEBUG_")
+
+
+def warp_result(cmd, env=None, check=True):
+    """The same with the driver's RESULT report (docs/configuration.md, "The result of a
+    call")."""
+    proc = run(as_gdal_warp(cmd), env=env, check=check)
+    return proc, reports_of(proc.stdout, "RESULT")
 
 
 def wait_until(condition, what, timeout=120):
@@ -154,10 +183,12 @@ class PausedWorker:
     def __init__(self, cmd, env, point, tmp_path):
         self.resume_file = tmp_path / f"resume-{point}-{os.urandom(4).hex()}"
         self.proc = start_paused(cmd, env, point, resume_file=self.resume_file)
+        self.stdout = None
 
     def resume(self):
+        """Lets the worker go on; its exit code and stderr (its stdout is kept in .stdout)."""
         self.resume_file.write_text("go")
-        _, err = self.proc.communicate(timeout=300)
+        self.stdout, err = self.proc.communicate(timeout=300)
         return self.proc.returncode, err
 
     def kill(self):

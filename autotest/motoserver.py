@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """moto's S3 server (tools/pyenv/serve_moto.py) on loopback: an S3 implementation that honours
 conditional writes (If-Match, If-None-Match on PUT) as Amazon S3 does, which s3rver ignores. The
 object-storage tests that depend on a store refusing a conditional upload run against it."""

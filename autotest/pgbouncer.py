@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """PgBouncer in session pooling mode in front of the test PostgreSQL, for tests and benchmarks
 (docs/operations.md recommends it to workers that start a process per tile).
 

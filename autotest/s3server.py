@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A real S3-compatible server (npm's s3rver, through tools/s3rver/serve.js) on loopback, for the
 object-storage tests and benchmarks: start it, point GDAL's /vsis3/ at it, and read which
 requests it received (the request log has one "METHOD /bucket/key STATUS" line per request)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """What the tests' store servers share: a server program started on loopback that prints
 "listening PORT" and stops when its stdin closes, and a request log of one
 "METHOD PATH STATUS ..." line per request."""

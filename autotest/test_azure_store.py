@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Sources and outputs on /vsiaz/ against Azurite (tools/azurite): how a blob source enters the
 key (Azure's Content-MD5, since a blob's ETag changes with every write), and what IDEM's own
 conditional Put Blob leaves in the container."""

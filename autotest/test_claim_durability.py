@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A PostgreSQL ledger's claim commits without waiting for its flush, and the worker publishes only
 once the claim is durable (docs/ledger.md, confirm_claim; docs/operations.md). To hold a commit's
 durability back for as long as a test needs, the cluster is given a synchronous standby that
@@ -5,7 +6,7 @@ never connects: every commit made with synchronous_commit = on then waits, in th
 the setting is removed. A commit made with synchronous_commit off or local does not wait."""
 
 import contextlib
-import json
+import functools
 import os
 import subprocess
 import time
@@ -15,8 +16,9 @@ import psycopg
 import pytest
 from osgeo import gdal
 
-from idem_testlib import (GDAL_WARP_REPORTING, ROOT, _pg_dsn, env_with,  # noqa: F401
+from idem_testlib import (ROOT, as_gdal_warp, reports_of, _pg_dsn, env_with,  # noqa: F401
                           make_ledger, make_source, run, temp_dirs_beside, wait_until)
+from idem_testlib import warp_cmd as shared_warp_cmd
 
 
 @pytest.fixture
@@ -24,9 +26,7 @@ def source(tmp_path):
     return make_source(tmp_path / "scene.tif", size=512)
 
 
-def warp_cmd(src, dst):
-    return ["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-r", "bilinear", src,
-            "/vsiidem/" + str(dst)]
+warp_cmd = functools.partial(shared_warp_cmd, through_vsiidem=True)
 
 
 def admin_execute(sql, params=()):
@@ -80,8 +80,7 @@ class Worker:
         self.confirming = os.path.join(str(marker_dir), f"confirming-{uuid.uuid4().hex[:8]}")
         env = dict(env, IDEM_TEST_PAUSE_AT="before_confirm", IDEM_TEST_PAUSE_SECONDS="0",
                    IDEM_TEST_REACHED_FILE=self.confirming)
-        self.proc = subprocess.Popen(["/usr/bin/python3", "-c", GDAL_WARP_REPORTING,
-                                      *[str(c) for c in cmd[1:]]], env=env,
+        self.proc = subprocess.Popen([str(c) for c in as_gdal_warp(cmd)], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def reached_confirmation(self):
@@ -91,8 +90,7 @@ class Worker:
     def finish(self, timeout=120):
         """The exit status, stderr, and the driver's report of the call."""
         stdout, stderr = self.proc.communicate(timeout=timeout)
-        lines = stdout.strip().splitlines()
-        return self.proc.returncode, stderr, json.loads(lines[-1]) if lines else {}
+        return self.proc.returncode, stderr, reports_of(stdout, "_DEBUG_")
 
 
 @pytest.fixture(params=["postgresql", "pgbouncer"])

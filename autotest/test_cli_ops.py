@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """gdal-idem's ledger operations (status, inflight, reap, verify, explain, forget, prune,
 export) on ledgers produced by real gdalwarp runs through the built plugin, killed ones
 included, against SQLite and PostgreSQL: human and --json output, exit codes, bad arguments."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """`gdal-idem pending`: the lines of a batch of gdalwarp / gdal_translate commands whose work is
 not done, decided in one process by the key and the driver's own skip check, against SQLite and
 PostgreSQL ledgers filled by real gdalwarp runs through the built plugin. A line that cannot be

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A warp into COG with COG's grid options (TILING_SCHEME, TARGET_SRS...) runs as `gdalwarp -of
 COG` runs it (docs/internals.md §11, §12): the pixels against the direct call are compared option
 by option in test_differential.py (the `cog_*` cases); this file covers what IDEM refuses through

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The publish to object storage fenced by the store itself (docs/object-storage.md): each upload
 to /vsis3/ is conditional (If-Match on the ETag seen before the claim was last checked,
 If-None-Match: * where there was no object), so a worker whose claim is gone cannot upload over

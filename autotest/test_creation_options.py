@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """IDEM's creation options beside the FORMAT driver's own (docs/configuration.md): a driver
 option whose name is one of IDEM's (netCDF's FORMAT) is written DRIVER.OPTION=VALUE, reaches the
 driver and the key, and gives the direct call's file; ambiguity is refused before any work."""

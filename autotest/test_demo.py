@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """`make demo` end to end: scripts/demo makes a 4096x4096 three-band UTM scene with GDAL's tools,
 renders it as a pyramid of a few hundred EPSG:3857 tiles through IDEM with `xargs -P 2 gdalwarp`,
 kills the batch a third of the way in, resumes it, reruns it, changes the resampling of one zoom

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Differential test: each call of autotest/data/differential_cases.txt is run directly (`-of
 FORMAT`) and through IDEM (`-of IDEM -co FORMAT=FORMAT`, output under /vsiidem/), and the two
 outputs are compared: raster size, band count and types, geotransform, CRS, GCPs, nodata, colour

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Directory datasets (Zarr) as IDEM outputs (docs/vsiidem.md, "Directory datasets"): a rerun
 skips and leaves every file of the directory as it was, a changed file under it makes the rerun
 rebuild the whole directory, and a rerun that fails loses nothing. From GDAL 3.11, GDAL's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Every command shown in README.md and docs/*.md runs, against the freshly built plugin.
 
 Convention for fenced code blocks in the docs (indented code blocks are never run):
@@ -53,6 +54,7 @@ reader follows the page in one terminal. The sandbox has:
 - `scene.tif` (512x512, 3 bands, UTM 33N, 10 m) and `scene2.tif` (a different scene),
 - `sql/` and `scripts/` linked from the repository,
 - `gdal-idem` and `python3` (/usr/bin/python3) first on PATH, GDAL_DRIVER_PATH set to the build,
+  PYTHONPATH to the tree's `python/` (the `gdal_idem` package, unless testing the installed one),
 - IDEM_LEDGER=sqlite:<sandbox>/ledger.sqlite and XDG_STATE_HOME inside the sandbox, so nothing
   outside it is touched.
 
@@ -68,7 +70,7 @@ import sys
 import pytest
 from osgeo import gdal
 
-from idem_testlib import BUILD_DIR, GDAL_IDEM, PLUGIN_DIR, ROOT, make_source
+from idem_testlib import BUILD_DIR, GDAL_IDEM, INSTALLED, PLUGIN_DIR, ROOT, make_source
 
 VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
 
@@ -210,6 +212,8 @@ def sandbox(tmp_path, sample_sources):
                                                       "IDEM_TEST_REQUIRE_PG"):
             del env[name]
     env.pop("PYTHONPATH", None)
+    if not INSTALLED:  # the gdal_idem package of this tree, as make install would put it
+        env["PYTHONPATH"] = os.path.join(ROOT, "python")
     return env
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """docs/driver.rst, the driver's page in GDAL's documentation style, against what the driver
 itself declares (what `gdalinfo --format IDEM` prints) and the configuration reference, so the
 two cannot drift: every creation option of the driver's list with its default, the capabilities

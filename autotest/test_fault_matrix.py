@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The fault matrix (docs/concepts.md, "What happens when..."): a worker A doing work K1 is hit at
 each pause point of the driver by SIGKILL, or by SIGSTOP past its lease then SIGCONT, while a
 neighbour acts on the same output (a successor on K1, a successor on other work K2, or a

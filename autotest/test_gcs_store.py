@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The tests' GCS store (tools/gcs/serve_gcs.py) checked against what Google Cloud Storage's XML
 API reference documents, since the fencing tests on /vsigs/ are only as good as the store they
 run against: generations, x-goog-if-generation-match on writes, completions and deletes, ETags,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The `gdal` command line of GDAL 3.11 and later (`gdal raster reproject`, `convert`, `pipeline`)
 writing through IDEM: a first run writes and completes, a rerun with --overwrite skips (same
 inode, bytes and mtime), a rerun without --overwrite is refused by GDAL and leaves the output as it

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Warps through geolocation arrays (`gdalwarp -geoloc`, `-to SRC_GEOLOC_ARRAY=`) through IDEM.
 
 The arrays say where each source pixel lands on the ground, so they decide the output's pixels

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The IDEM driver through the real programs: first run writes and completes, a rerun skips
 (same inode, bytes, mtime), a changed option rebuilds and supersedes, a missing or changed output
 is redone, every entry point (gdalwarp, gdal_translate, gdal.Warp, gdal.Translate, rasterio)."""
@@ -14,16 +15,12 @@ from osgeo import gdal
 from idem_testlib import (GDAL_IDEM, INSTALLED, ROOT, assert_same_pixels, env_with, file_state, ledger,  # noqa: F401
                           make_ledger, make_source, read_pixels, run, sqlite_ledger,
                           temp_dirs_beside, warp_reporting)
+from idem_testlib import warp_cmd
 
 
 @pytest.fixture
 def source(tmp_path):
     return make_source(tmp_path / "scene.tif")
-
-
-def warp_cmd(src, dst, *extra):
-    return ["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-r", "bilinear",
-            *extra, src, dst]
 
 
 def vsi(path):

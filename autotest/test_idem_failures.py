@@ -1,6 +1,8 @@
+# SPDX-License-Identifier: MIT
 """The IDEM driver under crashes, races and bad input: kill -9 at each step, many workers on one
 destination or on many tiles, busy handling, a lost lease, and clear errors that lose nothing."""
 
+import functools
 import os
 import subprocess
 
@@ -9,7 +11,9 @@ from osgeo import gdal
 
 from idem_testlib import (PLUGIN_DIR, PausedWorker, env_with, kill9, file_state, ledger,  # noqa: F401
                           make_source, read_pixels, run, sqlite_ledger, temp_dirs_beside,
-                          wait_until_leases_expired, warp_reporting)
+                          wait_until_leases_expired, warp_reporting, warp_result, as_gdal_warp,
+                          reports_of)
+from idem_testlib import warp_cmd as shared_warp_cmd
 
 
 @pytest.fixture
@@ -17,9 +21,7 @@ def source(tmp_path):
     return make_source(tmp_path / "scene.tif", size=768)
 
 
-def warp_cmd(src, dst, *extra):
-    return ["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-r", "bilinear",
-            *extra, src, "/vsiidem/" + str(dst)]
+warp_cmd = functools.partial(shared_warp_cmd, through_vsiidem=True)
 
 
 def in_flight(rows):
@@ -73,6 +75,12 @@ def test_idem_busy_fail_names_the_holder(ledger, source, tmp_path):
         assert proc.returncode != 0
         assert f"pid {holder.pid}" in proc.stderr
         assert "IDEM_ON_BUSY=FAIL" in proc.stderr
+        # A program reads why from the driver's RESULT (docs/configuration.md).
+        _, result = warp_result(warp_cmd(source, out), env=dict(env, IDEM_ON_BUSY="FAIL"),
+                                check=False)
+        assert (result["OUTCOME"], result["ERROR_KIND"]) == ("FAILED", "BUSY"), result
+        assert f"pid {holder.pid}" in result["ERROR"]
+        assert result["KEY"] == ledger.rows()[0]["work_key"]
     finally:
         kill9(holder)
     assert not out.exists()
@@ -107,7 +115,7 @@ def test_idem_busy_wait_returns_the_other_workers_output(sqlite_ledger, source, 
 def test_idem_lost_lease_aborts_without_publishing(sqlite_ledger, source, tmp_path):
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=sqlite_ledger.dsn, IDEM_STALE_SECONDS=2)
-    zombie = PausedWorker(warp_cmd(source, out), env, "during_write", tmp_path)
+    zombie = PausedWorker(as_gdal_warp(warp_cmd(source, out)), env, "during_write", tmp_path)
     try:
         # The zombie's lease runs out, on the ledger's clock and on its own (which decides how
         # long it trusts its lease without renewing it): no SQL shortcut here.
@@ -119,6 +127,8 @@ def test_idem_lost_lease_aborts_without_publishing(sqlite_ledger, source, tmp_pa
         zombie.kill()
     assert code != 0
     assert "lost" in stderr
+    result = reports_of(zombie.stdout, "RESULT")
+    assert (result["OUTCOME"], result["ERROR_KIND"]) == ("FAILED", "LOST_CLAIM"), result
     assert file_state(out) == taken_over
     rows = sqlite_ledger.rows()
     assert len(rows) == 1 and rows[0]["attempt"] == 2 and rows[0]["completed_at"] is not None

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The safety invariants (docs/concepts.md, "What IDEM promises about your files"), each attacked
 with generated cases rather than the one case a review found:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Work that can give other output bytes gets another key (docs/keys.md)."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The same work gets the same key, whoever runs it and however it is spelled (docs/keys.md)."""
 
 import hashlib

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Bad input to key derivation fails with a clear message and writes nothing."""
 
 import os

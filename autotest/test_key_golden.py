@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The golden key corpus: fixed commands on a checked-in source must keep their keys.
 
 A key change breaks every ledger's memory of completed work, so it is allowed only together with

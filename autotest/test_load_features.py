@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """gdal-idem load: idempotent ogr2ogr into PostGIS (docs/loads.md). Real PostgreSQL + PostGIS
 (scripts/with-postgres), bundles written with osgeo.ogr, the real gdal-idem binary: reruns skip,
 kills at every step leave the target whole, concurrent loads load once, append mode replaces a

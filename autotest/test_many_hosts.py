@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Workers on several hosts (autotest/hosts.py: network namespaces on a private bridge): a database
 host (PostgreSQL + PostGIS, PgBouncer), a storage host (moto's S3 server, versioned buckets, and
 the tests' GCS store) and three worker hosts, each running a batch of IDEM tiles to /vsis3/ (or

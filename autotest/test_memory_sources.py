@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Sources without files, as Python pipelines hand them over (docs/keys.md, "Sources in memory"):
 a MEM dataset, or a VRT made in memory, warped or translated through IDEM directly or through
 the VRT gdal_translate and gdalwarp build around it. Each call gives the direct call's pixels and

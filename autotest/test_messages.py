@@ -1,6 +1,8 @@
-"""What the driver says goes through GDAL's error handler, never straight to stdout or stderr,
-and what a dry run finds is returned as metadata (docs/configuration.md, "What a run prints";
-docs/cli.md)."""
+# SPDX-License-Identifier: MIT
+"""What the driver says goes through GDAL's error handler, never straight to stdout or stderr
+(but the lines IDEM_VERBOSE asks for); a skip, the normal case of a rerun, is no warning; what a
+call did is the driver's RESULT metadata, and what a dry run finds is returned as metadata
+(docs/configuration.md, "What a run prints", "The result of a call"; docs/cli.md)."""
 
 import json
 import os
@@ -25,7 +27,7 @@ def handler(severity, number, message):
 gdal.PushErrorHandler(handler)
 gdal.Warp(sys.argv[2], sys.argv[1], format="IDEM", dstSRS="EPSG:3857")
 gdal.PopErrorHandler()
-print(json.dumps(seen))
+print(json.dumps({"seen": seen, "result": gdal.GetDriverByName("IDEM").GetMetadata("RESULT")}))
 """
 
 QUIET_WARP = """
@@ -60,10 +62,11 @@ def python(code, *args, env):
 
 
 def run_twice(code, tmp_path, ledger):
-    """Runs `code` on a new source and output, then again (a skip): the output and both runs."""
+    """Runs `code` on a new source and output, then again (a skip), as by default (no
+    IDEM_VERBOSE): the output and both runs."""
     source = make_source(tmp_path / "src.tif", size=64)
     out = tmp_path / "out.tif"
-    env = env_with(IDEM_LEDGER=ledger.dsn)
+    env = env_with(IDEM_LEDGER=ledger.dsn, IDEM_VERBOSE=None)
     first = python(code, source, f"/vsiidem/{out}", env=env)
     before = os.stat(out).st_mtime_ns
     again = python(code, source, f"/vsiidem/{out}", env=env)
@@ -72,27 +75,125 @@ def run_twice(code, tmp_path, ledger):
     return out, first, again
 
 
-def test_skip_notice_reaches_the_python_error_handler(tmp_path, sqlite_ledger):
+def test_a_skip_is_no_warning_and_its_outcome_is_the_drivers_result(tmp_path, sqlite_ledger):
     out, first, again = run_twice(CAPTURING_WARP, tmp_path, sqlite_ledger)
-    assert not any("IDEM: skipped" in m for _, m in json.loads(first.stdout))
-    seen = json.loads(again.stdout)
-    skips = [(severity, m) for severity, m in seen if m.startswith("IDEM: skipped ")]
-    assert len(skips) == 1 and skips[0][0] == gdal.CE_Warning, seen
-    assert str(out) in skips[0][1]
-    # Captured, so never printed by the driver itself.
-    assert "IDEM: skipped" not in again.stderr
+    built, skipped = json.loads(first.stdout), json.loads(again.stdout)
+    # Nothing reaches the error handler, and nothing is printed, on either run.
+    assert built["seen"] == [] and skipped["seen"] == [], (built, skipped)
+    assert first.stderr == "" and again.stderr == ""
+    row = sqlite_ledger.completed()[0]
+    assert built["result"]["OUTCOME"] == "BUILT"
+    assert skipped["result"]["OUTCOME"] == "SKIPPED"
+    for result in (built["result"], skipped["result"]):
+        assert result["KEY"] == row["work_key"]
+        assert result["ATTEMPT"] == "1"
+        assert result["OUTPUT"] == str(out) == row["output_uri"]
+        assert json.loads(result["FILES"]) == [str(out)]
+        assert float(result["ELAPSED_MS"]) > 0 and float(result["KEY_MS"]) > 0
+    assert float(built["result"]["WRITE_MS"]) > 0 and "WRITE_MS" not in skipped["result"]
 
 
-def test_skip_notice_is_silenced_by_a_quiet_handler(tmp_path, sqlite_ledger):
+def test_skip_is_silent_under_a_quiet_handler(tmp_path, sqlite_ledger):
     _, _, again = run_twice(QUIET_WARP, tmp_path, sqlite_ledger)
     assert again.stdout == "" and again.stderr == ""
 
 
-def test_rasterio_logs_the_skip_notice(tmp_path, sqlite_ledger):
-    out, _, again = run_twice(RASTERIO_COPY, tmp_path, sqlite_ledger)
-    logged = [line for line in again.stdout.splitlines() if line.startswith("LOGGED ")]
-    assert any("IDEM: skipped " + str(out) in line for line in logged), again.stdout
-    assert "IDEM: skipped" not in again.stderr
+def test_rasterio_logs_nothing_for_a_skip(tmp_path, sqlite_ledger):
+    _, _, again = run_twice(RASTERIO_COPY, tmp_path, sqlite_ledger)
+    assert [line for line in again.stdout.splitlines() if line.startswith("LOGGED ")] == []
+    assert again.stderr == ""
+
+
+def tile_commands(source, root, tiles, quiet):
+    """gdalwarp commands of `tiles` tiles of 8 x 8 pixels cut from `source` (a 64 x 64 source of
+    10 m pixels at the default origin) through IDEM, as a shell script: its path."""
+    lines = []
+    for n in range(tiles):
+        x, y = 500000 + (n % 8) * 80, 4650000 - (n // 8) * 80
+        lines.append(f"gdalwarp {'-q' if quiet else ''} -overwrite -of IDEM -co FORMAT=PNG -te {x} {y - 80} "
+                     f"{x + 80} {y} -ts 8 8 {source} /vsiidem/{root}/{n}.png")
+    script = root.parent / f"tiles-{'quiet' if quiet else 'loud'}.sh"
+    script.write_text("set -e\n" + "\n".join(lines) + "\n")
+    return str(script)
+
+
+def test_a_rerun_of_50_tiles_prints_no_warning(tmp_path, sqlite_ledger):
+    """The done-when of the quiet skip: rerunning 50 tiles through gdalwarp prints no warning,
+    and under -q nothing at all; with IDEM_VERBOSE=YES each says it skipped, on stderr."""
+    source = make_source(tmp_path / "src.tif", size=64)
+    root = tmp_path / "tiles"
+    root.mkdir()
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn, IDEM_VERBOSE=None)
+    run(["bash", tile_commands(source, root, 50, True)], env=env, check=True)
+    assert len(sqlite_ledger.completed()) == 50
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in root.iterdir())
+    loud = run(["bash", tile_commands(source, root, 50, False)], env=env, check=True)
+    assert "Warning" not in loud.stderr and "IDEM" not in loud.stderr, loud.stderr
+    quiet = run(["bash", tile_commands(source, root, 50, True)], env=env, check=True)
+    assert quiet.stdout == "" and quiet.stderr == ""
+    verbose = run(["bash", tile_commands(source, root, 50, True)],
+                  env=dict(env, IDEM_VERBOSE="YES"), check=True)
+    said = [line for line in verbose.stderr.splitlines() if line.startswith("IDEM: skipped ")]
+    assert len(said) == 50 and "Warning" not in verbose.stderr, verbose.stderr
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in root.iterdir()) == before
+    assert [r["attempt"] for r in sqlite_ledger.completed()] == [1] * 50
+
+
+def translate_result(source, dst, env):
+    """gdal.Translate of `source` into `dst` through IDEM in a new process: its exit code and the
+    driver's RESULT metadata."""
+    code = """
+import json, sys
+from osgeo import gdal
+gdal.UseExceptions()
+try:
+    gdal.Translate(sys.argv[2], sys.argv[1], format="IDEM")
+except RuntimeError:
+    pass
+print(json.dumps(gdal.GetDriverByName("IDEM").GetMetadata("RESULT")))
+"""
+    proc = run([PYTHON, "-c", code, source, dst], env=env, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_the_result_names_what_was_replaced_and_why_a_call_failed(tmp_path, sqlite_ledger):
+    source = make_source(tmp_path / "src.tif", size=64)
+    other = make_source(tmp_path / "other.tif", size=64, seed=9)
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    assert translate_result(source, f"/vsiidem/{out}", env)["OUTCOME"] == "BUILT"
+    # Other work over the output: rebuilt. The output changed since its completion: rebuilt.
+    assert translate_result(other, f"/vsiidem/{out}", env)["OUTCOME"] == "REBUILT"
+    out.write_bytes(out.read_bytes() + b"x")
+    result = translate_result(other, f"/vsiidem/{out}", env)
+    assert result["OUTCOME"] == "REBUILT" and result["ATTEMPT"] == "2"
+    # A link at the destination is refused before any claim.
+    link = tmp_path / "link.tif"
+    link.symlink_to(out)
+    refused = translate_result(source, f"/vsiidem/{link}", env)
+    assert (refused["OUTCOME"], refused["ERROR_KIND"]) == ("FAILED", "REFUSED_DESTINATION")
+    assert "link" in refused["ERROR"] and not refused["ERROR"].startswith("IDEM:")
+    assert "KEY" not in refused
+    # A bad option: USAGE.
+    usage = translate_result(source, f"/vsiidem/{tmp_path}/x.tif",
+                             dict(env, IDEM_ON_BUSY="SOMETIMES"))
+    assert (usage["OUTCOME"], usage["ERROR_KIND"]) == ("FAILED", "USAGE"), usage
+    assert link.is_symlink() and not (tmp_path / "x.tif").exists()
+
+
+def test_verbose_says_what_each_call_did_on_stderr(tmp_path, sqlite_ledger):
+    source = make_source(tmp_path / "src.tif", size=64)
+    out = tmp_path / "out.tif"
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn, IDEM_VERBOSE=None)
+    cmd = ["gdal_translate", "-q", "-of", "IDEM", source, f"/vsiidem/{out}"]
+    assert run(cmd, env=env, check=True).stderr == ""
+    verbose = run(cmd[:1] + ["--config", "IDEM_VERBOSE", "YES"] + cmd[1:], env=env, check=True)
+    key = sqlite_ledger.completed()[0]["work_key"]
+    assert verbose.stderr == (f"IDEM: skipped {out}: already completed (key {key[:12]}, "
+                              "attempt 1)\n")
+    out.unlink()
+    rebuilt = run(cmd, env=dict(env, IDEM_VERBOSE="YES"), check=True)
+    assert f"IDEM: rebuilt {out} (key {key[:12]}, attempt 2)" in rebuilt.stderr.splitlines()
 
 
 MOSAIC_CALLS = """

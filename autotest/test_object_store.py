@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Outputs and sources on object storage (/vsis3/) through /vsiidem/, against a real
 S3-compatible server on loopback (s3rver): first run, skip without PUT or DELETE, kill -9 during
 the upload, a zombie's late upload, workers racing on one key through PostgreSQL, an object
@@ -17,7 +18,7 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import (GDAL_IDEM, env_with, make_ledger, make_source, read_pixels, run,
-                          sqlite_ledger, ledger)  # noqa: F401
+                          sqlite_ledger, ledger, warp_cmd)  # noqa: F401
 from s3server import S3Server
 from idem_testlib import kill9, start_paused
 
@@ -55,11 +56,6 @@ def local_tmp(tmp_path):
 
 def s3_env(s3, ledger, local_tmp, **extra):
     return env_with(IDEM_LEDGER=ledger.dsn, CPL_TMPDIR=local_tmp, **s3.config(), **extra)
-
-
-def warp_cmd(src, dst, *extra):
-    return ["gdalwarp", "-overwrite", "-of", "IDEM", "-t_srs", "EPSG:3857", "-r", "bilinear",
-            *extra, src, dst]
 
 
 def etag_of(uri):

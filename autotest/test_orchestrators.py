@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """IDEM under real orchestrators: Prefect 3, Dagster and Dask distributed, from the tests' venv
 (tools/pyenv/venv, pinned with hashes; it sees Debian's osgeo.gdal, whose libgdal loads the
 plugin). Each test runs a batch of EPSG:3857 tiles over one source (autotest/orchestrated/), kills

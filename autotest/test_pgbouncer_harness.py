@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The PgBouncer that the tests and bench/ put in front of PostgreSQL (autotest/pgbouncer.py)
 must keep serving for as many connections as a run makes. It once sent its log to a pipe
 nobody read: after some 200 connections the pipe was full, PgBouncer blocked on it, and every

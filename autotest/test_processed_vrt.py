@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A VRTProcessedDataset (GDAL 3.9 and later) whose steps read other datasets (LocalScaleOffset's
 gain and offset, Trimming's trimming dataset): those datasets decide pixels as the input does, so
 the key holds what they contain, not their names (docs/keys.md, "Source identity")."""

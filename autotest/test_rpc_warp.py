@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """RPC sources warped through IDEM give direct gdalwarp's pixels (docs/internals.md §10).
 
 gdalwarp, writing a new GTiff, GPKG or MEM output itself, warps an RPC source only inside the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """What a failed or superseded attempt leaves behind (docs/concepts.md, "What a failed attempt
 leaves"): GDAL's pre-delete of an IDEM destination is resolved by the IDEM call it belongs to,
 never at the end of the process, so a worker that fails (busy, lost lease, error) leaves every
@@ -8,6 +9,7 @@ Workers stop at pause points and go on when the test creates their resume file; 
 is awaited by polling the ledger."""
 
 import json
+import functools
 import os
 import sqlite3
 import subprocess
@@ -19,6 +21,7 @@ import pytest
 from idem_testlib import (GDAL_IDEM, Ledger, PausedWorker, env_with, file_state, make_ledger,
                           make_source, read_pixels, run, temp_dirs_beside,
                           wait_until_leases_expired)
+from idem_testlib import warp_cmd as shared_warp_cmd
 
 OB_TRAN = ("+proj=ob_tran +o_proj=longlat +o_lon_p=0 +o_lat_p=30 +lon_0=0 +datum=WGS84 "
            "+no_defs")
@@ -34,9 +37,7 @@ def source(tmp_path):
     return make_source(tmp_path / "scene.tif", size=384)
 
 
-def warp_cmd(src, dst, *extra, resampling="bilinear", srs="EPSG:3857"):
-    return ["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-t_srs", srs, "-r", resampling,
-            *extra, src, "/vsiidem/" + str(dst)]
+warp_cmd = functools.partial(shared_warp_cmd, quiet=True, through_vsiidem=True)
 
 
 def completed_rows(ledger):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The tests' S3 server (tools/pyenv/serve_moto.py: moto plus what S3 documents and moto lacks)
 against Amazon S3's API reference for conditional writes: PutObject and CompleteMultipartUpload
 with If-None-Match: * (412 when the key exists) and If-Match (412 when the ETag differs, 404

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The /vsiidem/ virtual filesystem (plugin/vsiidem.cpp) through real GDAL programs, osgeo.gdal
 # and rasterio: path mapping, write-to-temporary-then-rename on close, a killed writer leaving no
 # output, deferred unlinks (hidden at once, carried out at process exit), pass-through of

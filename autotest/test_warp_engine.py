@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Pixel identity of idem::materialise() (plugin/warp_engine.cpp) with what gdalwarp and
 # gdal_translate write directly (docs/internals.md §8-9): a warped VRT written by `gdalwarp -of VRT`
 # (the kind of dataset gdalwarp hands IDEM's CreateCopy in memory) is materialised through

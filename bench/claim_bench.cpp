@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Claim latency at scale (run by bench/idem_bench.py scale, never as a timed test).
 //   claim_bench DSN SAMPLES
 // Claims SAMPLES fresh keys one after another through idem::Ledger (one process, one

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Two builds of the IDEM plugin on section 6's workload (bench/RESULTS.md: zoom-14 tiles to
 /vsis3/ on s3rver, one gdalwarp process per tile), paired: each tile is warped through build A
 and through build B one right after the other (which first drawn for each pair), to keys of

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Content-digest throughput of gdal-idem (bench/digest_bench.cpp) next to `openssl dgst -sha256` on the
 # same 1 GiB file, and a digest-cache hit; writes a section into bench/RESULTS.md.
 # Usage: bench/digest.sh [BUILD_DIR] (default build-release; build it with

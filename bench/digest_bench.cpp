@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Source digest benchmarks: the content digest of a large file (compare with `openssl dgst
 // -sha256`, bench/digest.sh) and a digest-cache hit on the same file.
 // IDEM_BENCH_FILE names the file (default /tmp/idem-digest-bench.bin, 1 GiB, created if absent).

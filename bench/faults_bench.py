@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Faults survived: the many-hosts tests (autotest/test_many_hosts.py: three worker hosts, a
 database host with PostgreSQL and PgBouncer, a storage host, as network namespaces) run once with
 IDEM_HOSTS_REPORT, and what each fault left is tabulated: tiles, tiles completed twice, tiles

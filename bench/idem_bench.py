@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """End-to-end benchmarks of the IDEM driver through the real programs (issues 4 and 7).
 
 Run by bench/run inside scripts/with-postgres; each subcommand writes its own section of
@@ -1034,7 +1035,7 @@ def cmd_skip():
     for label, dsn in (("SQLite", sqlite_dsn), ("PostgreSQL", pg_dsn)):
         args = ["gdalwarp", "-q", "-overwrite"] + idem_opts(f"skip-{label}") + WARP + \
                [src, "/vsiidem/" + out]
-        env = env_with(IDEM_LEDGER=dsn)
+        env = env_with(IDEM_LEDGER=dsn, IDEM_VERBOSE="YES")  # a skip says so on stderr
         work, _ = timed(args, env)
         before = os.stat(out)
         times = []

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The I3 random-schedule attack (autotest/test_invariants.py) run longer than CI runs it:
 #   bench/invariants.sh [BUILD_DIR] [SEEDS] [ROUNDS]
 # Each of SEEDS seeds (default 5, seeds 1..SEEDS) plays ROUNDS rounds (default 40) of workers on

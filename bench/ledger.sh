@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Ledger benchmarks; run inside scripts/with-postgres (needs IDEM_TEST_PG_DSN):
 #   scripts/with-postgres bench/ledger.sh [BUILD_DIR] [LOOKUP_ROWS]
 # claim+complete pairs/s through our client with 1, 8 and 32 worker processes beside pgbench

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ledger benchmarks (run by bench/ledger.sh, never as timed tests).
 //   ledger_bench init DSN                      open the ledger (applies the migrations)
 //   ledger_bench pairs DSN WORKERS SECONDS     claim+complete pairs/s over WORKERS processes

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Feature-load overhead: `gdal-idem load -- ogr2ogr ...` (staging copy, swap, completion in the
 # same transaction) next to plain `ogr2ogr -overwrite` of the same point layer into the same
 # PostGIS database, and the cost of a skipped rerun; writes the load section of bench/RESULTS.md.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The 1,024-tile batch of the resume benchmark (section 3) run three ways, each with two workers:
 a Prefect 3 flow (bench/prefect_tiles.py: one task per tile, gdal.Warp through IDEM in the flow's
 process, Prefect's thread pool of 2), the `xargs -P 2` batch of IDEM gdalwarp processes, and

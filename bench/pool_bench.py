@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The cost of a tile (issue 46): XYZ PNG tiles (256x256, bilinear, alpha) made by `gdal.Warp`
 in a 2-process `multiprocessing.Pool`, plain against IDEM (durable, and IDEM_FSYNC=NO) and the
 rerun of a finished level; and the same tile made by one `gdalwarp` process, against the floors

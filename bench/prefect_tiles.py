@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The resume benchmark's tile batch as a Prefect 3 flow (bench/orchestrator_bench.py): one task
 per tile, two at a time (Prefect's thread pool), each calling gdal.Warp through IDEM in the flow's
 process. Run by the tests' venv (tools/pyenv/venv), which sees Debian's osgeo.gdal.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Puts one bench script's section into bench/RESULTS.md:
 
     replace_section.py NAME RESULTS_FILE SECTION_TEXT

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Object storage (issue 8): per-tile cost of IDEM publishing to /vsis3/ against plain gdalwarp
 writing to /vsis3/ on the same S3-compatible server (s3rver on loopback, tools/s3rver), and the
 cost of a skip (requests sent and time). Writes the `e2e-s3` section of bench/RESULTS.md.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Object storage beyond S3 (issue 45): the per-tile cost of IDEM's fenced publish to /vsigs/
 (GCS, the tests' store, tools/gcs) and /vsiaz/ (Azurite, tools/azurite) against plain gdalwarp
 writing to the same store, paired tile by tile, with the requests each sends (GCS; Azurite keeps

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # `gdal-idem verify` on a ledger of N completed rows (default 10,000), without --checksum:
 #   bench/verify.sh [BUILD_DIR] [ROWS]
 # The ledger is produced by real IDEM runs: one Python process (osgeo.gdal) translating a tiny

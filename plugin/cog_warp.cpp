@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "cog_warp.hpp"
 
 #include <cmath>

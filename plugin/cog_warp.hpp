@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A warp into COG with COG's grid options (TILING_SCHEME, TARGET_SRS...), done the way
 // `gdalwarp -of COG` does it (docs/internals.md §11): gdalwarp folds those options into its own
 // warp only when its output format is COG, which under IDEM it is not. IDEM finds the gdalwarp

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The IDEM driver's creation options (creation_options.hpp).
 #include "creation_options.hpp"
 
@@ -188,6 +189,7 @@ void declare_config_options() {
                            "IDEM_LEDGER_PREOPEN",
                            "IDEM_SOURCE_DIGEST",
                            "IDEM_STALE_SECONDS",
+                           "IDEM_VERBOSE",
                            "IDEM_WARP_MULTI",
                            "IDEM_WARP_REUSE_TRANSFORMER",
                            "IDEM_TEST_PAUSE_AT",

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The IDEM driver's creation options and configuration options: what a CreateCopy call asks
 // for (the output driver, namespace, layer, tile, the options passed through), as
 // docs/configuration.md documents them.

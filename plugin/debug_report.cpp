@@ -1,4 +1,5 @@
-// The IDEM driver's _DEBUG_ metadata (debug_report.hpp).
+// SPDX-License-Identifier: MIT
+// The reports of the calling thread's last CreateCopy: RESULT and _DEBUG_ (debug_report.hpp).
 #include "debug_report.hpp"
 
 #include "cpl_string.h"
@@ -7,27 +8,43 @@ namespace idem {
 
 namespace {
 
-CPLStringList& report() {
+CPLStringList& debug_items() {
   thread_local CPLStringList items;
   return items;
 }
 
-bool is_debug_domain(const char* domain) {
-  return domain != nullptr && EQUAL(domain, k_debug_domain);
+CPLStringList& result_items() {
+  thread_local CPLStringList items;
+  return items;
 }
 
 }  // namespace
 
-void debug_report_reset() {
-  report().Clear();
+void call_reports_reset() {
+  debug_items().Clear();
+  result_items().Clear();
 }
 
 void debug_report_set(const char* name, const std::string& value) {
-  report().SetNameValue(name, value.c_str());
+  debug_items().SetNameValue(name, value.c_str());
 }
 
-char** debug_report() {
-  return report().List();
+void result_report_set(const char* name, const std::string& value) {
+  result_items().SetNameValue(name, value.c_str());
+}
+
+bool is_call_report_domain(const char* domain) {
+  return domain != nullptr && (EQUAL(domain, k_debug_domain) || EQUAL(domain, k_result_domain));
+}
+
+char** call_report(const char* domain) {
+  if (domain == nullptr) {
+    return nullptr;
+  }
+  if (EQUAL(domain, k_debug_domain)) {
+    return debug_items().List();
+  }
+  return EQUAL(domain, k_result_domain) ? result_items().List() : nullptr;
 }
 
 std::optional<std::string> CountingDigestCache::get(const std::string& path,
@@ -68,15 +85,6 @@ void CountingDigestCache::report() const {
   debug_report_set("DIGEST_LOOKUPS_SINGLE", std::to_string(m_singles));
   debug_report_set("MEMO_ENTRIES_FOUND", std::to_string(m_memos_found));
   debug_report_set("SOURCE_DIGESTS_FOUND", std::to_string(m_digests_found));
-}
-
-compat::MetadataList IdemDriver::GetMetadata(const char* domain) {
-  return is_debug_domain(domain) ? debug_report() : GDALDriver::GetMetadata(domain);
-}
-
-const char* IdemDriver::GetMetadataItem(const char* name, const char* domain) {
-  return is_debug_domain(domain) ? report().FetchNameValue(name)
-                                 : GDALDriver::GetMetadataItem(name, domain);
 }
 
 }  // namespace idem

@@ -1,8 +1,13 @@
-// The IDEM driver's _DEBUG_ metadata (docs/configuration.md, "Debug metadata"): what this thread's
-// last CreateCopy through IDEM did, as name=value items. GDAL drivers expose internals for tests
-// and for the curious in their _DEBUG_ domain; this one is read on the driver
-// (gdal.GetDriverByName("IDEM").GetMetadata("_DEBUG_")), since the dataset a CreateCopy returns
-// is the output driver's, and the call may have returned none.
+// SPDX-License-Identifier: MIT
+// What this thread's last CreateCopy through IDEM did, as name=value items in two metadata domains
+// of the IDEM driver, read on the driver (gdal.GetDriverByName("IDEM").GetMetadata(domain)),
+// since the dataset a CreateCopy returns is the output driver's, and the call may have returned
+// none:
+// - RESULT (docs/configuration.md, "The result of a call"): the public, documented outcome that
+//   programs read (gdal_idem's result objects): OUTCOME, KEY, ATTEMPT, OUTPUT, FILES, timings,
+//   and ERROR_KIND/ERROR on failure;
+// - _DEBUG_ (docs/configuration.md, "Debug metadata"): internals for tests and the curious, as
+//   GDAL drivers expose them in that domain; they may change between releases.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +23,17 @@
 namespace idem {
 
 inline constexpr const char* k_debug_domain = "_DEBUG_";
+inline constexpr const char* k_result_domain = "RESULT";
 
-// Starts this thread's report afresh (at the start of a CreateCopy).
-void debug_report_reset();
+// Starts this thread's reports afresh (at the start of a CreateCopy).
+void call_reports_reset();
 void debug_report_set(const char* name, const std::string& value);
-// This thread's report, as GetMetadata returns a domain (valid until the thread's next call).
-char** debug_report();
+void result_report_set(const char* name, const std::string& value);
+// This thread's report of `domain` (_DEBUG_ or RESULT, case-insensitive) as GetMetadata returns
+// a domain, valid until the thread's next call; nullptr for another domain.
+char** call_report(const char* domain);
+// Whether `domain` is one of the two.
+bool is_call_report_domain(const char* domain);
 
 // The ledger's digest cache as the key sees it, counting what was asked and found (memo entries,
 // "idem-memo:...", apart from source digests) for the report.
@@ -46,13 +56,6 @@ class CountingDigestCache final : public DigestCache {
   int64_t m_singles = 0;
   int64_t m_memos_found = 0;
   int64_t m_digests_found = 0;
-};
-
-// GDALDriver with the _DEBUG_ domain above.
-class IdemDriver final : public GDALDriver {
- public:
-  compat::MetadataList GetMetadata(const char* domain) override;
-  const char* GetMetadataItem(const char* name, const char* domain) override;
 };
 
 }  // namespace idem

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The IDEM driver's ledgers (driver_ledgers.hpp).
 #include "driver_ledgers.hpp"
 

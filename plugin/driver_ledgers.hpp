@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The ledgers of the IDEM driver's process: one connection per DSN, opened ahead on the first use
 // of /vsiidem/, and the ledger rows a user's own delete through /vsiidem/ drops first.
 #pragma once

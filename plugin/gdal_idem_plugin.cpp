@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Plugin entry point: what GDAL calls when it loads gdal_IDEM.so from GDAL_DRIVER_PATH.
 #include "gdal_priv.h"
 #include "idem_driver.hpp"

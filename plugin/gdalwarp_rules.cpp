@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdalwarp's own decisions about a warp it runs itself, made the same way for IDEM's warp
 // (gdalwarp_rules.hpp).
 #include "gdalwarp_rules.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdalwarp's own decisions about a warp it runs itself, made the same way for IDEM's warp: what it
 // sets on the output, which chunks it skips, which window of an RPC warp it computes
 // (docs/internals.md §9, §10). Internal to plugin/.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The IDEM raster driver: CreateCopy only. describe -> key -> look up -> skip / wait / claim ->
 // materialise into a temporary directory -> commit (fsync + rename) -> fenced completion.
 #include "idem_driver.hpp"
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -80,6 +82,60 @@ double lap_ms(std::chrono::steady_clock::time_point& lap) {
   const double ms = std::chrono::duration<double, std::milli>(now - lap).count();
   lap = now;
   return ms;
+}
+
+// A duration in the RESULT domain: milliseconds, two decimals.
+std::string milliseconds_text(double ms) {
+  return CPLSPrintf("%.2f", ms);
+}
+
+// The FILES item of the RESULT domain: a JSON array of the output's files, the primary first.
+std::string files_json(const std::vector<std::string>& files) {
+  JsonValue::Array items;
+  for (const std::string& file : files) {
+    items.push_back(JsonValue::string(file));
+  }
+  return JsonValue::array(std::move(items)).dump();
+}
+
+// The ERROR_KIND item of the RESULT domain for a failed call (docs/configuration.md).
+const char* error_kind_name(const Error& error) {
+  if (dynamic_cast<const WorkBusy*>(&error) != nullptr) {
+    return "BUSY";
+  }
+  if (dynamic_cast<const ClaimLost*>(&error) != nullptr) {
+    return "LOST_CLAIM";
+  }
+  if (dynamic_cast<const DestinationRefused*>(&error) != nullptr) {
+    return "REFUSED_DESTINATION";
+  }
+  if (dynamic_cast<const LedgerUnreachable*>(&error) != nullptr) {
+    return "LEDGER_UNREACHABLE";
+  }
+  switch (error.kind()) {
+    case ErrorKind::k_usage:
+      return "USAGE";
+    case ErrorKind::k_source:
+      return "SOURCE";
+    case ErrorKind::k_ledger:
+      return "LEDGER";
+    case ErrorKind::k_io:
+      return "IO";
+    case ErrorKind::k_internal:
+      break;
+  }
+  return "INTERNAL";
+}
+
+// What a call did, on stderr as "IDEM: <message>" when the user asks (IDEM_VERBOSE=YES), else
+// as a debug message (CPL_DEBUG=IDEM), which reads the same: success is not a warning.
+void say_when_verbose(const std::string& message) {
+  if (CPLTestBool(CPLGetConfigOption("IDEM_VERBOSE", "NO"))) {
+    std::fprintf(stderr, "IDEM: %s\n", message.c_str());
+    std::fflush(stderr);
+  } else {
+    CPLDebug("IDEM", "%s", message.c_str());
+  }
 }
 
 // The warp's options read ahead (prepare_warp) while the ledger answers the claim. GDAL's
@@ -165,6 +221,8 @@ class IdemCreator {
   std::unique_ptr<GdalwarpCommand> m_gdalwarp;
   std::vector<std::string> m_gdalwarp_arguments;  // what GDALWarp() runs with, when it runs
   std::chrono::steady_clock::time_point m_lap = std::chrono::steady_clock::now();
+  // A completion of this work was found with its output missing or changed, and withdrawn.
+  bool m_invalidated = false;
 };
 
 IdemCreator::~IdemCreator() {
@@ -197,6 +255,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   GDALValidateCreationOptions(format_driver, passthrough.List());
 
   set_destination(filename, format_driver);
+  result_report_set("OUTPUT", m_destination);
 
   KeyOptions key_options;
   key_options.namespace_name = m_options.namespace_name;
@@ -233,6 +292,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   key_options.source_files = &source_files;
   m_work = describe_work(source, key_options);
   digest_cache.report();
+  result_report_set("KEY", m_work.key);
   check_destination(m_destination, destination_rules(source_files));
   if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG") && !m_work.runs_gdalwarp) {
     m_cog = plan_cog_warp(source, m_work, m_kept_sources, [&](const std::string& xml) {
@@ -243,7 +303,10 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
       m_work = describe_work(source, key_options);
     }
   }
-  CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", lap_ms(m_lap));
+  const double key_ms = lap_ms(m_lap);
+  CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", key_ms);
+  result_report_set("KEY_MS", milliseconds_text(key_ms));
+  result_report_set("KEY", m_work.key);  // re-keyed above for a warp run as gdalwarp -of COG
   m_source_watch = SourceWatch(source_files);
   check_the_work();
   ClaimRequest request = claim_request();
@@ -269,7 +332,7 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
         return output;
       }
     }
-    throw Error(ErrorKind::k_usage, *m_unwritable);
+    throw DestinationRefused(*m_unwritable);
   }
   bool announced_wait = false;
   double wait_backoff = 0.05;  // seconds
@@ -358,9 +421,9 @@ void IdemCreator::set_destination(const char* filename, GDALDriver* format_drive
   m_via_vsiidem = is_vsiidem_path(filename);
   const std::string real_path = m_via_vsiidem ? vsiidem_real_path(filename) : filename;
   if (is_vsi_path(real_path) && !is_object_store_path(real_path)) {
-    throw Error(ErrorKind::k_usage, std::string("IDEM cannot publish to ") + real_path +
-                                        ": only local paths and object storage (/vsis3/, "
-                                        "/vsigs/, /vsiaz/, ...) can be published atomically");
+    throw DestinationRefused(std::string("IDEM cannot publish to ") + real_path +
+                             ": only local paths and object storage (/vsis3/, "
+                             "/vsigs/, /vsiaz/, ...) can be published atomically");
   }
   m_destination = absolute_path(real_path);
   m_given_name = real_path;
@@ -468,6 +531,7 @@ GDALDataset* IdemCreator::skip_if_current(const LedgerRow& row, bool waited) {
              m_destination.c_str());
   }
   m_ledger->invalidate(m_work.key, row.claim_token);
+  m_invalidated = true;
   return nullptr;
 }
 
@@ -482,9 +546,8 @@ void IdemCreator::announce_busy(const LedgerRow& holder, bool other_work, bool& 
       other_work ? "other work (key " + holder.work_key.substr(0, 12) + ") for the same output"
                  : std::string("this work");
   if (m_options.fail_when_busy) {
-    throw Error(ErrorKind::k_ledger, "work " + m_work.key.substr(0, 12) + " for " + m_destination +
-                                         ": " + what + " is being done by " + holder_text +
-                                         "; IDEM_ON_BUSY=FAIL");
+    throw WorkBusy("work " + m_work.key.substr(0, 12) + " for " + m_destination + ": " + what +
+                   " is being done by " + holder_text + "; IDEM_ON_BUSY=FAIL");
   }
   if (!announced) {
     CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds %s",
@@ -504,9 +567,9 @@ void IdemCreator::wait_for_earlier_work(const LedgerRow& ours, LeaseKeeper& keep
     announce_busy(*rival, true, announced);
     keeper.poll();
     if (keeper.lost()) {
-      throw Error(ErrorKind::k_ledger,
-                  "the claim on this work was lost while it waited for "
-                  "other work on the same output; nothing was published");
+      throw ClaimLost(
+          "the claim on this work was lost while it waited for "
+          "other work on the same output; nothing was published");
     }
     const double pause =
         std::clamp(std::min(backoff, rival->lease_left_seconds.value_or(1.0)), 0.05, 1.0);
@@ -547,6 +610,8 @@ GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
   CPLError(CE_Warning, CPLE_AppDefined, "IDEM dry run: key=%s destination=%s", work.key.c_str(),
            m_destination.c_str());
   debug_report_set("OUTCOME", "DRY_RUN");
+  result_report_set("OUTCOME", "DRY_RUN");
+  result_report_set("KEY", work.key);
   // Hand GDAL an empty in-memory dataset of the right size: nothing is written anywhere. Its
   // metadata domain "IDEM" holds the report (docs/configuration.md, "Dry runs").
   auto* mem = GetGDALDriverManager()->GetDriverByName("MEM");
@@ -567,11 +632,24 @@ GDALDataset* IdemCreator::skip(const LedgerRow& row, const char* why, GDALDatase
   keep_dataset_files(output);
   debug_report_set("OUTCOME", "SKIPPED");
   CPLDebug("IDEM", "timing: skip (open output) %.2f ms", lap_ms(m_lap));
-  // A warning, through the caller's error handler: it may silence it (gdal.quiet_errors(),
-  // CPLQuietErrorHandler) or capture it (Python logging, rasterio).
-  CPLError(CE_Warning, CPLE_AppDefined, "IDEM: skipped %s: %s (key %s, attempt %lld)",
-           m_destination.c_str(), why, row.work_key.substr(0, 12).c_str(),
-           static_cast<long long>(row.attempt));
+  result_report_set("OUTCOME", "SKIPPED");
+  result_report_set("ATTEMPT", std::to_string(row.attempt));
+  std::vector<std::string> files{m_destination};
+  if (row.fingerprint) {
+    for (const RecordedMember& member :
+         recorded_members(*row.fingerprint).value_or(std::vector<RecordedMember>())) {
+      if (!member.tree) {
+        files.push_back(member.path);
+      }
+    }
+  }
+  result_report_set("FILES", files_json(files));
+  // A skip is the normal, successful case of a rerun: not a warning (docs/configuration.md, "The
+  // result of a call"). Said on stderr with IDEM_VERBOSE=YES, and as a debug message.
+  const std::string said = "skipped " + m_destination + ": " + why + " (key " +
+                           row.work_key.substr(0, 12) + ", attempt " + std::to_string(row.attempt) +
+                           ")";
+  say_when_verbose(said);
   return output;
 }
 
@@ -664,7 +742,17 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
   CPLDebug("IDEM", "timing: prepare %.2f ms", lap_ms(m_lap));
   MaterialiseReport report;
   request.report = &report;
-  GDALDatasetUniquePtr written = materialise(request);
+  GDALDatasetUniquePtr written;
+  try {
+    written = materialise(request);
+  } catch (const Error&) {
+    if (keeper.lost()) {  // the progress check stopped GDAL
+      throw ClaimLost(
+          "the claim on this work was lost while the output was written (lease expired and "
+          "another worker took it over); nothing was published");
+    }
+    throw;
+  }
   if (report.warped) {
     debug_report_set("WARP_OPTIONS", report.ran_gdalwarp      ? "ARGUMENTS"
                                      : report.options_adopted ? "ADOPTED"
@@ -710,18 +798,18 @@ std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& cla
       test_pause("before_confirm");
     }
     if (!m_ledger->confirm_claim(m_work.key, token)) {
-      throw Error(ErrorKind::k_ledger,
-                  "the ledger no longer has the claim on this work (a crash of its database "
-                  "server lost it, or it was forgotten), so nothing was published; run again");
+      throw ClaimLost(
+          "the ledger no longer has the claim on this work (a crash of its database "
+          "server lost it, or it was forgotten), so nothing was published; run again");
     }
     if (round == 1) {
       wait_for_earlier_work(claim.row, keeper);
     }
     // Renewed unless the claim or the last renewal is recent (a tile: no ledger write).
     if (!keeper.ensure_held()) {
-      throw Error(ErrorKind::k_ledger,
-                  "the claim on this work was lost before publishing "
-                  "(lease expired and another worker took it over)");
+      throw ClaimLost(
+          "the claim on this work was lost before publishing "
+          "(lease expired and another worker took it over)");
     }
     keeper.poll();  // the upload or rename reports no progress
     test_pause("before_commit");
@@ -745,10 +833,10 @@ std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& cla
     } catch (const Error&) {
       VSIStatBufL info;
       if (VSIStatL(output.temp_dir().c_str(), &info) != 0) {
-        throw Error(ErrorKind::k_ledger,
-                    "the claim on this work was lost before publishing: another worker took "
-                    "it over (lease expired) and removed this attempt's temporary files; "
-                    "nothing was published");
+        throw ClaimLost(
+            "the claim on this work was lost before publishing: another worker took "
+            "it over (lease expired) and removed this attempt's temporary files; "
+            "nothing was published");
       }
       throw;
     }
@@ -778,7 +866,7 @@ void IdemCreator::record_completion(const std::string& token, AtomicOutput& outp
                                         !output_matches(m_destination, *fingerprint, nullptr));
   };
   if (replaced_meanwhile()) {
-    throw Error(ErrorKind::k_ledger, replaced);
+    throw ClaimLost(replaced);
   }
   try {
     m_source_watch.check();  // once more, just before the completion (invariant I3)
@@ -789,15 +877,15 @@ void IdemCreator::record_completion(const std::string& token, AtomicOutput& outp
   if (!complete_through_reconnects(*m_ledger, m_work.key, token, *fingerprint, m_options.lease)) {
     // Fenced: this attempt's files do not stay where another worker's completion is recorded.
     take_back(output, *fingerprint);
-    throw Error(ErrorKind::k_ledger,
-                "the claim on this work had been taken over by another worker, so this "
-                "attempt's completion was refused and what it published was taken back; that "
-                "worker records the work");
+    throw ClaimLost(
+        "the claim on this work had been taken over by another worker, so this "
+        "attempt's completion was refused and what it published was taken back; that "
+        "worker records the work");
   }
   if (replaced_meanwhile()) {
     // Replaced in the instant between the look above and the completion: withdrawn.
     m_ledger->invalidate(m_work.key, token);
-    throw Error(ErrorKind::k_ledger, replaced);
+    throw ClaimLost(replaced);
   }
   if (!output.is_object()) {
     output.settle();
@@ -832,6 +920,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
   const std::string& token = claim.claim_token;
   std::vector<std::string> published;
   std::optional<OutputShape> shape;  // of an object output
+  bool replaced = false;             // an output was at the destination
   CPLDebug("IDEM", "claimed %s (attempt %lld)", m_work.key.c_str(),
            static_cast<long long>(claim.attempt));
   try {
@@ -853,10 +942,13 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     LeaseKeeper keeper(*m_ledger, m_work.key, token, m_options.lease, claim_sent,
                        large ? LeaseKeeper::Start::k_now : LeaseKeeper::Start::k_when_work_is_long);
     shape = write_output(what, output, keeper, large);
-    CPLDebug("IDEM", "timing: materialise %.2f ms", lap_ms(m_lap));
+    const double write_ms = lap_ms(m_lap);
+    CPLDebug("IDEM", "timing: materialise %.2f ms", write_ms);
+    result_report_set("WRITE_MS", milliseconds_text(write_ms));
     published = publish_under_claim(claim, output, keeper);
     m_pre_delete.published(published);
     CPLDebug("IDEM", "timing: heartbeat+commit %.2f ms", lap_ms(m_lap));
+    replaced = output.replaced_an_output();  // asked before settle() forgets it
     record_completion(token, output, keeper, published);
     debug_report_set("LEASE_RENEWAL_THREAD", keeper.started() ? "STARTED" : "NOT_STARTED");
   } catch (...) {
@@ -870,6 +962,15 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
   CPLDebug("IDEM", "timing: complete %.2f ms", lap_ms(m_lap));
   debug_report_set("OUTCOME", "WRITTEN");
   debug_report_set("ATTEMPT", std::to_string(claim.attempt));
+  result_report_set("OUTCOME", replaced || m_invalidated ? "REBUILT" : "BUILT");
+  result_report_set("ATTEMPT", std::to_string(claim.attempt));
+  std::vector<std::string> files{m_destination};  // the primary first, then its sidecars
+  std::copy_if(published.begin(), published.end(), std::back_inserter(files),
+               [&](const std::string& file) { return file != m_destination; });
+  result_report_set("FILES", files_json(files));
+  say_when_verbose(std::string(replaced || m_invalidated ? "rebuilt " : "built ") + m_destination +
+                   " (key " + m_work.key.substr(0, 12) + ", attempt " +
+                   std::to_string(claim.attempt) + ")");
   test_pause("after_complete");
   GDALDataset* opened = shape ? new_deferred_output(m_destination, published, std::move(*shape))
                               : open_output(m_destination, &published);
@@ -880,21 +981,68 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
 GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*strict*/,
                               compat::CreateCopyOptions options, GDALProgressFunc progress,
                               void* progress_data) {
-  debug_report_reset();
+  call_reports_reset();
+  const auto started = std::chrono::steady_clock::now();
+  const auto report_elapsed = [&] {
+    result_report_set("ELAPSED_MS",
+                      milliseconds_text(std::chrono::duration<double, std::milli>(
+                                            std::chrono::steady_clock::now() - started)
+                                            .count()));
+  };
+  const auto failed = [&](const char* kind, const std::string& message) {
+    debug_report_set("OUTCOME", "FAILED");
+    result_report_set("OUTCOME", "FAILED");
+    result_report_set("ERROR_KIND", kind);
+    result_report_set("ERROR", message);
+    report_elapsed();
+  };
   try {
-    PreDelete pre_delete(filename);  // first: whatever fails below leaves the files as they were
-    IdemCreator creator(pre_delete);
-    return creator.create(filename, source, options, progress, progress_data);
+    GDALDataset* output = nullptr;
+    {
+      PreDelete pre_delete(filename);  // first: whatever fails below leaves the files as they were
+      IdemCreator creator(pre_delete);
+      output = creator.create(filename, source, options, progress, progress_data);
+    }
+    report_elapsed();
+    return output;
   } catch (const Error& error) {
     CPLError(CE_Failure, error.kind() == ErrorKind::k_usage ? CPLE_IllegalArg : CPLE_AppDefined,
              "IDEM: %s", error.what());
-    debug_report_set("OUTCOME", "FAILED");
+    failed(error_kind_name(error), error.what());
   } catch (const std::exception& error) {
-    debug_report_set("OUTCOME", "FAILED");
     CPLError(CE_Failure, CPLE_AppDefined, "IDEM: unexpected error: %s", error.what());
+    failed("INTERNAL", error.what());
   }
   return nullptr;
 }
+
+// The IDEM driver: GDAL's, with the calling thread's reports of its last call in the RESULT and
+// _DEBUG_ domains (debug_report.hpp).
+class IdemDriver final : public GDALDriver {
+ public:
+  compat::MetadataList GetMetadata(const char* domain) override {
+    return is_call_report_domain(domain) ? call_report(domain) : GDALDriver::GetMetadata(domain);
+  }
+  const char* GetMetadataItem(const char* name, const char* domain) override {
+    return is_call_report_domain(domain) ? CSLFetchNameValue(call_report(domain), name)
+                                         : GDALDriver::GetMetadataItem(name, domain);
+  }
+  // Setting either report to nothing empties this thread's reports, so that a program can tell
+  // a call GDAL failed before calling the driver from the last call's report; they take no
+  // items.
+  CPLErr SetMetadata(compat::MetadataList metadata, const char* domain) override {
+    if (!is_call_report_domain(domain)) {
+      return GDALDriver::SetMetadata(metadata, domain);
+    }
+    if (CSLCount(metadata) > 0) {
+      CPLError(CE_Failure, CPLE_NotSupported,
+               "IDEM: the %s metadata says what the driver did; it can only be emptied", domain);
+      return CE_Failure;
+    }
+    call_reports_reset();
+    return CE_None;
+  }
+};
 
 }  // namespace
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the IDEM driver checks and holds around its output (output_datasets.hpp).
 #include "output_datasets.hpp"
 
@@ -166,8 +167,8 @@ std::optional<std::string> check_destination_directory(const std::string& destin
   const std::string directory = dirname_of(destination);
   struct stat info;
   if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    throw Error(ErrorKind::k_usage, "the destination directory " + directory +
-                                        " does not exist; create it first (mkdir -p)");
+    throw DestinationRefused("the destination directory " + directory +
+                             " does not exist; create it first (mkdir -p)");
   }
   if (access(directory.c_str(), W_OK) != 0) {
     return "the destination directory " + directory + " is not writable (" + std::strerror(errno) +
@@ -190,9 +191,9 @@ void check_destination_is_a_file(const char* filename, const std::string& destin
     return GDALIdentifyDriverEx(destination.c_str(), GDAL_OF_RASTER, only, nullptr) != nullptr;
   };
   if (names_a_directory || (is_directory && !is_dataset_of_format())) {
-    throw Error(ErrorKind::k_usage, "the output '" + given + "' names a directory (" + destination +
-                                        "), not a file: give the output file's name, e.g. "
-                                        "/vsiidem/tiles/out.tif");
+    throw DestinationRefused("the output '" + given + "' names a directory (" + destination +
+                             "), not a file: give the output file's name, e.g. "
+                             "/vsiidem/tiles/out.tif");
   }
 }
 
@@ -201,11 +202,11 @@ void check_object_output_is_a_file(const std::string& destination, GDALDriver* f
   const std::string driver = format_driver->GetDescription();
   if (is_object_store_path(destination) &&
       (EQUAL(driver.c_str(), "Zarr") || EQUAL(driver.c_str(), "TileDB"))) {
-    throw Error(ErrorKind::k_usage,
-                "IDEM cannot publish a " + driver + " dataset to object storage (" + destination +
-                    "): it is a directory of many objects, which no request makes appear at "
-                    "once. Write it to a local path through /vsiidem/ and copy the directory to "
-                    "the bucket after, or write a single-file format (-co FORMAT=COG)");
+    throw DestinationRefused(
+        "IDEM cannot publish a " + driver + " dataset to object storage (" + destination +
+        "): it is a directory of many objects, which no request makes appear at "
+        "once. Write it to a local path through /vsiidem/ and copy the directory to "
+        "the bucket after, or write a single-file format (-co FORMAT=COG)");
   }
 }
 

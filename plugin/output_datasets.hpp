@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the IDEM driver checks and holds around its output: the destination refused before any
 // claim when it cannot be written, the datasets a source reads through (written, kept), GDAL's
 // deferred pre-delete, and the dataset CreateCopy hands back.

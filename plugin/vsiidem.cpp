@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The /vsiidem/ virtual filesystem (see vsiidem.hpp): a C++ VSIFilesystemHandler that maps
 // /vsiidem/<path> to <path>, writes every file opened for writing into a temporary directory
 // beside it (AtomicOutput) and renames it into place when its last writing handle closes, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The /vsiidem/ virtual filesystem: /vsiidem/<path> maps to <path> (/vsiidem//abs/path for an
 // absolute one). Writes by any driver go to a temporary name and are renamed into place on close.
 // Unlinks are deferred within the process, so GDAL's pre-delete before CreateCopy

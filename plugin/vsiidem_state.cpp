@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The /vsiidem/ handler's shared state and helpers (vsiidem_state.hpp).
 #include "vsiidem_state.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The /vsiidem/ handler's process-wide state and the helpers its parts share: the files in flight,
 // the deferred unlinks and their identities, looks at the file system. Internal to plugin/ (the
 // handler in vsiidem.cpp, the write handle in vsiidem_write.cpp, the state in vsiidem_state.cpp).

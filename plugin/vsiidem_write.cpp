@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The /vsiidem/ write handle (vsiidem_write.hpp).
 #include "vsiidem_write.hpp"
 

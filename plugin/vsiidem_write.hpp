@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The handle that writes a file through /vsiidem/ (internal to plugin/): it writes the file's
 // temporary copy, and the last one of a file to close publishes it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Materialising the work (docs/internals.md §5, §8, §9): a warped VRT is not read block by block
 // but re-run the way gdalwarp's direct mode runs it (the VRT's warp options, taken with gdalwarp's
 // transformer or deserialised from <GDALWarpOptions>, the output created with the FORMAT
@@ -19,7 +20,6 @@
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
 #include "base/progress.hpp"
-#include "cog_warp.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_minixml.h"

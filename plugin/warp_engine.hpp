@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Materialising the work: warp the way gdalwarp's direct mode does (docs/internals.md §8-9), or
 // CreateCopy for non-warped sources; COG and other CreateCopy-only formats go through a
 // temporary GTiff.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A Dagster job over the batch in BATCH_DIR (tiles.py): one op run per row of tiles (a dynamic
 mapping), under a RetryPolicy and the multiprocess executor (each op run in its own process),
 each op warping its tiles one after the other with gdalwarp as a subprocess. A retried op warps

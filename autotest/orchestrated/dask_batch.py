@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The batch in BATCH_DIR (tiles.py) on a Dask distributed LocalCluster of 3 worker processes
 (one thread each), each task calling gdal.Warp in its worker's process. A task whose tile is to
 be killed kills its own worker (SIGKILL) at the pause point; Dask's nanny restarts the worker and

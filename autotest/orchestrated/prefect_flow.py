@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A Prefect 3 flow over the batch in BATCH_DIR (tiles.py): one task run per tile, retried by
 Prefect, each warping its tile through IDEM.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The tile batch the orchestrator tests run under Prefect, Dagster and Dask (run by the tests'
 venv, tools/pyenv/venv, which sees Debian's osgeo.gdal): a grid of EPSG:3857 tiles over one
 source, each warped through IDEM either as users write it in a shell (`gdalwarp` in a

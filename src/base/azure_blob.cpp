@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Conditional Put Blob and Delete Blob on Azure, signed with the shared key (azure_blob.hpp).
 // Follows Azure's REST reference: "Put Blob", "Delete Blob", "Authorize with Shared Key" and
 // "Specifying conditional headers for Blob service operations".

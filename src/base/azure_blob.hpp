@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Azure Blob Storage requests IDEM sends itself (docs/object-storage.md, "Azure"): a
 // conditional Put Blob and a conditional Delete Blob, signed with the account's shared key.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Canonical JSON: the one serialisation the idempotency key hashes (docs/keys.md).
 #include "base/canonical_json.hpp"
 

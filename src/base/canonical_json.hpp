@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Canonical JSON: the one serialisation the idempotency key hashes (docs/keys.md).
 // Objects have sorted keys, there is no whitespace, numbers are written in shortest round-trip
 // form, strings are escaped the same way every time.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The cache of source content digests (digest_cache.hpp).
 #include "base/digest_cache.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The cache of source content digests: its interface (the ledger holds the persistent one) and
 // the in-process caches (key/source_digest.hpp computes what it caches).
 #pragma once

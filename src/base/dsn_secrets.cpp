@@ -1,20 +1,17 @@
+// SPDX-License-Identifier: MIT
 // Passwords a PostgreSQL DSN carries (dsn_secrets.hpp).
 #include "base/dsn_secrets.hpp"
 
 #include <algorithm>
 #include <cctype>
 
+#include "cpl_string.h"
+
 namespace idem {
 
 namespace {
 
 constexpr const char* k_redacted = "XXXX";
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
 
 }  // namespace
 
@@ -95,7 +92,7 @@ void add_value_forms(const std::string& raw, std::vector<std::string>& secrets) 
 
 std::vector<std::string> dsn_secrets(const std::string& dsn) {
   std::vector<std::string> secrets;
-  const std::string lowered = lower(dsn);
+  const std::string lowered = CPLString(dsn).tolower();
   // URI user info: everything between "://" and the last '@' before any '?' (or the end), after
   // the first ':'. Found without parsing the URI, so a malformed one is covered too.
   const size_t scheme = dsn.find("://");

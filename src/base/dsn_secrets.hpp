@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Passwords a PostgreSQL DSN carries, and messages with them masked: the ledger and feature
 // loads never print a password from a DSN, however malformed.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The core library's error type. The core may throw it; the driver, the VSI handler and the CLI
 // catch it at their boundary (CPLError / a message and a documented exit code).
 #pragma once
@@ -30,6 +31,27 @@ class Error : public std::runtime_error {
 class LedgerUnreachable : public Error {
  public:
   explicit LedgerUnreachable(const std::string& message) : Error(ErrorKind::k_ledger, message) {}
+};
+
+// The output's destination was refused before any claim: not a path IDEM may write (a link, a
+// directory, one of the sources, a directory it cannot write...). Nothing was touched.
+class DestinationRefused : public Error {
+ public:
+  explicit DestinationRefused(const std::string& message) : Error(ErrorKind::k_usage, message) {}
+};
+
+// Another worker holds the work (or earlier work on the same output), and the caller asked to
+// fail rather than wait (IDEM_ON_BUSY=FAIL).
+class WorkBusy : public Error {
+ public:
+  explicit WorkBusy(const std::string& message) : Error(ErrorKind::k_ledger, message) {}
+};
+
+// This attempt's claim is gone (its lease ran out and another worker took the work over, or the
+// ledger no longer has it): nothing of this attempt stays published or recorded.
+class ClaimLost : public Error {
+ public:
+  explicit ClaimLost(const std::string& message) : Error(ErrorKind::k_ledger, message) {}
 };
 
 }  // namespace idem

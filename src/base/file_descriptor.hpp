@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // An owned POSIX file descriptor, closed when it goes out of scope.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every difference between the GDAL releases gdal-idem builds against (3.6 to 3.13) that the code
 // meets, in one place: the other files use the names below and test no GDAL version themselves.
 // Each difference is named with the release that brought it; docs/operations.md ("Supported GDAL

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // GDAL's warnings and errors held back for a while (held_messages.hpp).
 #include "base/held_messages.hpp"
 

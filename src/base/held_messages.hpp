@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // GDAL's warnings and errors held back for a while, then passed on or dropped; or silenced.
 #pragma once
 

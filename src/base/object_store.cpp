@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Object stores: headers, streaming copies, predicted ETags, local temporary root (see
 // object_store.hpp).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Object stores (/vsis3/, /vsigs/, /vsiaz/, ...) as IDEM sees them: which paths are objects,
 // their headers (size, ETag, checksum) fetched fresh, streaming copies between a local file and
 // an object, and where a local temporary file for an object output lives.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Path helpers: absolute, lexically normalised real paths.
 #include "base/paths.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Path helpers: absolute, lexically normalised real paths, so the same output has one name in
 // the key and the ledger whatever the working directory.
 #pragma once

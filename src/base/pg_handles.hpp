@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Owning wrappers for libpq handles and identifier quoting, shared by the PostgreSQL ledger and
 // the feature loader (src/work/feature_load.cpp), so every PGconn/PGresult is released by RAII.
 #pragma once

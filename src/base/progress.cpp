@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The progress relay (progress.hpp).
 #include "base/progress.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Progress as GDAL reports it (GDALProgressFunc), relayed to the caller's callback: the one relay
 // the driver, the warp and feature loads use.
 #pragma once

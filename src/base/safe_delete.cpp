@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one owner of local deletes (safe_delete.hpp): directory-relative, never through a link.
 #include "base/safe_delete.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Invariant I1, "IDEM deletes only what it made or recorded" (docs/concepts.md): the one place
 // where IDEM removes local files. Every delete of the commit protocol, of a takeover, of
 // `gdal-idem reap` and `gdal-idem forget` goes through these functions. Each works relative to

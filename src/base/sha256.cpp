@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SHA-256 through OpenSSL's SHA256_* functions: an incremental hasher and one-shot helpers.
 //
 // Not the EVP interface: OpenSSL 3's first EVP digest loads the configuration and the default

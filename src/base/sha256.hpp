@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SHA-256 through OpenSSL: an incremental hasher and one-shot helpers.
 #pragma once
 

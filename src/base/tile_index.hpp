@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A web-mercator tile's z/x/y, as the ledger records it for tile outputs.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Version strings of gdal-idem and of the libraries whose behaviour can change outputs.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared pieces of the gdal-idem command: exit codes, argument access, output helpers.
 #pragma once
 

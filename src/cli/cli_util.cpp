@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers shared by the ledger-operation subcommands: durations, times, progress on stderr,
 // JSON output and input, the target grid of a canonical work description.
 #include "cli_util.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers shared by the ledger-operation subcommands (status, inflight, reap, verify, explain,
 // forget, prune, export): durations, times, a GDAL-style progress bar on stderr, building JSON
 // output with sorted keys, reading canonical work JSON, and the target grid it records.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem explain KEY_A KEY_B | --last OUTPUT_URI: why was this tile rebuilt? A field-by-field
 // diff of two keys' canonical work descriptions, with readable paths through the VRT tree
 // ("vrt.GDALWarpOptions.ResampleAlg: Bilinear -> Cubic"). Key prefixes are accepted when

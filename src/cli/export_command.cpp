@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem export OUT.gpkg|OUT.geojson [--namespace N] [--layer L]: the ledger as a vector
 // layer through OGR, one feature per row with its tile footprint in EPSG:4326 (from the target
 // grid of the work description, else from the output itself) and its state, ready for QGIS.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem forget KEY | --output URI | --namespace N [--layer L] [--delete-output]: delete
 // ledger rows first, then (with --delete-output) their outputs and sidecars; never the reverse,
 // so a crash in between leaves an output the ledger no longer vouches for, never a row that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem inflight [--all] [--namespace N] [--layer L]: the claims whose lease expired (a
 // killed or stalled worker's): who held them, since when, and their output. --all lists the
 // live claims too, and the released ones (given up by a failure or `gdal-idem reap`; the next

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem init [--print]: create or migrate the ledger schema (safe to run again), or print
 // the SQL it would apply.
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem key -- gdalwarp|gdal_translate ARGS...: the key the command's real run would get.
 // The arguments are parsed by GDAL's own option parsers and the program's library call is run
 // in-process against the IDEM driver (the plugin, loaded by GDAL as for any program) in dry-run

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem load [--mode replace|append] [--namespace N] -- ogr2ogr ARGS...: an idempotent
 // ogr2ogr into PostGIS (docs/loads.md). The arguments are parsed by GDAL's own ogr2ogr parser;
 // the work itself is src/work/feature_load.cpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem: the command-line tool. Dispatches subcommands; turns errors into messages on
 // stderr and the documented exit codes.
 #include <cstdio>

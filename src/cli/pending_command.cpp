@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem pending [--null] [--count] [FILE|-]: the commands of a batch whose work is not done.
 // Reads gdalwarp / gdal_translate command lines as a batch file holds them (shell words), keys
 // each one in this process as `gdal-idem key` does, looks the key up in the ledger the command

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem prune --keep-latest | --older-than DURATION [--drop-history DURATION]
 // [--namespace N] [--force]: retention. Moves completed rows into history (superseded ones with
 // --keep-latest; those completed before the horizon with --older-than) and deletes history rows

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem reap [--older-than DURATION] [--dry-run] [--requeue] [--namespace N] [--all-dirs]:
 // release the claims whose lease expired (killed or stalled workers) and remove the orphan
 // temporary directories (IDEM's own ".idem-tmp-*" naming only, older than the lease) that killed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem status [--namespace N] [--layer L]: counts of completed, in-flight, stale, released
 // and superseded rows, the oldest in-flight claim and the completions of the last hour. Exits 1
 // only while a stale claim is left (released ones need nothing).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gdal-idem verify [--namespace N] [--checksum]: every completed (not superseded) row's output
 // exists, matches its recorded fingerprint (size and mtime_ns locally; size and ETag on object
 // stores; the SHA-256 with --checksum), opens in GDAL with the recorded size and band count, and

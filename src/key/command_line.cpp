@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The option tables of gdalwarp, gdal_translate and ogr2ogr (GDAL 3.6 to 3.13: the union, since
 // an option a GDAL does not know is refused by that GDAL's parser anyway).
 #include "key/command_line.hpp"
@@ -141,10 +142,6 @@ const std::map<std::string_view, size_t>& fixed_counts(GdalProgram program) {
   return k_ogr2ogr;
 }
 
-bool starts_with(const std::string& text, std::string_view prefix) {
-  return text.compare(0, prefix.size(), prefix) == 0;
-}
-
 // Up to `most` numeric values, taken in pairs: -scale [src_min src_max [dst_min dst_max]].
 size_t numeric_pairs(const std::vector<std::string>& tokens, size_t i, size_t most) {
   size_t count = 0;
@@ -187,10 +184,11 @@ size_t option_value_count(GdalProgram program, const std::vector<std::string>& t
       }
       break;
     case GdalProgram::k_gdal_translate:
-      if (option == "-scale" || starts_with(option, "-scale_")) {
+      if (option == "-scale" || STARTS_WITH(option.c_str(), "-scale_")) {
         return numeric_pairs(tokens, i, 4);
       }
-      if (starts_with(option, "-exponent_") || starts_with(option, "-colorinterp_")) {
+      if (STARTS_WITH(option.c_str(), "-exponent_") ||
+          STARTS_WITH(option.c_str(), "-colorinterp_")) {
         return 1;
       }
       if (option == "-gcp") {  // pixel line easting northing [elevation]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A GDAL program's arguments split into options and positional arguments, by the program's own
 // option table (how many values each option takes), never by a parser's error messages: those
 // changed when GDAL 3.9 moved the programs to a new argument parser, which also refuses the

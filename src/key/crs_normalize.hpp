@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CRS normalisation for the key: every spelling of one CRS gives one canonical form.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Feature loads: the ogr2ogr command as GDAL's parser reads it, the target table, and the key.
 #include "key/feature_key.hpp"
 
@@ -28,12 +29,6 @@
 namespace idem {
 
 namespace {
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
 
 bool starts_with_ci(const std::string& text, const std::string& prefix) {
   return text.size() >= prefix.size() && EQUALN(text.c_str(), prefix.c_str(), prefix.size());
@@ -165,7 +160,7 @@ std::string quote_keyword_value(const std::string& value) {
 
 // The PG driver's default name laundering (LAUNDER=YES): lower case, ' - # become _.
 std::string launder(const std::string& name) {
-  std::string out = lower(name);
+  std::string out = CPLString(name).tolower();
   for (char& c : out) {
     if (c == '\'' || c == '-' || c == '#') {
       c = '_';
@@ -204,7 +199,7 @@ FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& l
     }
     conninfo.clear();
     for (const auto& pair : *pairs) {
-      const std::string name = lower(pair.name);
+      const std::string name = CPLString(pair.name).tolower();
       if (name == "active_schema") {
         active_schema = pair.value;
       } else if (name == "schemas" || name == "tables") {
@@ -466,7 +461,7 @@ std::string bundle_name(const std::string& source) {
 }  // namespace
 
 LoadMode parse_load_mode(const std::string& text) {
-  const std::string mode = lower(text);
+  const std::string mode = CPLString(text).tolower();
   if (mode == "replace") {
     return LoadMode::k_replace;
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Feature loads (ogr2ogr into PostGIS): the ogr2ogr command as GDAL's own parser reads it, the
 // target table it writes, and the idempotency key of the load (docs/loads.md, "The key").
 #pragma once

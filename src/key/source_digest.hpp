@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Source identity by content: content digests of files, object-store headers, and the cache.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Source identity: what a source dataset *is* for the key, independent of where it lives.
 #include "key/source_identity.hpp"
 

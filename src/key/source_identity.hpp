@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Source identity: what a source dataset *is* for the key, independent of where it lives.
 // Every file of GDALDataset::GetFileList() (so .aux.xml/.ovr/.msk sidecars count), recursively
 // through VRT sources, identified by digest_source_file(); never the path (docs/keys.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tiles and footprints of a target grid.
 #include "key/tile_grid.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tiles and footprints of a target grid: which WebMercatorQuad tile a grid is exactly, and its
 // outline in EPSG:4326 for the ledger's footprint column.
 #pragma once

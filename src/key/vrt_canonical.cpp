@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A VRT's XML as canonical JSON (see vrt_canonical.hpp and docs/keys.md).
 #include "key/vrt_canonical.hpp"
 

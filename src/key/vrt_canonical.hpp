@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A VRT's XML (what GDAL's xml:VRT metadata serialises: a translation or a whole warp) as
 // canonical JSON: paths become source identities, CRSs are normalised, numbers canonicalised,
 // attempt-varying settings dropped; everything else goes in as written (docs/keys.md).

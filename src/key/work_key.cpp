@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Work description -> idempotency key (docs/keys.md is the contract this file implements).
 #include "key/work_key.hpp"
 

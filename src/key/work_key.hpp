@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Work description -> idempotency key: the public face of key derivation (docs/keys.md).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Completing inside a caller's transaction: the identity that tells whether a libpq connection
 // reaches the ledger's own database, and the completion itself, which only a backend that offers
 // ledger_detail::CallerTransactionCompletion (PostgreSQL) can do.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Completing inside the caller's own PostgreSQL transaction (feature loads: the load's data
 // change and its completion commit together). The one part of the ledger that speaks libpq to
 // its callers, so the ledger interface itself (ledger.hpp) does not.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Embed sql/<backend>/*.sql into a generated C++ header at configure time, so the library and the
 # CLI work after `make install` without the source tree. Editing or adding a file re-runs CMake.
 function(idem_embed_sql sql_dir output_header)

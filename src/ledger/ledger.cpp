@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backend-independent part of the ledger: opening by DSN, DSN redaction, the default SQLite
 // path, and the migrations embedded from sql/ at build time.
 #include "ledger/ledger.hpp"
@@ -14,6 +15,7 @@
 #include <memory>
 
 #include "base/error.hpp"
+#include "cpl_string.h"
 #include "idem_embedded_sql.hpp"
 #include "ledger/ledger_internal.hpp"
 
@@ -23,18 +25,8 @@ namespace {
 
 constexpr const char* k_redacted = "XXXX";
 
-bool starts_with(const std::string& text, const std::string& prefix) {
-  return text.compare(0, prefix.size(), prefix) == 0;
-}
-
 bool is_uri(const std::string& dsn) {
-  return starts_with(dsn, "postgresql://") || starts_with(dsn, "postgres://");
-}
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
+  return STARTS_WITH(dsn.c_str(), "postgresql://") || STARTS_WITH(dsn.c_str(), "postgres://");
 }
 
 std::string redact_uri(const std::string& dsn) {
@@ -75,7 +67,7 @@ std::string redact_uri(const std::string& dsn) {
     }
     first = false;
     const size_t eq = param.find('=');
-    if (eq != std::string::npos && lower(param.substr(0, eq)) == "password") {
+    if (eq != std::string::npos && EQUAL(param.substr(0, eq).c_str(), "password")) {
       result += param.substr(0, eq + 1) + k_redacted;
     } else {
       result += param;
@@ -115,7 +107,7 @@ std::optional<std::string> redact_keywords(const std::string& dsn) {
     result += '=';
     ++i;
     skip_space();
-    const bool secret = lower(key) == "password";
+    const bool secret = EQUAL(key.c_str(), "password");
     std::string value;
     if (i < n && dsn[i] == '\'') {
       value += dsn[i++];
@@ -197,7 +189,7 @@ std::string Ledger::redact_dsn(const std::string& dsn) {
 }
 
 std::string Ledger::backend_of(const std::string& dsn) {
-  if (dsn.empty() || starts_with(dsn, "sqlite:")) {
+  if (dsn.empty() || STARTS_WITH(dsn.c_str(), "sqlite:")) {
     return "sqlite";
   }
   if (is_uri(dsn) || dsn.find('=') != std::string::npos) {
@@ -234,9 +226,9 @@ std::optional<std::string> Ledger::sqlite_path_of(const std::string& dsn) {
   std::string path;
   if (dsn.empty()) {
     path = default_sqlite_path();
-  } else if (starts_with(dsn, "sqlite:")) {
+  } else if (STARTS_WITH(dsn.c_str(), "sqlite:")) {
     path = dsn.substr(7);
-    if (starts_with(path, "//")) {
+    if (STARTS_WITH(path.c_str(), "//")) {
       path = path.substr(2);  // sqlite:///abs/path
     }
   } else {
@@ -341,7 +333,7 @@ std::vector<Migration> migrations(const std::string& backend) {
   std::vector<Migration> result;
   for (const auto& file : embedded_sql::k_files) {
     const std::string path = file.path;
-    if (!starts_with(path, directory)) {
+    if (!STARTS_WITH(path.c_str(), directory.c_str())) {
       continue;
     }
     const std::string name = path.substr(directory.size());

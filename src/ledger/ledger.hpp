@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The ledger interface: claims, leases, fenced completion (WorkerLedger) and the operations over
 // many rows (OperatorLedger). Two backends (SQLite, PostgreSQL) with identical semantics; one
 // conformance suite (src/tests/ledger_conformance_test.cpp).

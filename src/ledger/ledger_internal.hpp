@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the ledger backends share and do not publish: factories, the embedded migrations parser,
 // password scrubbing for messages.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The PostgreSQL ledger backend (libpq): many machines, one server clock. Objects live in the
 // `idem` schema; claims are one INSERT ... ON CONFLICT ... RETURNING statement, completion one
 // statement with the supersession in a data-modifying CTE. This file holds what workers call

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The PostgreSQL ledger backend: many hosts, one database; claims as one INSERT ... ON CONFLICT
 // statement; completion fenced on the claim token. Internal to src/ledger: the rest of the tree
 // opens it through Ledger::open. Its definitions are split by concern:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The PostgreSQL ledger: what operators call (gdal-idem status, reap, verify, export, forget,
 // prune): rows and counts over many works, history, forgetting, retention.
 #include <cpl_conv.h>

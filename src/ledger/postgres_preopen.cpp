@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Opening a PostgreSQL ledger's connection ahead of need (Ledger::preopen): libpq's non-blocking
 // connection is started, and moved on whenever the caller passes by (advance), without ever
 // waiting; the server answers meanwhile. The next PostgresLedger for the same DSN in this process

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The PostgreSQL ledger's protocol: statements sent unprepared on their first use and prepared
 // from their second (a one-shot process pays no PREPARE round trips), or sent while the caller
 // works and answered after (exec_overlapped); answers checked, and errors made clear: a lost

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The PostgreSQL ledger's schema: its state in one query (applied versions, installed extensions,
 // statements a pooler kept prepared), migrations under an advisory lock, and the claim statements,
 // whose text follows the schema's shape (with PostGIS, the footprint too).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The PostgreSQL ledger's session: connecting (or taking the connection opened ahead) and what it
 // pipelines, answers read ahead while the caller works (the PostGIS load, the claim's
 // confirmation and the next statements' PREPAREs). Statements and their errors are

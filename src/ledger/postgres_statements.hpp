@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The PostgreSQL ledger's SQL text, and the small helpers its statements share: parameters,
 // result cells, footprints and arrays as the statements bind them. Internal to src/ledger.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The SQLite ledger backend: the embedded default for one machine and many processes. WAL, a busy
 // timeout on every connection, claims as one UPSERT ... RETURNING statement, multi-statement
 // changes under BEGIN IMMEDIATE, so contention waits instead of failing. Times come from

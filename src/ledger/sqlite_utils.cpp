@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The SQLite RAII layer (sqlite_utils.hpp).
 #include "ledger/sqlite_utils.hpp"
 

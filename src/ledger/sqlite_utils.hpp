@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A small RAII layer over the SQLite C API for the SQLite ledger: one connection with its cache of
 // prepared statements, one use of a statement, one write transaction. Errors throw
 // idem::Error(k_ledger) naming the database.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of the commit protocol (work/atomic_output): what commit() publishes and in which
 // order, that nothing is published without it, and the errors for unusable directories.
 #include "work/atomic_output.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // split_program_arguments: options and positional arguments as the programs read them, without
 // asking GDAL's parser which token is which (its messages and its handling of positional
 // arguments changed in GDAL 3.9).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Canonical JSON and number canonicalisation: the bytes the idempotency key hashes.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CRS normalisation: one CRS in any spelling gives one key input; a different CRS never does.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // describe_work on the datasets GDAL hands a CreateCopy driver: a warped VRT (as gdalwarp
 // builds it), a translation VRT, a plain dataset, and gdalwarp's materialised temporary GTiff.
 #include <gtest/gtest.h>

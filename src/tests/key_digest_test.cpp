@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Source digests: the content digest (SHA-256 over the SHA-256 of each 1 MiB piece) agrees with
 // a reference computed here in one piece of code from the definition in docs/keys.md, whichever
 // way the file is read; the cache hits on an unchanged file and misses once the file's identity

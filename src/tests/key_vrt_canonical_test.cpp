@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // canonical_vrt: what a GDAL release writes differently without changing the output does not
 // change the canonical form; what changes the output does.
 #include <gtest/gtest.h>

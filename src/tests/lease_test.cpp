@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // LeaseKeeper against a real SQLite ledger: the check right before publishing trusts a recent
 // claim (no ledger write), renews an older one, and reports a claim that was taken over.
 #include "work/lease.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The ledger contract, one value-parameterised suite run against SQLite, PostgreSQL with PostGIS
 // and PostgreSQL without it: claims, leases, fencing, release, invalidation, supersession,
 // lookups, forgetting, filters, retention, the digest cache and the migrations. Real databases.

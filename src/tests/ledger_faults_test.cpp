@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The PostgreSQL ledger through a server restart in the middle of a run: workers get clear
 // errors (never the password), no row says completed for work that was not done, holds never
 // overlap, and the run converges when retried, or rides through when workers retry with the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Multi-process ledger behaviour on real databases: eight workers racing on the same keys with
 // short leases (takeovers happen, holds never overlap, one completion per key), a zombie worker
 // stopped with SIGSTOP and resumed after a takeover, and workers with skewed clocks (libfaketime).

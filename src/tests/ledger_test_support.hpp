@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared by the ledger tests: which backends to run against, a fresh ledger per test (a new
 // SQLite file; a dropped and re-migrated `idem` schema in a dedicated PostgreSQL database), and a
 // cross-process lock so PostgreSQL tests run by `ctest -j` do not trample each other.

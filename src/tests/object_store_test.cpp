@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The stores' preconditions (base/object_store.hpp) and the Azure request signing
 // (base/azure_blob.hpp): which header fences which store, and the shared-key parts Azure's
 // "Authorize with Shared Key" reference defines.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of /vsiidem/ (plugin/vsiidem.cpp) from C++: path mapping, deferred unlinks and
 // their hook, concurrent writers. This executable links the driver's code; GDAL's plugin loading
 // is off (GDAL_DRIVER_PATH=disable, src/tests/CMakeLists.txt), so one copy of it runs here.

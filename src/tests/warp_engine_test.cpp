@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of idem::materialise() (plugin/warp_engine.cpp) on the datasets GDAL really hands a
 // CreateCopy-only driver: an in-memory VRTWarpedDataset from GDALWarp(-of VRT) whose source is
 // named relative to the current directory (docs/internals.md §1), and an in-memory VRTDataset from

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The commit protocol (see atomic_output.hpp): a temporary directory beside the final path,
 // published by fsync + rename of every file in it (primary last) + fsync of the directory.
 // Plain POSIX calls throughout: the guarantees we rely on (rename atomic within a filesystem,
@@ -534,6 +535,16 @@ bool AtomicOutput::still_in_place() const {
     }
   }
   return true;
+}
+
+bool AtomicOutput::replaced_an_output() const {
+  if (m_object) {
+    const auto seen = m_expected.find(m_final_path);
+    return seen != m_expected.end() && !seen->second.version.empty();
+  }
+  return std::any_of(m_placed.begin(), m_placed.end(), [&](const Placed& placed) {
+    return placed.final_path == m_final_path && !placed.held.empty();
+  });
 }
 
 std::vector<PublishedFile> AtomicOutput::placed_files() const {

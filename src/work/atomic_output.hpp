@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The commit protocol: write into a temporary directory beside the final path (same filesystem,
 // same basename, so drivers name their sidecars the same), then publish with fsync + rename of
 // every file (primary last) + fsync of the directory. Like ccache's AtomicFile: nothing is
@@ -88,6 +89,9 @@ class AtomicOutput {
   bool still_in_place() const;
 
   bool is_object() const { return m_object; }
+  // After publish(): whether the primary replaced an output that was there (a local file kept
+  // aside, or an object the upload was made conditional on).
+  bool replaced_an_output() const;
   // After commit() of an object output: what was uploaded as the primary object.
   const std::optional<CopiedBytes>& uploaded_primary() const { return m_uploaded_primary; }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one destination check (destination_guard.hpp).
 #include "work/destination_guard.hpp"
 
@@ -103,9 +104,9 @@ bool open_in_this_process(dev_t device, ino_t inode) {
 }
 
 [[noreturn]] void refuse_as_source(const std::string& path, const std::string& file) {
-  throw Error(ErrorKind::k_usage, "the output " + path + " is one of the sources (" + file +
-                                      "): the work would replace its own input; write the output "
-                                      "to another path");
+  throw DestinationRefused("the output " + path + " is one of the sources (" + file +
+                           "): the work would replace its own input; write the output to "
+                           "another path");
 }
 
 }  // namespace
@@ -120,12 +121,12 @@ void refuse_if_open_here(const std::string& path) {
     return;
   }
   if (open_in_this_process(there.st_dev, there.st_ino)) {
-    throw Error(ErrorKind::k_usage,
-                path +
-                    " is open in this process (a source this work reads, or a dataset not "
-                    "closed yet): writing over it would replace what is being read with what "
-                    "is made from it; write the output to another path, or close the dataset "
-                    "first");
+    throw DestinationRefused(
+        path +
+        " is open in this process (a source this work reads, or a dataset not "
+        "closed yet): writing over it would replace what is being read with what "
+        "is made from it; write the output to another path, or close the dataset "
+        "first");
   }
 }
 
@@ -162,17 +163,16 @@ void check_destination(const std::string& path, const DestinationRules& rules) {
   struct stat there {};
   const bool exists = ::lstat(real.c_str(), &there) == 0;
   if (exists && !S_ISREG(there.st_mode) && !(S_ISDIR(there.st_mode) && rules.directory_dataset)) {
-    throw Error(ErrorKind::k_usage, describe_not_replaceable(path, there.st_mode));
+    throw DestinationRefused(describe_not_replaceable(path, there.st_mode));
   }
   const std::vector<std::string> ledger = ledger_files(rules.ledger_dsn);
   for (size_t i = 0; i < ledger.size(); ++i) {
     if (real == ledger[i] || (exists && same_file(real, ledger[i]))) {
-      throw Error(ErrorKind::k_usage,
-                  path + " is " +
-                      (i == 0 ? "the ledger database (" : "a companion of the ledger database (") +
-                      ledger[i] +
-                      "): writing there would replace or corrupt the ledger; choose another "
-                      "output path");
+      throw DestinationRefused(
+          path + " is " +
+          (i == 0 ? "the ledger database (" : "a companion of the ledger database (") + ledger[i] +
+          "): writing there would replace or corrupt the ledger; choose another "
+          "output path");
     }
   }
   for (const std::string& file : rules.source_files) {

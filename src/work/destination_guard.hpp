@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Invariant I2, "IDEM writes only where a new regular file may be written" (docs/concepts.md):
 // the one destination check. The IDEM driver, every file written through /vsiidem/, and every
 // CLI command that writes a file (`export`) ask it before they write; AtomicOutput::place()

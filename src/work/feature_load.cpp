@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Feature loads: claim, stage, swap in one transaction with the (fenced) completion, release on
 // failure. The staging copy runs GDALVectorTranslate, ogr2ogr's own library call, into the
 // target database; every statement of the swap is parameterised or quotes identifiers with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Feature loads: claim, load into a staging table of the target database, then in one
 // transaction swap it in (replace) or replace the bundle's rows (append) and complete the ledger
 // row (docs/loads.md, "How a load runs").

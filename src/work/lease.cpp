@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Attempt identity, the lease keeper and crash-test pause points (see lease.hpp).
 #include "work/lease.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What every claimed piece of work shares (rasters through the driver, feature loads through
 // `gdal-idem load`): attempt identity, the lease keeper that renews a claim while the work
 // runs, and the pause points crash tests use.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Whether a completed output is still the one its completion recorded (output_check.hpp).
 #include "work/output_check.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Whether a completed output is still the one its completion recorded: the fingerprint of its
 // primary file and the list of the files it consists of. The IDEM driver asks before it skips;
 // `gdal-idem pending` and `verify` ask the same question without running the driver.

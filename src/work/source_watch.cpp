@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Sources read as they were keyed (source_watch.hpp).
 #include "work/source_watch.hpp"
 

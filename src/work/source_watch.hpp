@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Invariant I3, first half, "a completion records only what was read" (docs/concepts.md): the
 // files a work's key was derived from are the files its pixels are read from. The IDEM driver
 // takes a SourceWatch once the key is made and checks it before it publishes and again just

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A Google Cloud Storage store on loopback for the tests: the part of GCS's XML API that GDAL's
 /vsigs/ uses (objects, listings, multipart uploads), with GCS's documented object generations
 and preconditions, which the emulators on PyPI and the Go proxy do not implement

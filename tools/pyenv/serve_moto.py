@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """moto's S3 server for the tests (run with tools/pyenv/venv/bin/python):
 
     serve_moto.py [--address ADDRESS] [--versioned] PORT BUCKET...

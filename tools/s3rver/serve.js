@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // An S3-compatible server (s3rver) on loopback for gdal-idem's object-storage tests and
 // benchmarks. Usage: node serve.js DATA_DIR PORT REQUEST_LOG BUCKET...
 // Prints "listening PORT" once it accepts requests (PORT 0 picks a free one) and appends one

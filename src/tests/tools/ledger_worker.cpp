@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A ledger worker process for the multi-process ledger tests (race, zombie, clock skew, faults).
 //   ledger_worker race DSN LOG BARRIER_FD KEYS LEASE_S WORK_MS [tolerate-errors]
 //       wait for EOF on BARRIER_FD, then claim/complete the keys race-0000.. until every one is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Test driver for idem::materialise(): opens a dataset (typically a VRTWarpedDataset written by
 // `gdalwarp -of VRT`, the same kind of dataset gdalwarp hands a CreateCopy-only driver) and
 // materialises it with a FORMAT driver, as the IDEM driver does after claiming the work.

@@ -1,0 +1,144 @@
+"""The gdal_idem package under Prefect 3 and Dagster (tools/pyenv/venv; docs/python.md): 32 tiles,
+one of them held by a killed worker when the first run starts, run twice with one tile's source
+republished between the runs. What the orchestrators' own APIs report is checked against the
+ledger: Prefect's task-run states (Built, Skipped, Rebuilt) and the flow run's artifact; Dagster's
+event log (materialisations for assets whose work changed, observations for the others) and data
+versions (the work keys)."""
+
+import collections
+import hashlib
+import json
+import os
+
+import pytest
+
+from idem_testlib import (INSTALLED, ROOT, env_with, kill9, make_source, run, sqlite_ledger,  # noqa: F401
+                          start_paused)
+
+VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
+SCRIPT = os.path.join(ROOT, "autotest", "orchestrated", "package_flows.py")
+TILES = 32
+KILLED, CHANGED = 3, 13  # the tile held by a killed worker; the tile whose source changes
+LEASE = 3
+
+
+@pytest.fixture
+def batch(tmp_path, sqlite_ledger):
+    if not os.path.exists(VENV_PYTHON):
+        pytest.fail("the tests' Python venv is missing: run `make deps`")
+    (tmp_path / "src").mkdir()
+    for n in range(TILES):
+        make_source(tmp_path / "src" / f"{n}.tif", size=16, seed=n)
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn, IDEM_STALE_SECONDS=LEASE, BATCH_DIR=tmp_path,
+                   TILES=TILES, PREFECT_HOME=tmp_path / "prefect-home",
+                   PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="WARNING",
+                   DAGSTER_HOME=tmp_path / "dagster-home", DO_NOT_TRACK="1", IDEM_VERBOSE=None)
+    (tmp_path / "dagster-home").mkdir()
+    (tmp_path / "dagster-home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    if not INSTALLED:
+        env["PYTHONPATH"] = os.path.join(ROOT, "python")
+    return tmp_path, env, sqlite_ledger
+
+
+def kill_a_worker_on(batch_dir, mode, env):
+    """A worker of tile KILLED killed (SIGKILL) while it writes: its claim stays until its lease
+    runs out, and the run must take it over."""
+    (batch_dir / mode).mkdir()
+    source, out = batch_dir / "src" / f"{KILLED}.tif", batch_dir / mode / f"{KILLED}.tif"
+    worker = start_paused(["gdal_translate", "-q", "-of", "IDEM", "-co", f"LAYER={mode}", source,
+                           f"/vsiidem/{out}"], env, "during_write")
+    kill9(worker)
+
+
+def run_script(mode, env):
+    proc = run([VENV_PYTHON, SCRIPT, mode], env=env, timeout=900, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def completed(ledger, layer):
+    return {os.path.basename(r["output_uri"]): r for r in ledger.completed()
+            if r["layer"] == layer}
+
+
+def test_prefect_task_runs_say_built_skipped_rebuilt(batch):
+    batch_dir, env, ledger = batch
+    kill_a_worker_on(batch_dir, "prefect", env)
+    first = run_script("prefect", env)
+    assert collections.Counter(r["state"] for r in first["task_runs"]) == {"Built": TILES}
+    assert {r["type"] for r in first["task_runs"]} == {"COMPLETED"}
+    rows = completed(ledger, "prefect")
+    assert len(rows) == TILES and rows[f"{KILLED}.tif"]["attempt"] == 2
+    assert sum(r["attempt"] for r in rows.values()) == TILES + 1  # the killed tile built once
+    by_output = {r["result"]["output"]: r for r in first["task_runs"]}
+    for name, row in rows.items():
+        result = by_output[row["output_uri"]]["result"]
+        assert (result["key"], result["attempt"]) == (row["work_key"], row["attempt"])
+
+    make_source(batch_dir / "src" / f"{CHANGED}.tif", size=16, seed=99)  # republished
+    second = run_script("prefect", env)
+    states = collections.Counter(r["state"] for r in second["task_runs"])
+    assert states == {"Skipped": TILES - 1, "Rebuilt": 1}
+    rebuilt = [r["result"] for r in second["task_runs"] if r["state"] == "Rebuilt"]
+    assert os.path.basename(rebuilt[0]["output"]) == f"{CHANGED}.tif"
+    assert rebuilt[0]["key"] == completed(ledger, "prefect")[f"{CHANGED}.tif"]["work_key"]
+    artifact, = second["artifacts"]
+    assert (artifact["key"], artifact["type"]) == ("gdal-idem-summary", "table")
+    table = json.loads(artifact["data"]) if isinstance(artifact["data"], str) else \
+        artifact["data"]
+    counts = {row["outcome"]: row["outputs"] for row in table if row["outcome"] != "slowest"}
+    assert counts == {"built": 0, "rebuilt": 1, "skipped": TILES - 1}
+    assert "1 rebuilt" in artifact["description"]
+
+
+def test_dagster_materialises_changed_work_and_observes_the_rest(batch):
+    batch_dir, env, ledger = batch
+    kill_a_worker_on(batch_dir, "dagster", env)
+    first = run_script("dagster", env)
+    assert first["success"]
+    assets = first["assets"]
+    assert sorted(assets) == [f"row_{r}" for r in range(TILES // 8)]
+    assert {a["event"] for a in assets.values()} == {"materialization"}
+    rows = completed(ledger, "dagster")
+    assert len(rows) == TILES and rows[f"{KILLED}.tif"]["attempt"] == 2
+
+    def version_of(row):  # the digest of the row's 8 outputs and keys (gdal_idem.dagster)
+        lines = sorted(f"{rows[f'{n}.tif']['output_uri']} {rows[f'{n}.tif']['work_key']}\n"
+                       for n in range(row * 8, row * 8 + 8))
+        return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+    for row in range(TILES // 8):
+        assert assets[f"row_{row}"]["data_version"] == version_of(row)
+        assert assets[f"row_{row}"]["metadata"]["built"] == 8
+
+    make_source(batch_dir / "src" / f"{CHANGED}.tif", size=16, seed=99)  # in row 1
+    second = run_script("dagster", env)
+    rows = completed(ledger, "dagster")
+    events = second["assets"]
+    assert {name: e["event"] for name, e in events.items()} == {
+        "row_0": "observation", "row_1": "materialization", "row_2": "observation",
+        "row_3": "observation"}
+    assert events["row_1"]["metadata"] == {**events["row_1"]["metadata"], "rebuilt": 1,
+                                           "skipped": 7, "built": 0}
+    assert events["row_1"]["data_version"] == version_of(1) != assets["row_1"]["data_version"]
+    for row in (0, 2, 3):
+        assert events[f"row_{row}"]["data_version"] == assets[f"row_{row}"]["data_version"]
+        assert events[f"row_{row}"]["metadata"]["skipped"] == 8
+
+
+def test_prefect_cache_key_is_the_idem_key(batch):
+    """gdal_idem.prefect.cache_key: Prefect's cache keyed by the work's IDEM key (a dry run)."""
+    batch_dir, env, ledger = batch
+    code = """
+import json, sys
+import gdal_idem.prefect as idem_prefect
+key_fn = idem_prefect.cache_key(lambda p: ("translate", p["dst"], p["src"], {"format": "PNG"}))
+print(json.dumps(key_fn(None, {"dst": sys.argv[1], "src": sys.argv[2]})))
+"""
+    source, out = batch_dir / "src" / "0.tif", batch_dir / "0.png"
+    proc = run([VENV_PYTHON, "-c", code, out, source], env=env, check=True)
+    key = json.loads(proc.stdout)
+    assert not out.exists() and ledger.rows() == []
+    built = run([VENV_PYTHON, "-c", "import sys, gdal_idem; print(gdal_idem.translate("
+                 "sys.argv[1], sys.argv[2], format='PNG').key)", out, source], env=env,
+                check=True)
+    assert built.stdout.strip() == key == ledger.completed()[0]["work_key"]
