@@ -39,6 +39,7 @@ format: deps
 format-check: deps
 	clang-format --dry-run --Werror $(CXX_SOURCES)
 	scripts/spdx
+	scripts/file-sizes
 
 # clang-tidy (.clang-tidy) on the C++ outside the tests: every file, or with TIDY_BASE=REV the
 # files changed since REV (scripts/tidy). CI runs it on every file.

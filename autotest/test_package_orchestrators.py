@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The gdal_idem package under Prefect 3 and Dagster (tools/pyenv/venv; docs/python.md): 32 tiles,
 one of them held by a killed worker when the first run starts, run twice with one tile's source
 republished between the runs. What the orchestrators' own APIs report is checked against the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The gdal_idem Python package (python/gdal_idem; installed by make install and the Debian
 package): warp() and translate() return what each call did, read from the driver's RESULT
 metadata, checked here against the ledger's rows and the files; errors are exceptions with a

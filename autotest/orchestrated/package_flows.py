@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Prefect 3 and Dagster over tiles written through the gdal_idem package (run by the tests'
 venv; autotest/test_package_orchestrators.py). BATCH_DIR holds src/N.tif, one small source per
 tile (TILES of them); outputs go to BATCH_DIR/<mode>/N.tif.

@@ -235,11 +235,57 @@ class VrtCanonicaliser {
       }
     }
 
+    Members members = members_of(node, depth, is_srs);
+    JsonValue& attributes = members.attributes;
+    JsonValue& children = members.children;
+    JsonValue& options = members.options;
+    const std::string& text = members.text;
+    if (is_geoloc) {
+      m_geoloc = outer_geoloc;
+    }
+    if (is_step) {
+      m_step = nullptr;
+    }
+    if (EQUAL(tag, "GDALWarpOptions")) {
+      normalise_warp_options(node, options);
+    }
+    if (EQUAL(tag, "Metadata") && EQUAL(attribute(node, "domain").c_str(), "IMAGE_STRUCTURE")) {
+      sort_items_by_key(children);
+    }
+    const std::string canonical_text = canonical_scalar_text(text);
+    if (!canonical_text.empty()) {
+      result.set("text", JsonValue::string(canonical_text));
+    }
+    if (!attributes.members().empty()) {
+      result.set("attr", std::move(attributes));
+    }
+    if (!children.items().empty()) {
+      result.set("children", std::move(children));
+    }
+    if (!options.members().empty()) {
+      result.set("options", std::move(options));
+    }
+    return result;
+  }
+
+ private:
+  // The parts of an element's canonical form that its XML children give.
+  struct Members {
     JsonValue attributes = JsonValue::object();
     JsonValue children = JsonValue::array();
     JsonValue options = JsonValue::object();
     std::string text;
-    const bool is_gcp_list = EQUAL(tag, "GCPList");
+  };
+
+  // `node`'s attributes, text, options and child elements (each canonical), `is_srs` for an
+  // element holding a CRS (its text and axis mapping are folded into "crs").
+  Members members_of(const CPLXMLNode* node, int depth, bool is_srs) {
+    Members members;
+    JsonValue& attributes = members.attributes;
+    JsonValue& children = members.children;
+    JsonValue& options = members.options;
+    std::string& text = members.text;
+    const bool is_gcp_list = EQUAL(node->pszValue, "GCPList");
     for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
       if (child->eType == CXT_Attribute) {
         const std::string name = child->pszValue;
@@ -281,35 +327,9 @@ class VrtCanonicaliser {
         children.push_back(element(child, depth + 1));
       }
     }
-    if (is_geoloc) {
-      m_geoloc = outer_geoloc;
-    }
-    if (is_step) {
-      m_step = nullptr;
-    }
-    if (EQUAL(tag, "GDALWarpOptions")) {
-      normalise_warp_options(node, options);
-    }
-    if (EQUAL(tag, "Metadata") && EQUAL(attribute(node, "domain").c_str(), "IMAGE_STRUCTURE")) {
-      sort_items_by_key(children);
-    }
-    const std::string canonical_text = canonical_scalar_text(text);
-    if (!canonical_text.empty()) {
-      result.set("text", JsonValue::string(canonical_text));
-    }
-    if (!attributes.members().empty()) {
-      result.set("attr", std::move(attributes));
-    }
-    if (!children.items().empty()) {
-      result.set("children", std::move(children));
-    }
-    if (!options.members().empty()) {
-      result.set("options", std::move(options));
-    }
-    return result;
+    return members;
   }
 
- private:
   // What the dataset `resolved` holds, once per name. Only a warp's source (`keep_open`:
   // GDALWarpOptions has one) stays open for the warp to reuse; a mosaic VRT can name thousands
   // of files, which must not all stay open at once. A source the caller holds without files (a
