@@ -18,6 +18,7 @@ from osgeo import gdal
 
 from idem_testlib import (ROOT, as_gdal_warp, reports_of, _pg_dsn, env_with,  # noqa: F401
                           make_ledger, make_source, run, temp_dirs_beside, wait_until)
+from idem_testlib import wait_until
 from idem_testlib import warp_cmd as shared_warp_cmd
 
 
@@ -45,10 +46,8 @@ def set_standby_names(names):
     else:
         admin_execute("ALTER SYSTEM RESET synchronous_standby_names")
     admin_execute("SELECT pg_reload_conf()")
-    deadline = time.time() + 10
-    while admin_execute("SHOW synchronous_standby_names")[0][0] != (names or ""):
-        assert time.time() < deadline, "the server did not reload synchronous_standby_names"
-        time.sleep(0.05)
+    wait_until(lambda: admin_execute("SHOW synchronous_standby_names")[0][0] == (names or ""),
+               "the server to reload synchronous_standby_names")
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ import pytest
 from osgeo import gdal, osr
 
 from idem_testlib import GDAL_IDEM, gdal_config, make_source, read_pixels, run, wait_until
+from idem_testlib import start_paused as start_worker_paused
 from azuriteserver import AzuriteServer, azure_config
 from faultproxy import FaultProxy
 from gcsserver import GcsServer
@@ -77,17 +78,10 @@ def start_paused(case, work, name, command=warp):
     resume = case.tmp / f"resume-{name}"
     host_tmp = case.tmp / f"host-{name}"
     host_tmp.mkdir()
-    env = dict(case.env, IDEM_TEST_PAUSE_AT="before_commit", IDEM_TEST_PAUSE_SECONDS="600",
-               IDEM_TEST_RESUME_FILE=str(resume), IDEM_STALE_SECONDS="2",
-               CPL_TMPDIR=str(host_tmp))
-    proc = subprocess.Popen(command(case.source, case.dst, work), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        if "test pause at before_commit" in line:
-            return proc, resume
-    proc.wait()
-    raise AssertionError(f"the worker on {work} never reached before_commit "
-                         f"(exit {proc.returncode})")
+    env = dict(case.env, IDEM_STALE_SECONDS="2", CPL_TMPDIR=str(host_tmp))
+    proc = start_worker_paused(command(case.source, case.dst, work), env, "before_commit",
+                               resume_file=resume)
+    return proc, resume
 
 
 def make_case(tmp_path, store, scene):

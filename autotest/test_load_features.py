@@ -5,15 +5,14 @@ kills at every step leave the target whole, concurrent loads load once, append m
 bundle's rows only, a changed .dbf re-keys, bad input leaves the target as it was."""
 
 import os
-import select
 import signal
 import subprocess
-import time
 
 import pytest
 from osgeo import ogr, osr
 
 from idem_testlib import GDAL_IDEM, env_with, pg_fresh_database, run
+from idem_testlib import start_paused as start_worker_paused
 
 ogr.UseExceptions()
 
@@ -101,23 +100,9 @@ def expected_rows(count, seed):
 
 
 def start_paused(args, env, point):
-    """Start a load that stops at `point`; returns the process once it is paused there."""
-    env = dict(env, IDEM_TEST_PAUSE_AT=point, IDEM_TEST_PAUSE_SECONDS="60")
-    proc = subprocess.Popen([str(a) for a in args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    seen = ""
-    while time.time() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
-        if ready:
-            line = proc.stderr.readline()
-            seen += line
-            if f"test pause at {point}" in line:
-                return proc
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"the load never paused at {point}:\n{seen}{proc.stderr.read()}")
+    """Start a load that stops at `point` (for a minute); returns the process once it is paused
+    there."""
+    return start_worker_paused(args, env, point, seconds=60)
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 from osgeo import gdal
 
+from idem_testlib import wait_until
+
 gdal.UseExceptions()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -160,16 +162,16 @@ def test_vsiidem_killed_writer_leaves_no_output(tmp_path, big_source):
     proc = subprocess.Popen(["gdal_translate", "-q", "-of", "GTiff", "-co", "COMPRESS=DEFLATE",
                              "-co", "ZLEVEL=9", str(big_source), vsiidem(str(out))],
                             env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
-    temp_file = None
-    while time.time() < deadline and temp_file is None:
+    def written_temp_file():
         for name in temp_dirs(tmp_path):
             candidate = tmp_path / name / "killed.tif"
             if candidate.exists() and candidate.stat().st_size > 0:
-                temp_file = candidate
-        if proc.poll() is not None:
-            break
-        time.sleep(0.01)
+                return candidate
+        return None
+
+    wait_until(lambda: written_temp_file() is not None or proc.poll() is not None,
+               "the writer's temporary file")
+    temp_file = written_temp_file()
     assert temp_file is not None, "the temporary file never appeared: " + proc.stderr.read().decode()
     assert proc.poll() is None, "the writer finished before it could be killed"
     proc.send_signal(signal.SIGKILL)
@@ -186,9 +188,8 @@ def test_vsiidem_killed_rewrite_keeps_previous_output(tmp_path, source, big_sour
     proc = subprocess.Popen(["gdal_translate", "-q", "-of", "GTiff", "-co", "COMPRESS=DEFLATE",
                              "-co", "ZLEVEL=9", str(big_source), vsiidem(str(out))],
                             env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while time.time() < deadline and not temp_dirs(tmp_path) and proc.poll() is None:
-        time.sleep(0.01)
+    wait_until(lambda: temp_dirs(tmp_path) or proc.poll() is not None,
+               "the writer's temporary directory")
     assert proc.poll() is None and temp_dirs(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
