@@ -48,6 +48,7 @@
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
 #include "work/atomic_output.hpp"
+#include "work/claim_loop.hpp"
 #include "work/destination_guard.hpp"
 #include "work/lease.hpp"
 #include "work/output_check.hpp"
@@ -202,37 +203,30 @@ GDALDataset* IdemCreator::claim_skip_or_wait(GDALDataset* source, GDALDriver* fo
     throw DestinationRefused(*m_unwritable);
   }
   bool announced_wait = false;
-  double wait_backoff = 0.05;  // seconds
-  for (;;) {
-    request.claim_token = new_claim_token();
-    const auto claim_sent = LeaseKeeper::Clock::now();
-    const ClaimResult claim = read_warp_ahead ? m_ledger->claim_unless_completed(request, read_warp)
-                                              : m_ledger->claim_unless_completed(request);
-    if (m_work.is_warp) {
-      debug_report_set("WARP_OPTIONS_READ_AHEAD", prepared_warp ? "YES" : "NO");
-    }
-    read_warp_ahead = false;
-    CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
-    if (claim.outcome == ClaimOutcome::k_claimed) {
-      return run_claimed(
-          claim, claim_sent,
-          WriteRequest{source, format_driver, prepared_warp.get(), progress, progress_data});
-    }
-    if (claim.outcome == ClaimOutcome::k_completed) {
-      if (GDALDataset* output = skip_if_current(claim.row, announced_wait)) {
-        return output;
-      }
-      continue;  // invalidated: claimed again
-    }
-    const LedgerRow& holder = claim.row;
-    announce_busy(holder, false, announced_wait);
-    // Back off from 50 ms to 1 s: short tiles finish within a few polls, long work costs the
-    // ledger one claim attempt a second. Never sleep past the holder's lease.
-    const double left = holder.lease_left_seconds.value_or(1.0);
-    const double pause = std::clamp(std::min(wait_backoff, left), 0.05, 1.0);
-    wait_backoff = std::min(wait_backoff * 2, 1.0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(pause * 1000)));
-  }
+  auto claim_sent = LeaseKeeper::Clock::now();
+  return run_claim_loop(
+      [&] {
+        request.claim_token = new_claim_token();
+        claim_sent = LeaseKeeper::Clock::now();
+        ClaimResult claim = read_warp_ahead ? m_ledger->claim_unless_completed(request, read_warp)
+                                            : m_ledger->claim_unless_completed(request);
+        if (m_work.is_warp) {
+          debug_report_set("WARP_OPTIONS_READ_AHEAD", prepared_warp ? "YES" : "NO");
+        }
+        read_warp_ahead = false;
+        CPLDebug("IDEM", "timing: claim %.2f ms", lap_ms(m_lap));
+        return claim;
+      },
+      [&](const ClaimResult& claim) {
+        return run_claimed(
+            claim, claim_sent,
+            WriteRequest{source, format_driver, prepared_warp.get(), progress, progress_data});
+      },
+      [&](const ClaimResult& claim) -> std::optional<GDALDataset*> {
+        GDALDataset* output = skip_if_current(claim.row, announced_wait);
+        return output != nullptr ? std::optional<GDALDataset*>(output) : std::nullopt;
+      },
+      [&](const LedgerRow& holder) { announce_busy(holder, false, announced_wait); });
 }
 
 // gdalwarp hands a driver without Create its plain mosaic of several sources as gdalbuildvrt's

@@ -47,6 +47,7 @@
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
 #include "work/atomic_output.hpp"
+#include "work/claim_loop.hpp"
 #include "work/destination_guard.hpp"
 #include "work/lease.hpp"
 #include "work/output_check.hpp"
@@ -107,10 +108,7 @@ GDALDataset* IdemCreator::skip_if_current(const LedgerRow& row, bool waited) {
 // Another worker holds `holder`: with IDEM_ON_BUSY=FAIL this attempt fails naming it, else a
 // warning says once what it waits for.
 void IdemCreator::announce_busy(const LedgerRow& holder, bool other_work, bool& announced) {
-  const std::string holder_text =
-      holder.worker_host + " pid " + std::to_string(holder.worker_pid) + " (attempt " +
-      std::to_string(holder.attempt) + ", lease left " +
-      std::to_string(static_cast<long>(holder.lease_left_seconds.value_or(0))) + " s)";
+  const std::string holder_text = describe_holder(holder);
   const std::string what =
       other_work ? "other work (key " + holder.work_key.substr(0, 12) + ") for the same output"
                  : std::string("this work");
@@ -131,7 +129,7 @@ void IdemCreator::announce_busy(const LedgerRow& holder, bool other_work, bool& 
 // done, when the ledger's connection is free (a PostgreSQL claim's confirmation has been read).
 void IdemCreator::wait_for_earlier_work(const LedgerRow& ours, LeaseKeeper& keeper) {
   bool announced = false;
-  double backoff = 0.05;
+  BusyBackoff backoff;
   while (const std::optional<LedgerRow> rival = earlier_claim_on_destination(ours)) {
     announce_busy(*rival, true, announced);
     keeper.poll();
@@ -140,10 +138,7 @@ void IdemCreator::wait_for_earlier_work(const LedgerRow& ours, LeaseKeeper& keep
           "the claim on this work was lost while it waited for "
           "other work on the same output; nothing was published");
     }
-    const double pause =
-        std::clamp(std::min(backoff, rival->lease_left_seconds.value_or(1.0)), 0.05, 1.0);
-    backoff = std::min(backoff * 2, 1.0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(pause * 1000)));
+    backoff.wait(*rival);
   }
 }
 

@@ -31,6 +31,7 @@
 #include "key/command_line.hpp"
 #include "ledger/caller_transaction.hpp"
 #include "ledger/ledger.hpp"
+#include "work/claim_loop.hpp"
 #include "work/lease.hpp"
 
 namespace idem {
@@ -521,46 +522,40 @@ FeatureLoadResult run_feature_load(FeatureLoadRequest request) {
   claim_request.worker_pid = getpid();
 
   bool waited = false;
-  for (;;) {
-    // Completed (and not superseded) work comes back as it stands, with nothing written; on
-    // PostgreSQL one statement asks both questions.
-    claim_request.claim_token = new_claim_token();
-    const ClaimResult claim = ledger->claim_unless_completed(claim_request);
-    if (claim.outcome == ClaimOutcome::k_completed) {
-      FeatureLoadResult result;
-      result.outcome = FeatureLoadOutcome::k_skipped;
-      result.work = work;
-      result.feature_count = claim.row.feature_count.value_or(0);
-      result.attempt = claim.row.attempt;
-      result.waited = waited;
-      return result;
-    }
-    if (claim.outcome == ClaimOutcome::k_claimed) {
-      LoadAttempt attempt(request, work, *ledger, claim);
-      FeatureLoadResult result = attempt.run();
-      result.attempt = claim.attempt;
-      result.waited = waited;
-      return result;
-    }
-    const LedgerRow& holder = claim.row;
-    const std::string holder_text =
-        holder.worker_host + " pid " + std::to_string(holder.worker_pid) + " (attempt " +
-        std::to_string(holder.attempt) + ", lease left " +
-        std::to_string(static_cast<long>(holder.lease_left_seconds.value_or(0))) + " s)";
-    if (request.fail_when_busy) {
-      throw Error(ErrorKind::k_ledger, "the load " + work.key.substr(0, 12) + " into " +
-                                           work.target.display + " is being done by " +
-                                           holder_text + "; IDEM_ON_BUSY=FAIL");
-    }
-    if (!waited) {
-      CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds this load",
-               holder_text.c_str());
-      waited = true;
-    }
-    const double left = holder.lease_left_seconds.value_or(1.0);
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(static_cast<int>(std::clamp(left, 0.2, 2.0) * 1000)));
-  }
+  return run_claim_loop(
+      [&] {
+        // Completed (and not superseded) work comes back as it stands, with nothing written;
+        // on PostgreSQL one statement asks both questions.
+        claim_request.claim_token = new_claim_token();
+        return ledger->claim_unless_completed(claim_request);
+      },
+      [&](const ClaimResult& claim) {
+        LoadAttempt attempt(request, work, *ledger, claim);
+        FeatureLoadResult result = attempt.run();
+        result.attempt = claim.attempt;
+        result.waited = waited;
+        return result;
+      },
+      [&](const ClaimResult& claim) -> std::optional<FeatureLoadResult> {
+        FeatureLoadResult result;
+        result.outcome = FeatureLoadOutcome::k_skipped;
+        result.work = work;
+        result.feature_count = claim.row.feature_count.value_or(0);
+        result.attempt = claim.row.attempt;
+        result.waited = waited;
+        return result;
+      },
+      [&](const LedgerRow& holder) {
+        if (request.fail_when_busy) {
+          throw WorkBusy("the load " + work.key.substr(0, 12) + " into " + work.target.display +
+                         " is being done by " + describe_holder(holder) + "; IDEM_ON_BUSY=FAIL");
+        }
+        if (!waited) {
+          CPLError(CE_Warning, CPLE_AppDefined, "IDEM: waiting for %s, which holds this load",
+                   describe_holder(holder).c_str());
+          waited = true;
+        }
+      });
 }
 
 }  // namespace idem
