@@ -59,6 +59,20 @@ using namespace vsiidem_detail;  // the handler is built of these parts
 
 namespace {
 
+// Runs `body`, the work of one of the handler's overrides, behind GDAL's C interface, which no
+// C++ exception may cross: an exception becomes GDAL's error "/vsiidem/: <what>", errno EIO,
+// and the override's `failed` value.
+template <typename Failed, typename Body>
+auto guarded(Failed failed, Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception& error) {
+    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
+    errno = EIO;
+    return failed;
+  }
+}
+
 // The documented domains of the handler's Get/SetFileMetadata (docs/vsiidem.md).
 constexpr const char* k_domain_handler = "IDEM_HANDLER";                // get: VERSION=1
 constexpr const char* k_domain_unlink_pending = "IDEM_UNLINK_PENDING";  // get: PENDING=YES|NO
@@ -130,7 +144,7 @@ VsiIdemFilesystemHandler::~VsiIdemFilesystemHandler() {
 
 VSIVirtualHandle* VsiIdemFilesystemHandler::open_handle(const char* filename, const char* access,
                                                         bool set_error, CSLConstList options) {
-  try {
+  return guarded(nullptr, [&]() -> VSIVirtualHandle* {
     note_use();
     const std::string real = real_absolute(filename);
     if (is_write_access(access)) {
@@ -181,11 +195,7 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_handle(const char* filename, co
       return nullptr;
     }
     return compat::open_handle(handler_for(target), target.c_str(), access, set_error, options);
-  } catch (const std::exception& error) {
-    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
-    errno = EIO;
-    return nullptr;
-  }
+  });
 }
 
 // Invariant I2 for every path /vsiidem/ writes or deletes, whichever driver asks: never a link, a
@@ -316,7 +326,7 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
 }
 
 int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, int flags) {
-  try {
+  return guarded(-1, [&] {
     note_use();
     const std::string real = real_absolute(filename);
     std::string target = real;
@@ -350,17 +360,13 @@ int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, 
     }
     errno = stat_errno;
     return result;
-  } catch (const std::exception& error) {
-    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
-    errno = EIO;
-    return -1;
-  }
+  });
 }
 
 // Deferred: recorded and hidden now, carried out at the end of the process unless cancelled
 // (an IDEM skip keeps the file; a new file renamed into place replaces it).
 int VsiIdemFilesystemHandler::Unlink(const char* filename) {
-  try {
+  return guarded(-1, [&] {
     const std::string real = real_absolute(filename);
     auto& shared = state();
     {
@@ -417,37 +423,21 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
     // output both delete its old sidecar): what the delete asks for holds, and GDAL would
     // otherwise print "Deleting ... failed" for a run that succeeds.
     return 0;
-  } catch (const std::exception& error) {
-    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
-    errno = EIO;
-    return -1;
-  }
+  });
 }
 
 int VsiIdemFilesystemHandler::Mkdir(const char* dirname, long mode) {
-  try {
-    return VSIMkdir(real_absolute(dirname).c_str(), mode);
-  } catch (const std::exception& error) {
-    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
-    errno = EIO;
-    return -1;
-  }
+  return guarded(-1, [&] { return VSIMkdir(real_absolute(dirname).c_str(), mode); });
 }
 
 int VsiIdemFilesystemHandler::Rmdir(const char* dirname) {
-  try {
-    return VSIRmdir(real_absolute(dirname).c_str());
-  } catch (const std::exception& error) {
-    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
-    errno = EIO;
-    return -1;
-  }
+  return guarded(-1, [&] { return VSIRmdir(real_absolute(dirname).c_str()); });
 }
 
 // The directory as this process sees it: pending unlinks hidden, files being written shown,
 // IDEM's own temporary directories hidden.
 char** VsiIdemFilesystemHandler::ReadDirEx(const char* dirname, int max_files) {
-  try {
+  return guarded(nullptr, [&]() -> char** {
     const std::string real_dir = real_absolute(dirname);
     CPLStringList listed(VSIReadDirEx(real_dir.c_str(), max_files));
     const bool dir_exists = listed.List() != nullptr;
@@ -487,15 +477,12 @@ char** VsiIdemFilesystemHandler::ReadDirEx(const char* dirname, int max_files) {
     shared.m_listed_dir = real_dir;
     shared.m_listed_names = std::move(seen);
     return visible.StealList();
-  } catch (const std::exception& error) {
-    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
-    return nullptr;
-  }
+  });
 }
 
 int VsiIdemFilesystemHandler::Rename(const char* old_path,
                                      const char* new_path IDEM_VSI_RENAME_EXTRA_PARAMETERS) {
-  try {
+  return guarded(-1, [&] {
     const std::string real_old = real_absolute(old_path);
     const std::string real_new = real_absolute(new_path);
     auto& shared = state();
@@ -514,11 +501,7 @@ int VsiIdemFilesystemHandler::Rename(const char* old_path,
       shared.m_pending_unlinks.erase(real_new);
     }
     return result;
-  } catch (const std::exception& error) {
-    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
-    errno = EIO;
-    return -1;
-  }
+  });
 }
 
 int VsiIdemFilesystemHandler::IsCaseSensitive(const char* filename) {
@@ -559,7 +542,7 @@ bool VsiIdemFilesystemHandler::SupportsRandomWrite(const char* path, bool allow_
 
 char** VsiIdemFilesystemHandler::GetFileMetadata(const char* filename, const char* domain,
                                                  CSLConstList options) {
-  try {
+  return guarded(nullptr, [&]() -> char** {
     if (domain != nullptr && EQUAL(domain, k_domain_handler)) {
       CPLStringList result;
       result.SetNameValue("VERSION", "1");
@@ -573,15 +556,12 @@ char** VsiIdemFilesystemHandler::GetFileMetadata(const char* filename, const cha
       return result.StealList();
     }
     return VSIGetFileMetadata(real.c_str(), domain, options);
-  } catch (const std::exception& error) {
-    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
-    return nullptr;
-  }
+  });
 }
 
 bool VsiIdemFilesystemHandler::SetFileMetadata(const char* filename, CSLConstList metadata,
                                                const char* domain, CSLConstList options) {
-  try {
+  return guarded(false, [&] {
     if (domain != nullptr && EQUAL(domain, k_domain_flush_unlinks)) {
       vsiidem_flush_unlinks();
       return true;
@@ -592,10 +572,7 @@ bool VsiIdemFilesystemHandler::SetFileMetadata(const char* filename, CSLConstLis
       return true;
     }
     return VSISetFileMetadata(real.c_str(), metadata, domain, options) != 0;
-  } catch (const std::exception& error) {
-    CPLError(CE_Failure, CPLE_FileIO, "/vsiidem/: %s", error.what());
-    return false;
-  }
+  });
 }
 
 std::mutex& install_mutex() {
