@@ -283,4 +283,215 @@ void flush_at_exit() {
   }
 }
 
+// VsiIdemState's members (vsiidem_state.hpp).
+
+void VsiIdemState::defer_unlink(const std::string& real,
+                                const std::optional<ObservedFile>& observed) {
+  register_exit_flush();
+  own_pending_unlinks();
+  PendingUnlink& pending = m_pending_unlinks[real];
+  pending = PendingUnlink{};
+  pending.number = ++m_unlink_count;
+  pending.thread = std::this_thread::get_id();
+  pending.observed = observed;
+  CPLDebug(k_debug_category, "unlink of %s deferred", real.c_str());
+}
+
+uint64_t VsiIdemState::adopt(const std::string& destination) {
+  own_pending_unlinks();
+  const auto self = std::this_thread::get_id();
+  const auto primary = m_pending_unlinks.find(destination);
+  const bool primary_pending = primary != m_pending_unlinks.end() &&
+                               primary->second.adoption == 0 && primary->second.thread == self;
+  const uint64_t since = primary_pending ? primary->second.number : 0;
+  const std::string under = destination + "/";
+  const uint64_t adoption = m_adoption_count + 1;
+  bool adopted = false;
+  for (auto& [path, pending] : m_pending_unlinks) {
+    if (pending.adoption != 0 || pending.thread != self) {
+      continue;
+    }
+    if ((primary_pending && pending.number >= since && in_dataset_group(destination, path)) ||
+        path.compare(0, under.size(), under) == 0) {
+      pending.adoption = adoption;
+      adopted = true;
+      CPLDebug(k_debug_category, "unlink of %s left to the IDEM call writing %s", path.c_str(),
+               destination.c_str());
+    }
+  }
+  if (!adopted) {
+    return 0;
+  }
+  m_adoption_count = adoption;
+  return adoption;
+}
+
+void VsiIdemState::keep_dataset_of_refused(const std::string& real) {
+  own_pending_unlinks();
+  const auto self = std::this_thread::get_id();
+  for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+    if (it->second.adoption == 0 && it->second.thread == self &&
+        in_dataset_group(real, it->first)) {
+      CPLDebug(k_debug_category, "unlink of %s cancelled: the write of %s was refused",
+               it->first.c_str(), real.c_str());
+      it = m_pending_unlinks.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (std::find(m_refused.begin(), m_refused.end(), real) != m_refused.end()) {
+    return;
+  }
+  if (m_refused.size() == k_refused_kept) {
+    m_refused.pop_front();
+  }
+  m_refused.push_back(real);
+}
+
+std::string VsiIdemState::refused_dataset_of(const std::string& real) {
+  const auto again = std::find(m_refused.begin(), m_refused.end(), real);
+  if (again != m_refused.end()) {
+    m_refused.erase(again);
+    return {};
+  }
+  for (const std::string& refused : m_refused) {
+    if (in_dataset_group(refused, real)) {
+      return refused;
+    }
+  }
+  return {};
+}
+
+std::vector<std::pair<std::string, PendingUnlink>> VsiIdemState::take_adopted(uint64_t adoption) {
+  std::vector<std::pair<std::string, PendingUnlink>> taken;
+  for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+    if (adoption != 0 && it->second.adoption == adoption) {
+      taken.emplace_back(it->first, it->second);
+      it = m_pending_unlinks.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return taken;
+}
+
+void VsiIdemState::own_pending_unlinks() {
+  const pid_t self = getpid();
+  if (m_pending_pid != self) {
+    if (m_pending_pid != 0 && !m_pending_unlinks.empty()) {
+      CPLDebug(k_debug_category, "%d deferred unlinks of the parent process left to it",
+               static_cast<int>(m_pending_unlinks.size()));
+    }
+    m_pending_unlinks.clear();
+    m_pending_pid = self;
+  }
+}
+
+void VsiIdemState::note_object_look(const std::string& real, bool missing) {
+  if (!missing) {
+    m_missing_looks.erase(real);
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (m_missing_looks.size() >= m_missing_looks_prune_at) {
+    // A process that looks at many objects: expired entries go, and the next pass waits for
+    // the map to double, so a burst of looks costs amortised constant time each.
+    for (auto it = m_missing_looks.begin(); it != m_missing_looks.end();) {
+      it = now - it->second.when > k_missing_look_lifetime ? m_missing_looks.erase(it)
+                                                           : std::next(it);
+    }
+    m_missing_looks_prune_at = std::max<size_t>(64, 2 * m_missing_looks.size());
+  }
+  m_missing_looks[real] = MissingLook{now, m_changes};
+}
+
+bool VsiIdemState::take_missing_look(const std::string& real) {
+  const auto it = m_missing_looks.find(real);
+  if (it == m_missing_looks.end()) {
+    return false;
+  }
+  const MissingLook look = it->second;
+  m_missing_looks.erase(it);
+  return look.changes == m_changes &&
+         std::chrono::steady_clock::now() - look.when <= k_missing_look_lifetime;
+}
+
+std::shared_ptr<InFlight> VsiIdemState::live_entry(const std::string& real) {
+  auto it = m_in_flight.find(real);
+  if (it == m_in_flight.end() || it->second->discard) {
+    return nullptr;
+  }
+  return it->second;
+}
+
+void VsiIdemState::flush(FlushPoint point) {
+  std::map<std::string, PendingUnlink> paths;
+  UnlinkHook hook;
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    own_pending_unlinks();
+    for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+      if (it->second.adoption != 0) {
+        ++it;  // an IDEM call in progress resolves it
+      } else {
+        paths.insert(*it);
+        it = m_pending_unlinks.erase(it);
+      }
+    }
+    hook = m_hook;
+  }
+  for (const auto& [path, pending] : paths) {
+    if (!local_path(path) && point == FlushPoint::k_gdal_cleanup) {
+      // GDAL's file manager is being torn down: no VSI call is safe any more.
+      CPLError(CE_Warning, CPLE_FileIO, "gdal-idem: deferred delete of %s skipped at GDAL cleanup",
+               path.c_str());
+      continue;
+    }
+    if (!local_path(path) && point == FlushPoint::k_exit_local_only) {
+      CPLError(CE_Warning, CPLE_FileIO,
+               "gdal-idem: deferred delete of %s skipped at exit: no thread could be "
+               "started to reach it",
+               path.c_str());
+      continue;
+    }
+    if (!pending.observed) {
+      continue;  // nothing was seen there: nothing to delete
+    }
+    const std::optional<ObservedFile> now = current_identity(path);
+    if (!now && !local_path(path)) {
+      // The store did not answer (or the object is gone): nothing is deleted unchecked.
+      CPLError(CE_Warning, CPLE_FileIO,
+               "gdal-idem: deferred delete of %s failed: the object could not be checked "
+               "to be the one the delete saw (the store did not answer, or it is gone), "
+               "so nothing was deleted",
+               path.c_str());
+      continue;
+    }
+    if (!now || !(*now == *pending.observed)) {
+      CPLDebug(k_debug_category,
+               "deferred unlink of %s not carried out: the file there is not the one the "
+               "unlink saw",
+               path.c_str());
+      continue;
+    }
+    if (hook && !call_hook(hook, path)) {
+      continue;  // the hook keeps the file (its ledger rows could not be removed)
+    }
+    const int result = remove_observed(path, *pending.observed);
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      ++m_changes;
+    }
+    if (result == 0) {
+      CPLDebug(k_debug_category, "carried out the deferred unlink of %s%s", path.c_str(),
+               point == FlushPoint::k_gdal_cleanup ? " (GDAL cleanup)"
+               : point == FlushPoint::k_running    ? ""
+                                                   : " (end of the process)");
+    } else if (errno != ENOENT) {
+      CPLError(CE_Warning, CPLE_FileIO, "gdal-idem: deferred delete of %s failed: %s", path.c_str(),
+               std::strerror(errno));
+    }
+  }
+}
+
 }  // namespace idem::vsiidem_detail
