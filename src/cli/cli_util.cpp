@@ -161,6 +161,15 @@ std::string array(const std::vector<std::string>& items) {
   return out + "]";
 }
 
+std::string strings(const std::vector<std::string>& texts) {
+  std::vector<std::string> items;
+  items.reserve(texts.size());
+  for (const std::string& text : texts) {
+    items.push_back(str(text));
+  }
+  return array(items);
+}
+
 }  // namespace json
 
 std::string row_state_name(const LedgerRow& row) {

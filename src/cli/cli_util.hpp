@@ -65,6 +65,7 @@ std::string optional(const std::optional<T>& value, F serialise) {
 std::string time(const std::optional<double>& epoch_seconds);  // ISO string or null
 std::string object(const std::map<std::string, std::string>& members);
 std::string array(const std::vector<std::string>& items);
+std::string strings(const std::vector<std::string>& texts);  // an array of JSON strings
 }  // namespace json
 
 // Common members of a row in JSON output: key, namespace, layer, tile, output, state, times,

@@ -4,21 +4,10 @@
 #include <cstdio>
 
 #include "cli.hpp"
+#include "cli_util.hpp"
 #include "ledger/ledger.hpp"
 
 namespace idem::cli {
-
-namespace {
-
-std::string join_json(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) {
-    out += (i ? "," : "") + json_quote(items[i]);
-  }
-  return out + "]";
-}
-
-}  // namespace
 
 int run_init(const Args& args, const GlobalOptions& global) {
   bool print = false;
@@ -48,12 +37,13 @@ int run_init(const Args& args, const GlobalOptions& global) {
   const std::string where = global.ledger_dsn.empty() ? "sqlite:" + Ledger::default_sqlite_path()
                                                       : Ledger::redact_dsn(global.ledger_dsn);
   if (global.json) {
-    std::printf(
-        "{\"applied\":%s,\"backend\":%s,\"footprints\":%s,\"ledger\":%s,\"schema_version\":%d,"
-        "\"skipped\":%s}\n",
-        join_json(report.applied).c_str(), json_quote(ledger->backend_name()).c_str(),
-        ledger->has_footprints() ? "true" : "false", json_quote(where).c_str(),
-        report.schema_version, join_json(report.skipped).c_str());
+    std::printf("%s\n", json::object({{"applied", json::strings(report.applied)},
+                                      {"backend", json::str(ledger->backend_name())},
+                                      {"footprints", json::boolean(ledger->has_footprints())},
+                                      {"ledger", json::str(where)},
+                                      {"schema_version", json::integer(report.schema_version)},
+                                      {"skipped", json::strings(report.skipped)}})
+                            .c_str());
     return k_exit_ok;
   }
   std::printf("ledger ready: %s (%s, schema version %d%s)\n", where.c_str(),

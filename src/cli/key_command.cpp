@@ -19,6 +19,7 @@
 #include "base/held_messages.hpp"
 #include "base/paths.hpp"
 #include "cli.hpp"
+#include "cli_util.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -29,6 +30,15 @@
 namespace idem::cli {
 
 namespace {
+
+// `gdal-idem key --json`'s document: {"destination", "key", "work"}.
+void print_key_json(const std::string& destination, const std::string& key,
+                    const std::string& canonical_work) {
+  std::printf("%s\n", json::object({{"destination", json::str(destination)},
+                                    {"key", json::str(key)},
+                                    {"work", canonical_work}})
+                          .c_str());
+}
 
 // The last -of (or ogr2ogr's -f) of the command, as GDAL takes it.
 std::string output_format(GdalProgram program, const std::vector<std::string>& options) {
@@ -121,9 +131,7 @@ int run_key_ogr2ogr(const Args& arguments, FeatureLoadSettings settings,
   settings.digest_cache = &cache;
   const FeatureWork work = describe_feature_load(command, settings);
   if (json) {
-    std::printf("{\"destination\":%s,\"key\":%s,\"work\":%s}\n",
-                json_quote(work.output_uri).c_str(), json_quote(work.key).c_str(),
-                work.canonical_json.c_str());
+    print_key_json(work.output_uri, work.key, work.canonical_json);
   } else {
     std::printf("%s\n", work.key.c_str());
   }
@@ -170,9 +178,7 @@ int run_key(const Args& args, const GlobalOptions& global) {
   const CommandKey key =
       key_raster_command(Args(args.begin() + static_cast<long>(i) + 1, args.end()));
   if (json) {
-    std::printf("{\"destination\":%s,\"key\":%s,\"work\":%s}\n",
-                json_quote(key.destination).c_str(), json_quote(key.key).c_str(),
-                key.canonical_json.c_str());
+    print_key_json(key.destination, key.key, key.canonical_json);
   } else {
     std::printf("%s\n", key.key.c_str());
   }

@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "cli.hpp"
+#include "cli_util.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "key/source_digest.hpp"
@@ -79,13 +80,15 @@ int run_load(const Args& args, const GlobalOptions& global) {
   const FeatureLoadResult result = run_feature_load(request);
   const bool loaded = result.outcome == FeatureLoadOutcome::k_loaded;
   if (json) {
-    std::printf(
-        "{\"attempt\":%lld,\"completed_with_swap\":%s,\"feature_count\":%lld,"
-        "\"key\":%s,\"mode\":\"%s\",\"outcome\":\"%s\",\"target\":%s}\n",
-        static_cast<long long>(result.attempt), result.completed_with_swap ? "true" : "false",
-        static_cast<long long>(result.feature_count), json_quote(result.work.key).c_str(),
-        load_mode_name(result.work.mode), loaded ? "loaded" : "skipped",
-        json_quote(result.work.target.display).c_str());
+    std::printf("%s\n",
+                json::object({{"attempt", json::integer(result.attempt)},
+                              {"completed_with_swap", json::boolean(result.completed_with_swap)},
+                              {"feature_count", json::integer(result.feature_count)},
+                              {"key", json::str(result.work.key)},
+                              {"mode", json::str(load_mode_name(result.work.mode))},
+                              {"outcome", json::str(loaded ? "loaded" : "skipped")},
+                              {"target", json::str(result.work.target.display)}})
+                    .c_str());
   } else if (!global.quiet) {
     if (loaded) {
       std::printf("loaded %lld features into %s (%s, key %s, attempt %lld)\n",

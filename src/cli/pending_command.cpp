@@ -19,6 +19,7 @@
 
 #include "base/error.hpp"
 #include "cli.hpp"
+#include "cli_util.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -518,8 +519,12 @@ void PendingFilter::pass_through(const std::string& record, size_t line_number,
 
 void PendingFilter::print_counts() const {
   if (m_json_counts) {
-    std::fprintf(stderr, "{\"done\":%zu,\"pending\":%zu,\"unparsed\":%zu}\n", m_counts.done,
-                 m_counts.pending, m_counts.unparsed);
+    std::fprintf(
+        stderr, "%s\n",
+        json::object({{"done", json::integer(static_cast<int64_t>(m_counts.done))},
+                      {"pending", json::integer(static_cast<int64_t>(m_counts.pending))},
+                      {"unparsed", json::integer(static_cast<int64_t>(m_counts.unparsed))}})
+            .c_str());
   } else {
     std::fprintf(stderr, "gdal-idem pending: %zu done, %zu pending, %zu unparsed\n", m_counts.done,
                  m_counts.pending, m_counts.unparsed);
