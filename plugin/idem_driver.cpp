@@ -148,8 +148,14 @@ GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*s
     report_elapsed();
     return output;
   } catch (const Error& error) {
+    // A bug of IDEM's says so, and asks for a report; every other error names what to do.
     CPLError(CE_Failure, error.kind() == ErrorKind::k_usage ? CPLE_IllegalArg : CPLE_AppDefined,
-             "IDEM: %s", error.what());
+             "IDEM: %s%s",
+             error.kind() == ErrorKind::k_internal
+                 ? "internal error (a bug in gdal-idem: please report it with the command "
+                   "that failed): "
+                 : "",
+             error.what());
     failed(error_kind_name(error), error.what());
   } catch (const std::exception& error) {
     CPLError(CE_Failure, CPLE_AppDefined, "IDEM: unexpected error: %s", error.what());

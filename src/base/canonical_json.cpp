@@ -56,7 +56,7 @@ JsonValue JsonValue::object(Object members) {
 
 JsonValue& JsonValue::set(const std::string& key, JsonValue value) {
   if (m_type != Type::k_object) {
-    throw Error(ErrorKind::k_internal, "JsonValue::set on a non-object");
+    throw Error(ErrorKind::k_internal, "canonical JSON: a member set on a value that is not an object");
   }
   JsonValue& slot = m_object[key];
   slot = std::move(value);
@@ -73,7 +73,7 @@ const JsonValue* JsonValue::find(const std::string& key) const {
 
 void JsonValue::push_back(JsonValue value) {
   if (m_type != Type::k_array) {
-    throw Error(ErrorKind::k_internal, "JsonValue::push_back on a non-array");
+    throw Error(ErrorKind::k_internal, "canonical JSON: an item added to a value that is not an array");
   }
   m_array.push_back(std::move(value));
 }
@@ -177,7 +177,7 @@ std::string format_double(double value) {
   char buffer[64];
   const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
   if (result.ec != std::errc()) {
-    throw Error(ErrorKind::k_internal, "std::to_chars failed");
+    throw Error(ErrorKind::k_internal, "canonical JSON: a number could not be written");
   }
   return std::string(buffer, result.ptr);
 }

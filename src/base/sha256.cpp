@@ -28,7 +28,7 @@ Sha256::~Sha256() = default;
 
 void Sha256::update(const void* data, std::size_t size) {
   if (m_finished) {
-    throw Error(ErrorKind::k_internal, "Sha256::update after finish");
+    throw Error(ErrorKind::k_internal, "SHA-256: data added after the digest was finished");
   }
   if (size != 0 && SHA256_Update(&m_context->sha, data, size) != 1) {
     throw Error(ErrorKind::k_internal, "OpenSSL: SHA-256 update failed");
@@ -38,7 +38,7 @@ void Sha256::update(const void* data, std::size_t size) {
 void Sha256::finish(unsigned char (&digest)[32]) {
   static_assert(sizeof(digest) == SHA256_DIGEST_LENGTH, "SHA-256 digests are 32 bytes");
   if (m_finished) {
-    throw Error(ErrorKind::k_internal, "Sha256 finished twice");
+    throw Error(ErrorKind::k_internal, "SHA-256: the digest was finished twice");
   }
   m_finished = true;
   if (SHA256_Final(digest, &m_context->sha) != 1) {
