@@ -620,7 +620,8 @@ PreparedWarpPtr prepare_warp(GDALDataset* source, const std::string* vrt_xml,
 GDALDatasetUniquePtr materialise(const MaterialiseRequest& request) {
   if (request.source == nullptr || request.format_driver == nullptr ||
       request.output_path.empty()) {
-    throw Error(ErrorKind::k_internal, "the output was to be written without a source, a driver or an output path");
+    throw Error(ErrorKind::k_internal,
+                "the output was to be written without a source, a driver or an output path");
   }
   ProgressRelay relay(request.progress, request.progress_data);
   GDALDatasetUniquePtr output;

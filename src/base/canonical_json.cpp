@@ -56,7 +56,8 @@ JsonValue JsonValue::object(Object members) {
 
 JsonValue& JsonValue::set(const std::string& key, JsonValue value) {
   if (m_type != Type::k_object) {
-    throw Error(ErrorKind::k_internal, "canonical JSON: a member set on a value that is not an object");
+    throw Error(ErrorKind::k_internal,
+                "canonical JSON: a member set on a value that is not an object");
   }
   JsonValue& slot = m_object[key];
   slot = std::move(value);
@@ -73,7 +74,8 @@ const JsonValue* JsonValue::find(const std::string& key) const {
 
 void JsonValue::push_back(JsonValue value) {
   if (m_type != Type::k_array) {
-    throw Error(ErrorKind::k_internal, "canonical JSON: an item added to a value that is not an array");
+    throw Error(ErrorKind::k_internal,
+                "canonical JSON: an item added to a value that is not an array");
   }
   m_array.push_back(std::move(value));
 }

@@ -15,6 +15,7 @@
 
 #include "base/error.hpp"
 #include "base/paths.hpp"
+#include "base/pg_handles.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -169,10 +170,6 @@ std::string launder(const std::string& name) {
   return out;
 }
 
-struct ConninfoFree {
-  void operator()(PQconninfoOption* options) const { PQconninfoFree(options); }
-};
-
 FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& layer_name) {
   if (const auto format = last_value(command.options, "-f")) {
     if (!EQUAL(format->c_str(), "PostgreSQL")) {
@@ -210,15 +207,9 @@ FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& l
       }
     }
   }
-  char* parse_error_text = nullptr;
-  std::unique_ptr<PQconninfoOption, ConninfoFree> parsed(
-      PQconninfoParse(conninfo.c_str(), &parse_error_text));
+  std::string reason;
+  const pg::ConninfoOptions parsed = pg::parse_conninfo(conninfo, &reason);
   if (!parsed) {
-    std::string reason = parse_error_text != nullptr ? parse_error_text : "invalid";
-    PQfreemem(parse_error_text);
-    while (!reason.empty() && (reason.back() == '\n' || reason.back() == ' ')) {
-      reason.pop_back();
-    }
     throw Error(ErrorKind::k_usage, "the PG: connection string cannot be parsed: " + reason);
   }
   target.conninfo = conninfo;

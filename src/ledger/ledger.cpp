@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "base/error.hpp"
+#include "base/pg_handles.hpp"
 #include "cpl_string.h"
 #include "idem_embedded_sql.hpp"
 #include "ledger/ledger_internal.hpp"
@@ -366,12 +367,7 @@ namespace {
 // The keywords a libpq DSN (URI or keyword string) sets, with their values; empty when it does
 // not parse (libpq reports that when connecting).
 std::map<std::string, std::string> dsn_keywords(const std::string& dsn) {
-  char* error = nullptr;
-  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> options(
-      PQconninfoParse(dsn.c_str(), &error), &PQconninfoFree);
-  if (error != nullptr) {
-    PQfreemem(error);
-  }
+  const pg::ConninfoOptions options = pg::parse_conninfo(dsn);
   std::map<std::string, std::string> keywords;
   for (const PQconninfoOption* option = options.get();
        option != nullptr && option->keyword != nullptr; ++option) {
