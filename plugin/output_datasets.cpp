@@ -113,7 +113,7 @@ void add_read_through(GDALDataset* dataset, std::vector<GDALDataset*>& held, int
   if (dataset == nullptr) {
     return;
   }
-  if (depth > 32) {
+  if (depth > k_max_vrt_depth) {
     throw Error(ErrorKind::k_source, "VRTs made in memory nested too deeply");
   }
   std::vector<GDALDataset*> found;

@@ -27,8 +27,6 @@ namespace idem {
 
 namespace {
 
-constexpr int k_max_vrt_depth = 32;
-
 // Local paths compare by their real path so two spellings of one file count once.
 std::string dedup_key(const std::string& path) {
   if (is_vsi_path(path)) {

@@ -16,6 +16,10 @@ class GDALDataset;
 
 namespace idem {
 
+// How deep VRTs may name VRTs (files or datasets made in memory) before a walk of what a dataset
+// reads gives up: the one limit of every such walk (the key's, the driver's).
+inline constexpr int k_max_vrt_depth = 32;
+
 // The datasets opened to identify the sources named in a VRT, kept open for the warp that follows
 // so that it does not open each source again (a GDALOpen is a measurable part of a 256x256 tile,
 // bench/RESULTS.md). Each holds one reference, released on destruction.
