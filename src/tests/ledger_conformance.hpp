@@ -128,9 +128,7 @@ class LedgerConformance : public ::testing::TestWithParam<std::string> {
 }  // namespace idem::ledger_test
 
 // Each file of the suite runs its tests against the three backends.
-#define IDEM_LEDGER_CONFORMANCE_BACKENDS()                                               \
-  INSTANTIATE_TEST_SUITE_P(Backends, LedgerConformance,                                 \
-                           ::testing::Values("sqlite", "postgresql", "postgresql_nogis"), \
-                           [](const ::testing::TestParamInfo<std::string>& param_info) { \
-                             return param_info.param;                                   \
-                           })
+#define IDEM_LEDGER_CONFORMANCE_BACKENDS()                                                        \
+  INSTANTIATE_TEST_SUITE_P(                                                                       \
+      Backends, LedgerConformance, ::testing::Values("sqlite", "postgresql", "postgresql_nogis"), \
+      [](const ::testing::TestParamInfo<std::string>& param_info) { return param_info.param; })
