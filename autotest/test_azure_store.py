@@ -33,11 +33,15 @@ def upload(uri, data):
     return gdal.GetFileMetadata(uri, "HEADERS")["etag"]
 
 
-def test_a_blob_source_reuploaded_with_the_same_bytes_keeps_its_key(azurite, tmp_path):
+@pytest.mark.parametrize("read_as", ["vsiaz", "vsiadls"])
+def test_a_blob_source_reuploaded_with_the_same_bytes_keeps_its_key(azurite, tmp_path, read_as):
+    """A blob's ETag changes with every write; its Content-MD5 is the MD5 of its bytes. The
+    source is read through /vsiaz/ or /vsiadls/ (a Data Lake filesystem, whose files are blobs)."""
     local = make_source(tmp_path / "scene.tif", size=64)
     with open(local, "rb") as f:
         content = f.read()
-    uri = f"/vsiaz/{CONTAINER}/sources/scene.tif"
+    stored = f"/vsiaz/{CONTAINER}/sources/{read_as}/scene.tif"
+    uri = f"/{read_as}/{CONTAINER}/sources/{read_as}/scene.tif"
     ledger = f"sqlite:{tmp_path / 'ledger.sqlite'}"
     out = tmp_path / "out.tif"
     env = env_with(IDEM_LEDGER=ledger, **azurite.config())
@@ -47,23 +51,25 @@ def test_a_blob_source_reuploaded_with_the_same_bytes_keeps_its_key(azurite, tmp
              "/vsiidem/" + str(out)], env=env, check=True)
         return os.stat(out).st_mtime_ns
 
-    first = upload(uri, content)
+    first = upload(stored, content)
     mtime = warp()
-    assert upload(uri, content) != first  # a new ETag for the same bytes
-    assert warp() == mtime                 # skipped: keyed by the blob's Content-MD5
+    assert upload(stored, content) != first  # a new ETag for the same bytes
+    assert warp() == mtime                    # skipped: keyed by the blob's Content-MD5
     changed = bytearray(content)
     changed[-1] ^= 0xFF
-    upload(uri, bytes(changed))
+    upload(stored, bytes(changed))
     assert warp() != mtime                 # other bytes: a new work
     proc = run([GDAL_IDEM, "--ledger", ledger, "--json", "status"])
     assert json.loads(proc.stdout)["completed"] >= 1
 
 
-def test_an_output_is_one_block_blob_with_its_sidecars(azurite, tmp_path):
+@pytest.mark.parametrize("prefix", ["vsiaz", "vsiadls"])
+def test_an_output_is_one_block_blob_with_its_sidecars(azurite, tmp_path, prefix):
     """IDEM's own Put Blob: the output and its .aux.xml are block blobs with the pixels of the
-    direct call, and the ledger records the blob's ETag."""
+    direct call, and the ledger records the blob's ETag; the same for an output named through
+    /vsiadls/ (its files are blobs of the filesystem's container)."""
     src = make_source(tmp_path / "scene.tif", size=64)
-    uri = f"/vsiaz/{CONTAINER}/outputs/a.png"
+    uri = f"/{prefix}/{CONTAINER}/outputs/{prefix}/a.png"
     env = env_with(IDEM_LEDGER=f"sqlite:{tmp_path / 'ledger.sqlite'}",
                    CPL_TMPDIR=str(tmp_path), **azurite.config())
     run(["gdal_translate", "-q", "-of", "IDEM", "-co", "FORMAT=PNG", src, "/vsiidem/" + uri],

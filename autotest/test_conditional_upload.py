@@ -50,11 +50,25 @@ def azurite(tmp_path_factory):
     server.stop()
 
 
+class ThroughDataLake:
+    """Azurite with the outputs named /vsiadls/container/...: GDAL reads them through /vsiadls/
+    (Azurite's blob endpoint answers its HEAD and GET), IDEM writes and deletes them with its Blob
+    requests. Azurite has no Data Lake endpoint, so GDAL's own /vsiadls/ writer cannot run
+    against it: no unconditional case here."""
+
+    def __init__(self, azurite):
+        self.azurite = azurite
+
+    def config(self):
+        return self.azurite.config()
+
+
 @pytest.fixture
 def store(request, moto, s3, gcs, azurite):  # noqa: F811
     """(server, IDEM_CONDITIONAL_WRITE), with this process's GDAL pointed at the server."""
     name, mode = request.param
-    server = {"moto": moto, "s3rver": s3, "gcs": gcs, "azurite": azurite}[name]
+    server = {"moto": moto, "s3rver": s3, "gcs": gcs, "azurite": azurite,
+              "adls": ThroughDataLake(azurite)}[name]
     with gdal_config(server.config()):
         yield server, mode
 
@@ -62,7 +76,8 @@ def store(request, moto, s3, gcs, azurite):  # noqa: F811
 def fencing_store(store):
     """Whether the store refuses a conditional upload that no longer holds (moto, the GCS
     store) and IDEM sends conditions to it."""
-    return isinstance(store[0], (MotoS3Server, GcsServer, AzuriteServer)) and store[1] == "AUTO"
+    return (isinstance(store[0], (MotoS3Server, GcsServer, AzuriteServer, ThroughDataLake))
+            and store[1] == "AUTO")
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +101,8 @@ def start_paused(case, work, name, command=warp):
 
 def make_case(tmp_path, store, scene):
     server, mode = store
-    kind = {GcsServer: "gcs", AzuriteServer: "azure"}.get(type(server), "s3")
+    kind = {GcsServer: "gcs", AzuriteServer: "azure", ThroughDataLake: "adls"}.get(type(server),
+                                                                                 "s3")
     case = Case(tmp_path, kind, server, scene)
     case.env["IDEM_CONDITIONAL_WRITE"] = mode
     return case
@@ -117,9 +133,9 @@ def zombie_after_newer_work(case, command=warp, while_stopped=None):
 
 @pytest.mark.parametrize("store", [("moto", "AUTO"), ("moto", "NO"), ("s3rver", "AUTO"),
                                    ("gcs", "AUTO"), ("gcs", "NO"), ("azurite", "AUTO"),
-                                   ("azurite", "NO")], indirect=True,
+                                   ("azurite", "NO"), ("adls", "AUTO")], indirect=True,
                          ids=["moto", "moto-unconditional", "s3rver", "gcs", "gcs-unconditional",
-                              "azurite", "azurite-unconditional"])
+                              "azurite", "azurite-unconditional", "adls"])
 def test_zombie_upload_after_a_takeover_and_newer_work(store, scene, tmp_path):
     """Worker A (work K1) stops right before its upload; its lease runs out; B takes K1 over and
     completes; C completes K2 at the same object; A goes on. Where the store honours conditional
@@ -148,8 +164,9 @@ def test_zombie_upload_after_a_takeover_and_newer_work(store, scene, tmp_path):
     assert case.temp_dirs() == []
 
 
-@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO"), ("azurite", "AUTO")],
-                         indirect=True, ids=["moto", "gcs", "azurite"])
+@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO"), ("azurite", "AUTO"),
+                                   ("adls", "AUTO")],
+                         indirect=True, ids=["moto", "gcs", "azurite", "adls"])
 def test_claim_holder_uploads_over_a_zombies_object(store, scene, tmp_path):
     """The store refuses the upload of the worker that does hold the claim when a zombie's upload
     changed the object after that worker looked at it: the worker looks again and uploads. Here
@@ -290,8 +307,9 @@ def test_zombie_multipart_upload_is_refused_at_its_completion(store, scene, tmp_
     assert case.temp_dirs() == []
 
 
-@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO"), ("azurite", "AUTO")],
-                         indirect=True, ids=["moto", "gcs", "azurite"])
+@pytest.mark.parametrize("store", [("moto", "AUTO"), ("gcs", "AUTO"), ("azurite", "AUTO"),
+                                   ("adls", "AUTO")],
+                         indirect=True, ids=["moto", "gcs", "azurite", "adls"])
 def test_a_zombies_take_back_never_deletes_a_successors_object(store, scene, tmp_path):
     """A (K1) uploads, is stopped before its completion and loses its claim (reap releases it).
     Its completion refused, A looks at the object (its own, recorded by no completion) to take
@@ -342,7 +360,8 @@ def test_a_zombies_take_back_never_deletes_a_successors_object(store, scene, tmp
     assert completed(case, "K1") == []
 
 
-@pytest.mark.parametrize("store", [("azurite", "AUTO")], indirect=True, ids=["azurite"])
+@pytest.mark.parametrize("store", [("azurite", "AUTO"), ("adls", "AUTO")], indirect=True,
+                         ids=["azurite", "adls"])
 @pytest.mark.parametrize("block_mib", [None, "1"], ids=["put-blob", "block-list"])
 def test_azure_zombie_with_a_blob_larger_than_gdals_chunk(store, scene, tmp_path, block_mib):
     """On /vsiaz/ IDEM sends a conditional upload itself, in one Put Blob, or (over
@@ -367,8 +386,9 @@ def test_azure_zombie_with_a_blob_larger_than_gdals_chunk(store, scene, tmp_path
     assert headers["x-ms-blob-type"] == "BlockBlob"
     # The blob keeps the MD5 of its bytes either way (a source on Azure is keyed by it).
     assert base64.b64decode(headers["content-md5"]).hex() == c_output[2]
-    blob = case.dst.split(f"/vsiaz/{BUCKET}/", 1)[1]
-    blocks = store[0].committed_blocks(BUCKET, blob)
+    blob = case.dst.split(f"/{BUCKET}/", 1)[1]
+    server = store[0].azurite if isinstance(store[0], ThroughDataLake) else store[0]
+    blocks = server.committed_blocks(BUCKET, blob)
     assert len(blocks) == (7 if block_mib else 0), blocks
     run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)
     assert case.output() == c_output  # skipped: the same blob, the same ETag

@@ -37,6 +37,13 @@ def warp(src, dst, work):
             "48", "-r", RESAMPLING[work], src, "/vsiidem/" + dst]
 
 
+# Where a Case's output may be: a local directory, or one of these stores (its server given).
+# "adls" is Azure named through /vsiadls/ (a Data Lake Storage Gen2 filesystem), Azure's ETags
+# then recorded as on /vsiaz/.
+OBJECT_STORES = ("s3", "gcs", "azure", "adls")
+AZURE = ("azure", "adls")
+
+
 class Case:
     def __init__(self, tmp_path, storage, s3server, source):
         self.tmp = tmp_path
@@ -44,10 +51,10 @@ class Case:
         db = tmp_path / "ledger.sqlite"
         self.ledger = Ledger("sqlite", "sqlite:" + str(db), lambda: sqlite3.connect(str(db)))
         extra = dict(IDEM_LEDGER=self.ledger.dsn, IDEM_FSYNC="NO")
-        if storage in ("s3", "gcs", "azure"):  # `s3server` is then the store's server
+        if storage in OBJECT_STORES:  # `s3server` is then the store's server
             (tmp_path / "cpl_tmpdir").mkdir()
             extra.update(CPL_TMPDIR=str(tmp_path / "cpl_tmpdir"), **s3server.config())
-            scheme = {"s3": "vsis3", "gcs": "vsigs", "azure": "vsiaz"}[storage]
+            scheme = {"s3": "vsis3", "gcs": "vsigs", "azure": "vsiaz", "adls": "vsiadls"}[storage]
             self.dst = f"/{scheme}/{BUCKET}/matrix/{tmp_path.name}/out.tif"
             self.temp_root = tmp_path / "cpl_tmpdir" / "x"
         else:
@@ -93,7 +100,7 @@ class Case:
     def output(self):
         """(size, mtime_ns, md5) of the primary output, or None; on Azure, whose ETags are no
         digest, (size, ETag, md5)."""
-        if self.storage in ("s3", "gcs", "azure"):
+        if self.storage in OBJECT_STORES:
             gdal.VSICurlClearCache()
             f = gdal.VSIFOpenL(self.dst, "rb")
             if f is None:
@@ -106,7 +113,7 @@ class Case:
                 data += chunk
             gdal.VSIFCloseL(f)
             etag = None
-            if self.storage == "azure":
+            if self.storage in AZURE:
                 etag = (gdal.GetFileMetadata(self.dst, "HEADERS") or {}).get("etag")
             return (len(data), etag, hashlib.md5(data).hexdigest())
         if not os.path.exists(self.dst):
@@ -119,7 +126,7 @@ class Case:
         """Whether a completed row's fingerprint is that of the file `output`."""
         if row["completed_at"] is None or output is None or row["output_size"] != output[0]:
             return False
-        if self.storage == "azure":
+        if self.storage in AZURE:
             return row["output_etag"] == output[1]
         if self.storage in ("s3", "gcs"):
             return row["output_etag"] in (f"md5:{output[2]}", f'"{output[2]}"')

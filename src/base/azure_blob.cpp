@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <random>
@@ -92,11 +93,11 @@ struct Target {
 // carries them encoded, the signed resource lists them one per line (Shared Key, 2009-09-19+).
 Target target_of(const AzureAccount& account, const std::string& vsiaz_path,
                  const std::vector<std::pair<std::string, std::string>>& query = {}) {
-  const std::string prefix = "/vsiaz/";
-  if (vsiaz_path.rfind(prefix, 0) != 0 || vsiaz_path.size() == prefix.size()) {
-    throw Error(ErrorKind::k_internal, "not a /vsiaz/ object: " + vsiaz_path);
+  const std::string name = azure_blob_name(vsiaz_path);
+  if (name.empty()) {
+    throw Error(ErrorKind::k_internal, "not an Azure blob: " + vsiaz_path);
   }
-  const std::string object_path = encode_path(vsiaz_path.substr(prefix.size()));
+  const std::string object_path = encode_path(name);
   const std::string url = account.endpoint + "/" + object_path;
   // The URL's path (after scheme and host) signed under the account's name: for an emulator's
   // endpoint, which holds the account in its path, the name appears twice, as Azure documents.
@@ -270,6 +271,16 @@ AzureAnswer send(const std::string& verb, const Target& target,
 }
 
 }  // namespace
+
+std::string azure_blob_name(const std::string& path) {
+  for (const char* prefix : {"/vsiaz/", "/vsiadls/"}) {
+    const size_t length = std::strlen(prefix);
+    if (path.compare(0, length, prefix) == 0 && path.size() > length) {
+      return path.substr(length);
+    }
+  }
+  return std::string();
+}
 
 std::optional<AzureAccount> azure_shared_key_account() {
   AzureAccount account;

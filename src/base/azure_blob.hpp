@@ -18,6 +18,14 @@
 
 namespace idem {
 
+// The blob a path names on Azure's Blob service ("container/key"), or "" for a path that is not
+// on Azure. /vsiaz/container/key, and /vsiadls/filesystem/path: a Data Lake Storage Gen2
+// filesystem is a container to the Blob service and its files are blobs (Azure documents the Blob
+// API on accounts with a hierarchical namespace), so IDEM writes and deletes them with the same
+// conditional requests while GDAL reads them through either prefix. The one place that decides
+// which paths IDEM's Azure requests serve.
+std::string azure_blob_name(const std::string& path);
+
 // An account IDEM can sign requests for: its name, its key (decoded) and its blob endpoint
 // (scheme, host and any path before the container, no trailing slash).
 struct AzureAccount {

@@ -175,7 +175,7 @@ bool is_gcs(const std::string& path) {
 constexpr int64_t k_gcs_one_put_max = int64_t{5120} << 20;
 
 bool is_azure(const std::string& path) {
-  return path.rfind("/vsiaz/", 0) == 0;
+  return !azure_blob_name(path).empty();
 }
 
 }  // namespace

@@ -73,7 +73,8 @@ std::pair<std::string, std::string> version_condition(const std::string& path,
 // Whether an upload of `size` bytes to `path` is sent as a conditional write (version_condition),
 // which the store refuses (412) once another writer has changed the object.
 // IDEM_CONDITIONAL_WRITE=AUTO (the default): every upload to /vsis3/, /vsigs/ (up to 5120 MiB)
-// and /vsiaz/ (with a shared key, up to 50,000 blocks of IDEM_AZURE_BLOCK_SIZE); one GDAL sends
+// and /vsiaz/ or /vsiadls/ (azure_blob_name; with a shared key, up to 50,000 blocks of
+// IDEM_AZURE_BLOCK_SIZE); one GDAL sends
 // to /vsis3/ in parts (VSIS3_CHUNK_SIZE and larger) takes the condition on its
 // CompleteMultipartUpload, sent through GDAL_HTTP_HEADERS, so not when the user set
 // GDAL_HTTP_HEADERS. NO: never (for a store that rejects the headers). Throws
@@ -82,7 +83,7 @@ bool conditional_upload_applies(const std::string& path, int64_t size);
 // Whether a delete of the object at `path` can be made conditional on its version
 // (version_condition on the delete): /vsis3/ and /vsigs/ with conditional writes on
 // (IDEM_CONDITIONAL_WRITE=AUTO) and no GDAL_HTTP_HEADERS of the user's, which carries the header;
-// /vsiaz/ with a shared key.
+// /vsiaz/ and /vsiadls/ with a shared key.
 bool conditional_delete_applies(const std::string& path);
 // Deletes the object at `path` only if its version token is still `version`
 // (conditional_delete_applies must hold): true when deleted, false when the store refused or

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/azure_blob.hpp"
 #include "base/error.hpp"
 #include "base/file_descriptor.hpp"
 #include "base/paths.hpp"
@@ -376,7 +377,7 @@ SourceDigest digest_source_file(const std::string& path, SourceDigestPolicy poli
     }
     // Azure keeps the MD5 of a blob written in one request (Put Blob) and sends it with every
     // read, while its ETag changes with every write, identical bytes or not.
-    if (path.rfind("/vsiaz/", 0) == 0 && !headers.content_md5.empty()) {
+    if (!azure_blob_name(path).empty() && !headers.content_md5.empty()) {
       result.method = "content-md5";
       result.value = headers.content_md5;
       return result;

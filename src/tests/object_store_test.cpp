@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "base/azure_blob.hpp"
 #include "cpl_conv.h"
@@ -86,6 +87,32 @@ TEST(StorePreconditions, AzureIsFencedOnlyWithAKeyToSignWith) {
   EXPECT_TRUE(conditional_delete_applies("/vsiaz/c/k.tif"));
   const ConfigGuard off({{"IDEM_CONDITIONAL_WRITE", "NO"}});
   EXPECT_FALSE(conditional_upload_applies("/vsiaz/c/k.tif", 100));
+}
+
+TEST(AzureBlobName, OnlyAzuresTwoPrefixesNameABlob) {
+  EXPECT_EQ(azure_blob_name("/vsiaz/c/k.tif"), "c/k.tif");
+  EXPECT_EQ(azure_blob_name("/vsiadls/fs/dir/k.tif"), "fs/dir/k.tif");
+  // Every other spelling is not IDEM's to send Azure requests for: GDAL's other filesystems,
+  // the streaming variants (read-only), prefixes without their slash or with another case.
+  for (const char* other :
+       {"/vsiaz/", "/vsiadls/", "/vsiaz_streaming/c/k.tif", "/vsiadlsx/c/k", "/vsiazure/c/k",
+        "/VSIAZ/c/k.tif", "vsiaz/c/k.tif", "/vsis3/c/k.tif", "/vsigs/c/k.tif", "/vsioss/c/k",
+        "/vsiswift/c/k", "/vsicurl/http://x/c", "/tmp/vsiaz/c/k", ""}) {
+    EXPECT_EQ(azure_blob_name(other), "") << other;
+  }
+  const ConfigGuard keyed(
+      {{"AZURE_STORAGE_ACCOUNT", "acct"}, {"AZURE_STORAGE_ACCESS_KEY", k_dev_key}});
+  for (const char* path : {"/vsiaz/c/k.tif", "/vsiadls/c/k.tif"}) {
+    EXPECT_TRUE(conditional_upload_applies(path, 100)) << path;
+    EXPECT_TRUE(conditional_delete_applies(path)) << path;
+    EXPECT_EQ(version_condition(path, ""),
+              std::make_pair(std::string("If-None-Match"), std::string("*")))
+        << path;
+  }
+  for (const char* path : {"/vsioss/b/k.tif", "/vsiswift/b/k.tif", "/vsiaz_streaming/c/k.tif"}) {
+    EXPECT_FALSE(conditional_upload_applies(path, 100)) << path;
+    EXPECT_FALSE(conditional_delete_applies(path)) << path;
+  }
 }
 
 TEST(StorePreconditions, GcsUploadsAreConditionalUpToGdalsLargestChunk) {
