@@ -270,24 +270,31 @@ def tiles_of(path, zoom):
     return tiles
 
 
-def batch_source():
-    """A crop of the big source whose zoom-14 coverage is about BATCH tiles."""
-    path = os.path.join(WORK, "src", f"batch_utm_{BATCH}.tif")
+def crop_covering(zoom, count, name):
+    """A crop of the big source (WORK/src/`name`) whose `zoom` XYZ coverage is at least `count`
+    tiles (or the whole source)."""
+    path = os.path.join(WORK, "src", name)
     if os.path.exists(path):
         return path
     src = big_source()
-    # About 2446 m of Web Mercator per z14 tile, x1.35 at 42 degrees N: a side of n tiles is
-    # about n * 181 source pixels. Grow the crop until it covers BATCH tiles.
-    side = max(64, int((BATCH ** 0.5 - 1) * 2446 / 1.35 / 10))
+    # A tile's side in Web Mercator metres, x1.35 at 42 degrees N: a side of n tiles is about
+    # n * tile / 1.35 / 10 source pixels. Grow the crop until it covers `count` tiles.
+    tile = 2 * 20037508.342789244 / (1 << zoom)
+    side = max(64, int((count ** 0.5 - 1) * tile / 1.35 / 10))
     while True:
         tmp = path + ".part.tif"
         gdal.Translate(tmp, src, srcWin=[0, 0, min(side, SIZE), min(side, SIZE)],
                        creationOptions=["TILED=YES"])
-        if len(tiles_of(tmp, ZOOM)) >= BATCH or side >= SIZE:
+        if len(tiles_of(tmp, zoom)) >= count or side >= SIZE:
             break
         side += 32
     os.rename(tmp, path)
     return path
+
+
+def batch_source():
+    """A crop of the big source whose zoom-14 coverage is about BATCH tiles."""
+    return crop_covering(ZOOM, BATCH, f"batch_utm_{BATCH}.tif")
 
 
 def tile_args(src, bounds, dst):

@@ -32,20 +32,7 @@ ZOOM = 15
 
 def level_source():
     """A crop of the big source whose zoom-15 coverage is about TILES tiles."""
-    path = os.path.join(B.WORK, "src", f"pool_utm_{TILES}.tif")
-    if os.path.exists(path):
-        return path
-    src = B.big_source()
-    side = 64
-    while True:
-        tmp = path + ".part.tif"
-        gdal.Translate(tmp, src, srcWin=[0, 0, min(side, B.SIZE), min(side, B.SIZE)],
-                       creationOptions=["TILED=YES"])
-        if len(B.tiles_of(tmp, ZOOM)) >= TILES or side >= B.SIZE:
-            break
-        side += 32
-    os.rename(tmp, path)
-    return path
+    return B.crop_covering(ZOOM, TILES, f"pool_utm_{TILES}.tif")
 
 
 _SOURCE = None
