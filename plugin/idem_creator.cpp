@@ -3,23 +3,12 @@
 // (idem_creator.hpp).
 #include "idem_creator.hpp"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <cstdio>
 #include <cstring>
-#include <iterator>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/canonical_json.hpp"
@@ -36,13 +25,11 @@
 #include "debug_report.hpp"
 #include "driver_ledgers.hpp"
 #include "gdal_priv.h"
-#include "gdal_proxy.h"
 #include "gdalwarp_rules.hpp"
 #include "key/source_digest.hpp"
 #include "key/tile_grid.hpp"
 #include "key/work_key.hpp"
 #include "ledger/ledger.hpp"
-#include "ogr_spatialref.h"
 #include "output_datasets.hpp"
 #include "vrtdataset.h"
 #include "vsiidem.hpp"
@@ -51,7 +38,6 @@
 #include "work/claim_loop.hpp"
 #include "work/destination_guard.hpp"
 #include "work/lease.hpp"
-#include "work/output_check.hpp"
 #include "work/source_watch.hpp"
 
 namespace idem {

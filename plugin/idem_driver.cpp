@@ -3,56 +3,35 @@
 // materialise into a temporary directory -> commit (fsync + rename) -> fenced completion.
 #include "idem_driver.hpp"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <iterator>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/canonical_json.hpp"
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
-#include "base/held_messages.hpp"
 #include "base/object_store.hpp"
 #include "base/paths.hpp"
-#include "base/progress.hpp"
-#include "cog_warp.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "creation_options.hpp"
 #include "debug_report.hpp"
 #include "driver_ledgers.hpp"
 #include "gdal_priv.h"
-#include "gdal_proxy.h"
-#include "gdalwarp_rules.hpp"
 #include "idem_creator.hpp"
 #include "key/source_digest.hpp"
-#include "key/tile_grid.hpp"
 #include "key/work_key.hpp"
 #include "ledger/ledger.hpp"
-#include "ogr_spatialref.h"
 #include "output_datasets.hpp"
-#include "vrtdataset.h"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
 #include "work/atomic_output.hpp"
-#include "work/destination_guard.hpp"
 #include "work/lease.hpp"
-#include "work/output_check.hpp"
-#include "work/source_watch.hpp"
 
 namespace idem {
 

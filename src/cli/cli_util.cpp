@@ -161,6 +161,27 @@ std::string array(const std::vector<std::string>& items) {
   return out + "]";
 }
 
+void write_object_with_array(std::FILE* out, std::map<std::string, std::string> members,
+                             const std::string& array_name,
+                             const std::function<void(std::FILE*)>& write_items) {
+  members[array_name];  // its place among the others
+  std::fputc('{', out);
+  bool first = true;
+  for (const auto& [key, value] : members) {
+    const std::string name = (first ? "" : ",") + json_quote(key) + ":";
+    std::fwrite(name.data(), 1, name.size(), out);
+    if (key == array_name) {
+      std::fputc('[', out);
+      write_items(out);
+      std::fputc(']', out);
+    } else {
+      std::fwrite(value.data(), 1, value.size(), out);
+    }
+    first = false;
+  }
+  std::fputc('}', out);
+}
+
 std::string strings(const std::vector<std::string>& texts) {
   std::vector<std::string> items;
   items.reserve(texts.size());

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -66,6 +68,12 @@ std::string time(const std::optional<double>& epoch_seconds);  // ISO string or 
 std::string object(const std::map<std::string, std::string>& members);
 std::string array(const std::vector<std::string>& items);
 std::string strings(const std::vector<std::string>& texts);  // an array of JSON strings
+// Writes to `out` the object of `members` plus one array member, `array_name`, in object()'s
+// order, whose items `write_items` writes there itself (serialised and comma-separated): for an
+// array too long to hold in memory (verify's failures).
+void write_object_with_array(std::FILE* out, std::map<std::string, std::string> members,
+                             const std::string& array_name,
+                             const std::function<void(std::FILE*)>& write_items);
 }  // namespace json
 
 // Common members of a row in JSON output: key, namespace, layer, tile, output, state, times,

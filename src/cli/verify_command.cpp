@@ -235,20 +235,15 @@ int run_verify(const Args& args, const GlobalOptions& global) {
   progress.finish();
 
   if (global.json) {
-    // The document with an empty "failures" array, the spooled items written inside it.
-    const std::string document =
-        json::object({{"checked", json::integer(checked)},
-                      {"checksum", json::boolean(checksum)},
-                      {"checksum_not_recorded", json::integer(checksum_missing)},
-                      {"dry_run", json::boolean(dry_run)},
-                      {"failed", json::integer(failed)},
-                      {"failures", json::array({})},
-                      {"ok", json::integer(checked - failed)}});
-    const std::string marker = "\"failures\":[";
-    const size_t split = document.find(marker) + marker.size();
-    std::fwrite(document.data(), 1, split, stdout);
-    failures.copy_to(stdout);
-    std::printf("%s\n", document.c_str() + split);
+    json::write_object_with_array(stdout,
+                                  {{"checked", json::integer(checked)},
+                                   {"checksum", json::boolean(checksum)},
+                                   {"checksum_not_recorded", json::integer(checksum_missing)},
+                                   {"dry_run", json::boolean(dry_run)},
+                                   {"failed", json::integer(failed)},
+                                   {"ok", json::integer(checked - failed)}},
+                                  "failures", [&](std::FILE* out) { failures.copy_to(out); });
+    std::printf("\n");
   } else {
     failures.copy_to(stdout);
     std::printf("verified %lld completed output(s): %lld ok, %lld failed\n",
