@@ -41,22 +41,14 @@ bool tag_in(const char* tag, const char* const (&list)[N]) {
   return tag_in(tag, list, N);
 }
 
+// An attribute (or a child element) of `node` read as GDAL's VRT reader reads it: through
+// CPLGetXMLValue / CPLGetXMLNode, which match names case-insensitively.
 std::string attribute(const CPLXMLNode* node, const char* name) {
-  for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
-    if (child->eType == CXT_Attribute && EQUAL(child->pszValue, name)) {
-      return child->psChild != nullptr ? child->psChild->pszValue : "";
-    }
-  }
-  return std::string();
+  return CPLGetXMLValue(node, name, "");
 }
 
 bool has_attribute(const CPLXMLNode* node, const char* name) {
-  for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
-    if (child->eType == CXT_Attribute && EQUAL(child->pszValue, name)) {
-      return true;
-    }
-  }
-  return false;
+  return CPLGetXMLNode(node, name) != nullptr;
 }
 
 std::string text_of(const CPLXMLNode* node) {
@@ -102,12 +94,7 @@ void collect_crs_questions(const CPLXMLNode* node, std::vector<CrsQuestion>& que
 }
 
 bool has_child(const CPLXMLNode* node, const char* tag) {
-  for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
-    if (child->eType == CXT_Element && EQUAL(child->pszValue, tag)) {
-      return true;
-    }
-  }
-  return false;
+  return CPLGetXMLNode(node, tag) != nullptr;
 }
 
 // Is an Option element, and its name (Option name="..." in warp options, key="..." in
