@@ -260,3 +260,43 @@ def test_cli_without_the_plugin_names_where_gdal_looked(tmp_path):
     assert "gdal_IDEM.so" in proc.stderr
     assert proc.stdout == ""
 
+
+
+# Bad input: (what the command adds to a gdal_translate through IDEM, a part of the message that
+# names what is wrong, a part that says what to do).
+BAD_INPUTS = [
+    (["-co", "FORMAT=MEM"], "FORMAT=MEM writes no file", "name a driver that writes one"),
+    (["-co", "FORMAT=IDEM"], "wrap IDEM in itself", "name the real output driver"),
+    (["-co", "FORMAT=NoSuchDriver"], "FORMAT=NoSuchDriver", "gdalinfo --formats"),
+    (["-co", "FORMAT=CEOS"], "FORMAT=CEOS cannot write files", "lists as writable"),
+    (["-co", "NOEQUALS"], "'NOEQUALS' is not NAME=VALUE", "write it as -co NAME=VALUE"),
+    (["-co", "FORMAT=GTiff", "-co", "TILED=YES", "-co", "TILED=NO"], "given twice",
+     "give it once"),
+    (["-co", "FORMAT=GTiff", "-co", "NAMESPACE="], "the namespace is empty",
+     "set NAMESPACE or IDEM_NAMESPACE"),
+    (["-co", "FORMAT=GTiff", "-co", "TILE=3/9/0"], "TILE=3/9/0 is not a tile index",
+     "write it as z/x/y"),
+    (["-co", "FORMAT=GTiff", "--config", "IDEM_ON_BUSY", "SOMETIMES"],
+     "IDEM_ON_BUSY=SOMETIMES is not valid", "use WAIT (the default) or FAIL"),
+    (["-co", "FORMAT=GTiff", "--config", "IDEM_STALE_SECONDS", "1"],
+     "IDEM_STALE_SECONDS=1 is not a lease length", "give whole seconds, at least 2"),
+]
+
+
+@pytest.mark.parametrize("extra,wrong,fix", BAD_INPUTS,
+                         ids=[" ".join(case[0]) for case in BAD_INPUTS])
+def test_bad_input_names_what_is_wrong_and_what_to_do(tmp_path, sqlite_ledger, extra, wrong,
+                                                      fix):
+    """Each bad input fails before any work: exit non-zero, a GDAL error (not a warning) saying
+    what is wrong and what to do, no output, no temporary file and no ledger row."""
+    source = make_source(tmp_path / "src.tif", size=32)
+    out = tmp_path / "out" / "x.tif"
+    out.parent.mkdir()
+    proc = run(["gdal_translate", "-q", "-of", "IDEM", *extra, source, f"/vsiidem/{out}"],
+               env=env_with(IDEM_LEDGER=sqlite_ledger.dsn))
+    assert proc.returncode != 0, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+    assert any(wrong in line and fix in line for line in errors), proc.stderr
+    assert "IDEM_INTERNAL" not in proc.stderr and "::" not in proc.stderr
+    assert os.listdir(out.parent) == []
+    assert sqlite_ledger.rows() == []

@@ -50,8 +50,8 @@ IdemOptions parse_options(CSLConstList creation_options) {
     const char* value = CPLParseNameValue(*item, &raw_key);
     if (raw_key == nullptr || value == nullptr) {
       CPLFree(raw_key);
-      throw Error(ErrorKind::k_usage,
-                  std::string("creation option '") + *item + "' is not NAME=VALUE");
+      throw Error(ErrorKind::k_usage, std::string("creation option '") + *item +
+                                          "' is not NAME=VALUE: write it as -co NAME=VALUE");
     }
     const std::string key = raw_key;
     CPLFree(raw_key);
@@ -149,7 +149,10 @@ GDALDriver* find_format_driver(const std::string& format) {
   }
   if (driver->GetMetadataItem(GDAL_DCAP_CREATE) == nullptr &&
       driver->GetMetadataItem(GDAL_DCAP_CREATECOPY) == nullptr) {
-    throw Error(ErrorKind::k_usage, "FORMAT=" + format + " cannot write files (read-only driver)");
+    throw Error(ErrorKind::k_usage, "FORMAT=" + format +
+                                        " cannot write files (a read-only driver): name one "
+                                        "that `gdalinfo --formats` lists as writable (GTiff, "
+                                        "COG, PNG...)");
   }
   return driver;
 }

@@ -91,7 +91,9 @@ std::optional<OutputFingerprint> IdemCreator::published_fingerprint(
     fingerprint = fingerprint_of(m_destination);
   }
   if (!fingerprint) {
-    throw Error(ErrorKind::k_io, "the output " + m_destination + " vanished after publishing");
+    throw Error(ErrorKind::k_io, "the output " + m_destination +
+                                     " vanished right after publishing (another process "
+                                     "removed it): nothing was recorded; run the command again");
   }
   CPLStringList files;
   for (const std::string& file : published) {
@@ -100,7 +102,9 @@ std::optional<OutputFingerprint> IdemCreator::published_fingerprint(
   fingerprint->members = output_members_json(m_destination, files.List());
   if (!fingerprint->members) {
     throw Error(ErrorKind::k_io,
-                "a file of the output " + m_destination + " vanished right after publishing");
+                "a file of the output " + m_destination +
+                    " vanished right after publishing (another process removed it): nothing "
+                    "was recorded; run the command again");
   }
   return fingerprint;
 }

@@ -114,7 +114,10 @@ void add_read_through(GDALDataset* dataset, std::vector<GDALDataset*>& held, int
     return;
   }
   if (depth > k_max_vrt_depth) {
-    throw Error(ErrorKind::k_source, "VRTs made in memory nested too deeply");
+    throw Error(ErrorKind::k_source,
+                "VRTs made in memory are nested more than " + std::to_string(k_max_vrt_depth) +
+                    " levels deep (or one reads itself): write the inner VRTs to files "
+                    "(gdal.BuildVRT('inner.vrt', ...)) or flatten them");
   }
   std::vector<GDALDataset*> found;
   if (GDALDataset* warped_from = warped_vrt_source(dataset)) {

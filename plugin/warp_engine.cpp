@@ -556,8 +556,9 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
                                 stage.function(), stage.data()));
   }
   if (!can_create_copy) {
-    throw Error(ErrorKind::k_usage, std::string("driver ") + driver->GetDescription() +
-                                        " can neither Create nor CreateCopy");
+    throw Error(ErrorKind::k_usage, std::string("the driver ") + driver->GetDescription() +
+                                        " can neither Create nor CreateCopy a dataset: name a "
+                                        "FORMAT that writes files (GTiff, COG, PNG...)");
   }
   GDALDriver* gtiff = GetGDALDriverManager()->GetDriverByName("GTiff");
   if (gtiff == nullptr) {

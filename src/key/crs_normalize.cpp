@@ -55,7 +55,8 @@ void parse_definition(const std::string& raw_definition, OGRSpatialReference& sr
   CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
   if (definition.empty() ||
       srs.SetFromUserInput(definition.c_str(), options.List()) != OGRERR_NONE) {
-    throw Error(ErrorKind::k_usage, "cannot parse CRS '" + definition + "'");
+    throw Error(ErrorKind::k_usage, "cannot parse CRS '" + definition +
+                                        "': give an EPSG code (EPSG:3857), a PROJ string or WKT");
   }
 }
 

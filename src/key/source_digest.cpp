@@ -68,7 +68,9 @@ FileDescriptor open_regular_file(const std::string& path, struct stat& info) {
                 "cannot stat source file '" + path + "': " + errno_text(errno));
   }
   if (!S_ISREG(info.st_mode)) {
-    throw Error(ErrorKind::k_source, "source '" + path + "' is not a regular file");
+    throw Error(ErrorKind::k_source, "source '" + path +
+                                         "' is not a regular file (a directory, FIFO or device): "
+                                         "name the raster file itself");
   }
   return fd;
 }

@@ -299,8 +299,10 @@ class IdentityCollector {
 
   void add_dataset(GDALDataset* dataset, int depth) {
     if (depth > k_max_vrt_depth) {
-      throw Error(ErrorKind::k_source, std::string("VRT sources nested too deeply under '") +
-                                           dataset->GetDescription() + "'");
+      throw Error(ErrorKind::k_source, std::string("the VRT sources under '") +
+                                           dataset->GetDescription() + "' are nested more than " +
+                                           std::to_string(k_max_vrt_depth) +
+                                           " levels deep (or a VRT reads itself): flatten them");
     }
     // A VRT made in memory has no file of its own, and the names its file list gives for its
     // sources may be of datasets held in memory (GDAL 3.10 lists them whether or not a file of

@@ -200,7 +200,7 @@ std::string canonical_vrt_text(const std::string& xml, const KeyOptions& options
 
 WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
   if (src == nullptr) {
-    throw Error(ErrorKind::k_usage, "describe_work: no source dataset");
+    throw Error(ErrorKind::k_usage, "the work has no source dataset");
   }
   if (options.namespace_name.empty()) {
     throw Error(ErrorKind::k_usage, "the key namespace must not be empty");

@@ -445,7 +445,7 @@ std::optional<Ledger::RowFilter> history_scope(const Ledger::RowFilter& filter) 
 
 Ledger::RowFilter forget_scope(const Ledger::RowFilter& filter) {
   if (!filter.namespace_name && !filter.layer && !filter.output_uri && !filter.work_key) {
-    throw Error(ErrorKind::k_usage, "forget_rows needs a namespace, layer, output or key");
+    throw Error(ErrorKind::k_usage, "forgetting rows needs a namespace, layer, output or key");
   }
   Ledger::RowFilter scope = filter;
   scope.limit.reset();
