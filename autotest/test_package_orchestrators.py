@@ -110,6 +110,18 @@ def test_dagster_materialises_changed_work_and_observes_the_rest(batch):
     for row in range(TILES // 8):
         assert assets[f"row_{row}"]["data_version"] == version_of(row)
         assert assets[f"row_{row}"]["metadata"]["built"] == 8
+        # The footprint holds every output of the row, and little more.
+        where = assets[f"row_{row}"]["metadata"]["footprint"]
+        assert where["type"] == "Polygon"
+        [ring] = where["coordinates"]
+        west, east = min(p[0] for p in ring), max(p[0] for p in ring)
+        south, north = min(p[1] for p in ring), max(p[1] for p in ring)
+        corners = [c for n in range(row * 8, row * 8 + 8)
+                   for c in lonlat_corners(rows[f"{n}.tif"]["output_uri"])]
+        assert west <= min(c[0] for c in corners) and east >= max(c[0] for c in corners)
+        assert south <= min(c[1] for c in corners) and north >= max(c[1] for c in corners)
+        assert max(min(c[0] for c in corners) - west, east - max(c[0] for c in corners),
+                   min(c[1] for c in corners) - south, north - max(c[1] for c in corners)) < 1e-3
 
     make_source(batch_dir / "src" / f"{CHANGED}.tif", size=16, seed=99)  # in row 1
     second = run_script("dagster", env)
@@ -124,6 +136,71 @@ def test_dagster_materialises_changed_work_and_observes_the_rest(batch):
     for row in (0, 2, 3):
         assert events[f"row_{row}"]["data_version"] == assets[f"row_{row}"]["data_version"]
         assert events[f"row_{row}"]["metadata"]["skipped"] == 8
+
+
+def lonlat_corners(path):
+    """The four corners of a raster in longitude/latitude (the test's own computation)."""
+    from osgeo import gdal, osr
+    dataset = gdal.Open(path)
+    gt = dataset.GetGeoTransform()
+    lonlat = osr.SpatialReference()
+    lonlat.ImportFromEPSG(4326)
+    lonlat.SetAxisMappingStrategy(osr.OAMS_TRADITIONAL_GIS_ORDER)
+    to_lonlat = osr.CoordinateTransformation(dataset.GetSpatialRef(), lonlat)
+    return [to_lonlat.TransformPoint(gt[0] + gt[1] * px, gt[3] + gt[5] * py)[:2]
+            for px in (0, dataset.RasterXSize) for py in (0, dataset.RasterYSize)]
+
+
+FOOTPRINTS = """
+import json, sys
+from osgeo import gdal, osr
+import gdal_idem.dagster as idem_dagster
+gdal.UseExceptions()
+def raster(name, epsg, x0, y0, pixel, size=10):
+    ds = gdal.GetDriverByName("GTiff").Create(name, size, size, 1)
+    ds.SetGeoTransform([x0, pixel, 0, y0, 0, -pixel])
+    srs = osr.SpatialReference()
+    srs.ImportFromEPSG(epsg)
+    ds.SetSpatialRef(srs)
+    ds = None
+    return {"output": name}
+d = sys.argv[1]
+cases = {
+    "two boxes": [raster(d + "/a.tif", 4326, 10, 50, 0.1), raster(d + "/b.tif", 4326, 11, 51, 0.1)],
+    "past 180": [raster(d + "/c.tif", 4326, 179.5, 10, 0.1)],
+    "mercator across": [raster(d + "/e.tif", 3857, 19900000, 1000000, 50000)],
+    "both sides": [raster(d + "/c2.tif", 4326, 179.5, 10, 0.1),
+                   raster(d + "/f.tif", 4326, -179.9, 10, 0.01)],
+    "no georeferencing": [{"output": d + "/none.tif"}],
+}
+gdal.GetDriverByName("GTiff").Create(d + "/none.tif", 4, 4, 1)
+print(json.dumps({name: idem_dagster.footprint(rs) for name, rs in cases.items()}))
+"""
+
+
+def test_dagster_footprint_is_split_at_the_antimeridian(batch):
+    """gdal_idem.dagster.footprint(): the outputs' extent in longitude/latitude, a MultiPolygon
+    of the two sides when it crosses the antimeridian (from a grid past 180 degrees, or from Web
+    Mercator), None when nothing is georeferenced."""
+    batch_dir, env, _ = batch
+    proc = run([VENV_PYTHON, "-c", FOOTPRINTS, batch_dir], env=env, check=True)
+    found = json.loads(proc.stdout)
+
+    def extents(geometry):
+        polygons = ([geometry["coordinates"]] if geometry["type"] == "Polygon"
+                    else geometry["coordinates"])
+        return [tuple(round(v, 3) for v in (min(p[0] for p in poly[0]), min(p[1] for p in poly[0]),
+                                            max(p[0] for p in poly[0]), max(p[1] for p in poly[0])))
+                for poly in polygons]
+
+    assert found["two boxes"]["type"] == "Polygon"
+    assert extents(found["two boxes"]) == [(10.0, 49.0, 12.0, 51.0)]
+    for name in ("past 180", "both sides"):
+        assert found[name]["type"] == "MultiPolygon", name
+        assert extents(found[name]) == [(179.5, 9.0, 180.0, 10.0), (-180.0, 9.0, -179.5, 10.0)]
+    west, east = extents(found["mercator across"])
+    assert west[0] < 180 and west[2] == 180 and east[0] == -180 and east[2] < 0
+    assert found["no georeferencing"] is None
 
 
 def test_prefect_cache_key_is_the_idem_key(batch):
