@@ -282,10 +282,16 @@ std::string azure_blob_name(const std::string& path) {
   return std::string();
 }
 
-std::optional<AzureAccount> azure_shared_key_account() {
+std::optional<AzureAccount> azure_shared_key_account(const std::string& path) {
+  // As GDAL reads them for that path: its path-specific options (VSISetPathSpecificOption, a
+  // configuration file's [credentials]) first, then the configuration options.
+  const auto option = [&path](const char* name) {
+    return std::string(path.empty() ? CPLGetConfigOption(name, "")
+                                    : VSIGetPathSpecificOption(path.c_str(), name, ""));
+  };
   AzureAccount account;
   std::string encoded_key;
-  const std::string connection = CPLGetConfigOption("AZURE_STORAGE_CONNECTION_STRING", "");
+  const std::string connection = option("AZURE_STORAGE_CONNECTION_STRING");
   if (!connection.empty()) {
     account.name = connection_string_value(connection, "AccountName");
     encoded_key = connection_string_value(connection, "AccountKey");
@@ -297,8 +303,8 @@ std::optional<AzureAccount> azure_shared_key_account() {
                          (suffix.empty() ? "core.windows.net" : suffix);
     }
   } else {
-    account.name = CPLGetConfigOption("AZURE_STORAGE_ACCOUNT", "");
-    encoded_key = CPLGetConfigOption("AZURE_STORAGE_ACCESS_KEY", "");
+    account.name = option("AZURE_STORAGE_ACCOUNT");
+    encoded_key = option("AZURE_STORAGE_ACCESS_KEY");
     account.endpoint = "https://" + account.name + ".blob.core.windows.net";
   }
   while (!account.endpoint.empty() && account.endpoint.back() == '/') {

@@ -38,7 +38,10 @@ struct AzureAccount {
 // with AccountName and AccountKey (BlobEndpoint, or DefaultEndpointsProtocol and
 // EndpointSuffix), else AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_ACCESS_KEY. nullopt for any
 // other credentials (a SAS token, a managed identity, no signing): IDEM cannot sign for them.
-std::optional<AzureAccount> azure_shared_key_account();
+// With `path`, each option is read as GDAL reads it for that path (VSIGetPathSpecificOption:
+// the options set for a prefix of the path, else the configuration's), so IDEM signs for the
+// account GDAL reads the path from.
+std::optional<AzureAccount> azure_shared_key_account(const std::string& path = std::string());
 
 // The largest blob one Put Blob request may carry (5000 MiB).
 constexpr int64_t k_azure_put_blob_max = int64_t{5000} << 20;

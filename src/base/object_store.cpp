@@ -329,7 +329,7 @@ bool conditional_upload_applies(const std::string& path, int64_t size) {
     // Sent by IDEM itself (azure_blob.hpp), in one Put Blob or as blocks, with a key it can
     // sign with.
     return size <= azure_block_size() * k_azure_max_blocks &&
-           azure_shared_key_account().has_value();
+           azure_shared_key_account(path).has_value();
   }
   // A multipart upload takes its condition on its completion, sent through GDAL_HTTP_HEADERS
   // (copy_vsi_file), which then cannot also carry headers the user set there.
@@ -338,7 +338,7 @@ bool conditional_upload_applies(const std::string& path, int64_t size) {
 
 bool conditional_delete_applies(const std::string& path) {
   if (is_azure(path)) {
-    return conditional_writes_enabled() && azure_shared_key_account().has_value();
+    return conditional_writes_enabled() && azure_shared_key_account(path).has_value();
   }
   return (path.rfind("/vsis3/", 0) == 0 || is_gcs(path)) && conditional_writes_enabled() &&
          CPLGetConfigOption("GDAL_HTTP_HEADERS", nullptr) == nullptr;
@@ -346,7 +346,7 @@ bool conditional_delete_applies(const std::string& path) {
 
 bool delete_object_if_version(const std::string& path, const std::string& version) {
   if (is_azure(path)) {
-    const std::optional<AzureAccount> account = azure_shared_key_account();
+    const std::optional<AzureAccount> account = azure_shared_key_account(path);
     const bool deleted = account && azure_delete_blob(*account, path, version).status == 202;
     VSICurlPartialClearCache(path.c_str());
     return deleted;
@@ -382,7 +382,7 @@ namespace {
 CopiedBytes upload_to_azure(const std::string& from, const std::string& to,
                             const ExpectedObject& expected,
                             const std::pair<std::string, std::string>& precondition) {
-  const std::optional<AzureAccount> account = azure_shared_key_account();
+  const std::optional<AzureAccount> account = azure_shared_key_account(to);
   VSIStatBufL info;
   if (!account || VSIStatL(from.c_str(), &info) != 0) {
     throw Error(ErrorKind::k_io, "cannot upload " + from + " to " + to +

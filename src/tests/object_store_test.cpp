@@ -11,6 +11,7 @@
 
 #include "base/azure_blob.hpp"
 #include "cpl_conv.h"
+#include "cpl_vsi.h"
 
 namespace idem {
 namespace {
@@ -148,6 +149,33 @@ TEST(AzureSharedKey, TheAccountComesFromTheConnectionStringOrTheAccountOptions) 
                                  "SharedAccessSignature=sv=2020&sig=x"}});
     EXPECT_FALSE(azure_shared_key_account().has_value());
   }
+}
+
+TEST(AzureSharedKey, APathSignsForTheAccountGdalReadsItFrom) {
+  // Options set for a path prefix (VSISetPathSpecificOption, a configuration file's
+  // [credentials]) decide for paths under it, /vsiaz/ and /vsiadls/ alike; other paths keep the
+  // configuration's account. Signing with another account than GDAL reads from would upload to
+  // an object GDAL never looks at.
+  const std::string other =
+      "DefaultEndpointsProtocol=https;AccountName=other;AccountKey=" + std::string(k_dev_key) + ";";
+  const ConfigGuard global(
+      {{"AZURE_STORAGE_ACCOUNT", "acct"}, {"AZURE_STORAGE_ACCESS_KEY", k_dev_key}});
+  VSISetPathSpecificOption("/vsiaz/special/", "AZURE_STORAGE_CONNECTION_STRING", other.c_str());
+  VSISetPathSpecificOption("/vsiadls/lake/", "AZURE_STORAGE_ACCOUNT", "lakeacct");
+  VSISetPathSpecificOption("/vsiaz/sas/", "AZURE_STORAGE_CONNECTION_STRING",
+                           "BlobEndpoint=https://s.blob.core.windows.net;SharedAccessSignature=x");
+  const auto name_for = [](const std::string& path) {
+    const auto account = azure_shared_key_account(path);
+    return account ? account->name : std::string("(none)");
+  };
+  EXPECT_EQ(name_for("/vsiaz/special/k.tif"), "other");
+  EXPECT_EQ(name_for("/vsiaz/plain/k.tif"), "acct");
+  EXPECT_EQ(name_for("/vsiadls/lake/dir/k.tif"), "lakeacct");  // its key: the configuration's
+  EXPECT_EQ(name_for("/vsiaz/sas/k.tif"), "(none)");           // a SAS token: not fenced
+  EXPECT_FALSE(conditional_upload_applies("/vsiaz/sas/k.tif", 100));
+  EXPECT_TRUE(conditional_upload_applies("/vsiaz/plain/k.tif", 100));
+  EXPECT_EQ(name_for(""), "acct");
+  VSIClearPathSpecificOptions(nullptr);
 }
 
 TEST(AzureSharedKey, TheStringToSignFollowsTheReferencesFieldOrder) {
