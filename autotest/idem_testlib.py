@@ -240,6 +240,18 @@ def gdal_config(options):
         gdal.VSICurlClearCache()
 
 
+
+def lonlat_corners(path):
+    """The four corners of a raster in longitude/latitude (EPSG:4326, longitude first)."""
+    dataset = gdal.Open(str(path))
+    gt = dataset.GetGeoTransform()
+    lonlat = osr.SpatialReference()
+    lonlat.ImportFromEPSG(4326)
+    lonlat.SetAxisMappingStrategy(osr.OAMS_TRADITIONAL_GIS_ORDER)
+    to_lonlat = osr.CoordinateTransformation(dataset.GetSpatialRef(), lonlat)
+    return [to_lonlat.TransformPoint(gt[0] + gt[1] * px, gt[3] + gt[5] * py)[:2]
+            for px in (0, dataset.RasterXSize) for py in (0, dataset.RasterYSize)]
+
 def read_pixels(path):
     ds = gdal.Open(str(path))
     return np.stack([ds.GetRasterBand(i + 1).ReadAsArray() for i in range(ds.RasterCount)])

@@ -127,6 +127,26 @@ def test_demo_writes_coverage_and_overview(demo):
     assert "xargs -P 2 -L 1 gdalwarp" in stdout
 
 
+def test_demo_writes_a_stac_catalog_of_its_tiles_and_rewrites_only_the_rebuilt_zoom(demo):
+    """The demo exports the pyramid as STAC after the no-op rerun and again after the rebuild of
+    one zoom: the second export writes the rebuilt tiles' items, removes those of the superseded
+    completions, and leaves every other item as it was; the catalog reads and validates."""
+    out, stdout, s = demo
+    from test_stac_export import read_catalog
+    zoom, tiles = int(s["changed_zoom"]), int(s["tiles"])
+    rebuilt = int(s["change_built"])
+    assert (int(s["stac_written"]), int(s["stac_removed"])) == (rebuilt, rebuilt)
+    assert int(s["stac_unchanged"]) == tiles - rebuilt
+    found = read_catalog(out / "stac")
+    current = {r["work_key"]: r for r in ledger_rows(out)
+               if r["completed_at"] is not None and r["superseded_at"] is None}
+    assert set(found["items"]) == set(current)
+    for key, item in found["items"].items():
+        assert item["href"] == current[key]["output_uri"]
+    assert sum(current[k]["tile_z"] == zoom for k in found["items"]) == rebuilt
+    assert "stac/catalog.json" in stdout
+
+
 def test_demo_rerun_after_the_demo_skips(demo):
     """Keys are stable after the demo: nothing it writes at the end (logs, summary, coverage,
     overview) lands beside the source, where GDAL would count it as part of the source."""

@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from idem_testlib import (INSTALLED, ROOT, env_with, kill9, make_source, run, sqlite_ledger,  # noqa: F401
-                          start_paused)
+from idem_testlib import (INSTALLED, ROOT, env_with, kill9, lonlat_corners, make_source, run,  # noqa: F401
+                          sqlite_ledger, start_paused)
 
 VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
 SCRIPT = os.path.join(ROOT, "autotest", "orchestrated", "package_flows.py")
@@ -136,19 +136,6 @@ def test_dagster_materialises_changed_work_and_observes_the_rest(batch):
     for row in (0, 2, 3):
         assert events[f"row_{row}"]["data_version"] == assets[f"row_{row}"]["data_version"]
         assert events[f"row_{row}"]["metadata"]["skipped"] == 8
-
-
-def lonlat_corners(path):
-    """The four corners of a raster in longitude/latitude (the test's own computation)."""
-    from osgeo import gdal, osr
-    dataset = gdal.Open(path)
-    gt = dataset.GetGeoTransform()
-    lonlat = osr.SpatialReference()
-    lonlat.ImportFromEPSG(4326)
-    lonlat.SetAxisMappingStrategy(osr.OAMS_TRADITIONAL_GIS_ORDER)
-    to_lonlat = osr.CoordinateTransformation(dataset.GetSpatialRef(), lonlat)
-    return [to_lonlat.TransformPoint(gt[0] + gt[1] * px, gt[3] + gt[5] * py)[:2]
-            for px in (0, dataset.RasterXSize) for py in (0, dataset.RasterYSize)]
 
 
 FOOTPRINTS = """

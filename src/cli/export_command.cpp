@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
+#include "base/paths.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
 #include "cpl_error.h"
@@ -19,6 +20,7 @@
 #include "ogr_geometry.h"
 #include "ogr_spatialref.h"
 #include "ogrsf_frmts.h"
+#include "stac_export.hpp"
 #include "work/destination_guard.hpp"
 
 namespace idem::cli {
@@ -26,34 +28,6 @@ namespace idem::cli {
 namespace {
 
 constexpr const char* k_layer_name = "idem_ledger";
-
-std::optional<TargetGrid> grid_of(const LedgerRow& row) {
-  TargetGrid grid;
-  grid.has_geotransform = true;
-  if (const auto work = work_grid(row.work_json); work && work->geotransform && work->srs) {
-    grid.x_size = work->x_size;
-    grid.y_size = work->y_size;
-    for (int i = 0; i < 6; ++i) {
-      grid.geotransform[i] = (*work->geotransform)[i];
-    }
-    grid.srs_wkt = *work->srs;
-    return grid;
-  }
-  // Not recorded (e.g. a plain copy): the output's own grid, when it is there.
-  const GDALDatasetUniquePtr dataset =
-      open_quietly(row.output_uri, GDAL_OF_RASTER | GDAL_OF_READONLY);
-  if (!dataset || compat::get_geotransform(dataset.get(), grid.geotransform) != CE_None ||
-      dataset->GetSpatialRef() == nullptr) {
-    return std::nullopt;
-  }
-  grid.x_size = dataset->GetRasterXSize();
-  grid.y_size = dataset->GetRasterYSize();
-  char* wkt = nullptr;
-  dataset->GetSpatialRef()->exportToWkt(&wkt);
-  grid.srs_wkt = wkt != nullptr ? wkt : "";
-  CPLFree(wkt);
-  return grid;
-}
 
 void set_time(OGRFeature& feature, const char* field, const std::optional<double>& epoch) {
   if (!epoch) {
@@ -127,15 +101,49 @@ void set_row_fields(OGRFeature& feature, const LedgerRow& row) {
   }
 }
 
+int export_stac(const std::string& destination, Ledger::RowFilter filter,
+                const GlobalOptions& global) {
+  if (is_vsi_path(destination)) {
+    throw UsageError{"the STAC catalog is written to a local directory, not " + destination +
+                     ": export it locally and copy the directory"};
+  }
+  const std::string directory = absolute_path(destination);
+  auto ledger = open_ledger_read_only(global);
+  filter.state = RowState::k_completed;
+  const StacCounts counts = write_stac_catalog(directory, ledger->rows(filter));
+  if (global.json) {
+    std::printf("%s\n",
+                json::object({{"catalog", json::str(directory + "/catalog.json")},
+                              {"collections", json::integer(counts.collections)},
+                              {"items_removed", json::integer(counts.removed)},
+                              {"items_unchanged", json::integer(counts.unchanged)},
+                              {"items_written", json::integer(counts.written)},
+                              {"without_footprint", json::integer(counts.without_footprint)}})
+                    .c_str());
+  } else if (!global.quiet) {
+    std::printf(
+        "STAC catalog %s/catalog.json: %lld collection(s); items: %lld written, %lld "
+        "unchanged, %lld removed\n",
+        directory.c_str(), static_cast<long long>(counts.collections),
+        static_cast<long long>(counts.written), static_cast<long long>(counts.unchanged),
+        static_cast<long long>(counts.removed));
+  }
+  return k_exit_ok;
+}
+
 }  // namespace
 
 int run_export(const Args& args, const GlobalOptions& global) {
   constexpr const char* k_synopsis =
-      "usage: gdal-idem export OUT.gpkg|OUT.geojson [--namespace N] [--layer L]";
+      "usage: gdal-idem export OUT.gpkg|OUT.geojson [--namespace N] [--layer L]\n"
+      "       gdal-idem export --format stac DIR [--namespace N] [--layer L]";
   std::optional<std::string> destination;
+  std::optional<std::string> format;
   Ledger::RowFilter filter;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--namespace" && i + 1 < args.size()) {
+    if (args[i] == "--format" && i + 1 < args.size()) {
+      format = CPLString(args[++i]).tolower();
+    } else if (args[i] == "--namespace" && i + 1 < args.size()) {
       filter.namespace_name = args[++i];
     } else if (args[i] == "--layer" && i + 1 < args.size()) {
       filter.layer = args[++i];
@@ -147,6 +155,13 @@ int run_export(const Args& args, const GlobalOptions& global) {
   }
   if (!destination) {
     throw UsageError{k_synopsis};
+  }
+  if (format && *format == "stac") {
+    return export_stac(*destination, filter, global);
+  }
+  if (format && *format != "gpkg" && *format != "geojson") {
+    throw UsageError{"--format " + *format + " is not known: use stac, gpkg or geojson; " +
+                     k_synopsis};
   }
   DestinationRules rules;
   rules.ledger_dsn = global.ledger_dsn;
@@ -190,7 +205,7 @@ int run_export(const Args& args, const GlobalOptions& global) {
     OGRFeature feature(layer->GetLayerDefn());
     set_row_fields(feature, row);
     std::unique_ptr<OGRMultiPolygon> geometry;
-    if (const auto grid = grid_of(row)) {
+    if (const auto grid = output_grid_of(row)) {
       geometry = footprint_geometry(*grid);
     }
     if (geometry) {

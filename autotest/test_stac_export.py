@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: MIT
+"""`gdal-idem export --format stac DIR` (docs/operations.md): the completed outputs as a static
+STAC 1.1.0 catalog, read back by pystac (tools/pyenv/venv) and validated against the STAC
+schemas pystac ships, its items checked against the ledger and the files; incremental (only
+changed items are written, forgotten ones removed) and never following a link it did not make."""
+
+import json
+import os
+
+import pytest
+from osgeo import gdal
+
+from idem_testlib import (GDAL_IDEM, ROOT, env_with, lonlat_corners, make_source, run,  # noqa: F401
+                          sqlite_ledger)
+
+VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
+R = 20037508.342789244
+
+# Reads the catalog with pystac: each object validated against the STAC core schemas pystac
+# ships (the extensions' schemas are not reachable offline: their fields are read through
+# pystac's extension classes, which check the extension's version is declared).
+READ_CATALOG = r"""
+import json, sys
+import pystac
+from pystac.extensions.file import FileExtension
+from pystac.extensions.projection import ProjectionExtension
+from pystac.validation import validate_dict
+
+def core_valid(obj):
+    with open(obj.get_self_href()) as f:
+        validate_dict(json.load(f), extensions=[])
+
+catalog = pystac.Catalog.from_file(sys.argv[1])
+core_valid(catalog)
+found = {"collections": {}, "items": {}}
+for collection in catalog.get_children():
+    core_valid(collection)
+    found["collections"][collection.id] = {
+        "bbox": collection.extent.spatial.bboxes[0],
+        "items": sorted(i.id for i in collection.get_items())}
+    for item in collection.get_items():
+        core_valid(item)
+        proj = ProjectionExtension.ext(item)
+        asset = item.assets["data"]
+        found["items"][item.id] = {
+            "collection": item.collection_id, "bbox": item.bbox,
+            "geometry": item.geometry["type"], "datetime": item.datetime.isoformat(),
+            "key": item.properties["idem:key"], "attempt": item.properties["idem:attempt"],
+            "code": proj.code, "shape": proj.shape, "transform": proj.transform,
+            "href": asset.get_absolute_href(), "size": FileExtension.ext(asset).size,
+            "type": asset.media_type}
+print(json.dumps(found))
+"""
+
+
+def tile_bounds(z, x, y):
+    size = 2 * R / 2 ** z
+    return (-R + x * size, R - (y + 1) * size, -R + (x + 1) * size, R - y * size)
+
+
+def tile(source, out, z, x, y, resampling="bilinear", layer="tiles"):
+    return ["gdalwarp", "-q", "-overwrite", "-of", "IDEM", "-co", "FORMAT=PNG", "-co",
+            f"TILE={z}/{x}/{y}", "-co", f"LAYER={layer}", "-t_srs", "EPSG:3857", "-r", resampling,
+            "-te", *map(repr, tile_bounds(z, x, y)), "-ts", "256", "256", source,
+            f"/vsiidem/{out}"]
+
+
+def export(ledger, directory, *extra):
+    proc = run([GDAL_IDEM, "--ledger", ledger.dsn, "--json", "export", "--format", "stac",
+                str(directory), *extra])
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def read_catalog(directory):
+    if not os.path.exists(VENV_PYTHON):
+        pytest.fail("the tests' Python venv is missing: run `make deps`")
+    proc = run([VENV_PYTHON, "-c", READ_CATALOG, str(directory / "catalog.json")],
+               env=env_with(), check=True)
+    return json.loads(proc.stdout)
+
+
+def item_states(directory):
+    """{item file: (mtime_ns, bytes)} under the catalog."""
+    states = {}
+    for folder, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                states[os.path.relpath(path, directory)] = (os.stat(path).st_mtime_ns, f.read())
+    return {k: v for k, v in states.items() if "/items/" in k}
+
+
+@pytest.fixture
+def outputs(tmp_path, sqlite_ledger):
+    """Three z14 PNG tiles (layer tiles) and one UTM GeoTIFF (layer scenes), built through IDEM."""
+    source = make_source(tmp_path / "scene.tif", size=400)
+    (tmp_path / "tiles").mkdir()
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    tiles = [(14, 8874, 6081), (14, 8875, 6081), (14, 8874, 6082)]
+    for z, x, y in tiles:
+        run(tile(source, tmp_path / "tiles" / f"{z}-{x}-{y}.png", z, x, y), env=env, check=True)
+    run(["gdal_translate", "-q", "-of", "IDEM", "-co", "FORMAT=GTiff", "-co", "LAYER=scenes",
+         source, f"/vsiidem/{tmp_path / 'scene_copy.tif'}"], env=env, check=True)
+    return tmp_path, source, env, tiles
+
+
+def test_the_catalog_is_valid_stac_and_says_what_the_ledger_and_files_say(outputs, sqlite_ledger):
+    tmp_path, _, _, _ = outputs
+    catalog = tmp_path / "catalog"
+    report = export(sqlite_ledger, catalog)
+    assert report["items_written"] == 4 and report["collections"] == 2
+    found = read_catalog(catalog)
+    rows = {r["work_key"]: r for r in sqlite_ledger.completed()}
+    assert set(found["items"]) == set(rows)
+    assert sorted(found["collections"]) == ["default-scenes", "default-tiles"]
+    for key, item in found["items"].items():
+        row = rows[key]
+        output = row["output_uri"]
+        assert item["key"] == key and item["attempt"] == row["attempt"]
+        assert item["href"] == output and item["size"] == os.path.getsize(output)
+        dataset = gdal.Open(output)
+        gt = dataset.GetGeoTransform()
+        assert item["shape"] == [dataset.RasterYSize, dataset.RasterXSize]
+        assert item["transform"] == pytest.approx([gt[1], gt[2], gt[0], gt[4], gt[5], gt[3]])
+        west, south, east, north = item["bbox"]
+        for lon, lat in lonlat_corners(output):
+            assert west - 1e-9 <= lon <= east + 1e-9 and south - 1e-9 <= lat <= north + 1e-9
+        assert item["geometry"] == "Polygon"
+        collection = found["collections"][item["collection"]]
+        assert key in collection["items"]
+        cw, cs, ce, cn = collection["bbox"]
+        assert cw <= west and cs <= south and ce >= east and cn >= north
+    tiles = [i for i in found["items"].values() if i["collection"] == "default-tiles"]
+    assert len(tiles) == 3 and {i["code"] for i in tiles} == {"EPSG:3857"}
+    assert {i["type"] for i in tiles} == {"image/png"}
+    [scene] = [i for i in found["items"].values() if i["collection"] == "default-scenes"]
+    assert scene["code"] == "EPSG:32633"
+
+
+def test_a_rerun_writes_only_what_changed(outputs, sqlite_ledger):
+    """A second export writes nothing; after one tile is rebuilt with other work, only its item
+    changes (the old key's item removed, the new one written); after a forget, its item goes."""
+    tmp_path, source, env, tiles = outputs
+    catalog = tmp_path / "catalog"
+    export(sqlite_ledger, catalog)
+    before = item_states(catalog)
+    again = export(sqlite_ledger, catalog)
+    assert (again["items_written"], again["items_unchanged"], again["items_removed"]) == (0, 4, 0)
+    assert item_states(catalog) == before
+    z, x, y = tiles[0]
+    run(tile(source, tmp_path / "tiles" / f"{z}-{x}-{y}.png", z, x, y, resampling="near"),
+        env=env, check=True)
+    rebuilt = export(sqlite_ledger, catalog)
+    assert (rebuilt["items_written"], rebuilt["items_removed"]) == (1, 1)
+    after = item_states(catalog)
+    assert len(set(before) - set(after)) == 1 and len(set(after) - set(before)) == 1
+    assert all(after[name] == state for name, state in before.items() if name in after)
+    [forgotten] = [name for name in after if name.startswith("default-scenes/")]
+    key = os.path.basename(forgotten)[:-len(".json")]
+    run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "-q", "forget", key], check=True)
+    gone = export(sqlite_ledger, catalog)
+    assert gone["items_removed"] == 1 and gone["collections"] == 1
+    assert not (catalog / "default-scenes").exists()
+    assert sorted(read_catalog(catalog)["collections"]) == ["default-tiles"]
+
+
+def test_the_export_never_follows_or_deletes_what_it_did_not_write(outputs, sqlite_ledger):
+    """Files in the catalog that are not items of this export stay: another file in an items
+    directory, a link named like an item (its target untouched), and a linked directory holding
+    what looks like a stale collection."""
+    tmp_path, _, _, _ = outputs
+    catalog = tmp_path / "catalog"
+    export(sqlite_ledger, catalog)
+    items = catalog / "default-tiles" / "items"
+    (items / "notes.json").write_text("{}")
+    victim = tmp_path / "victim.json"
+    victim.write_text("keep me")
+    os.symlink(victim, items / ("f" * 64 + ".json"))
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "items").mkdir(parents=True)
+    (elsewhere / "collection.json").write_text('{"idem:namespace": "x"}')
+    (elsewhere / "items" / ("e" * 64 + ".json")).write_text("keep me too")
+    os.symlink(elsewhere, catalog / "linked")
+    export(sqlite_ledger, catalog)
+    assert (items / "notes.json").read_text() == "{}"
+    assert os.path.islink(items / ("f" * 64 + ".json")) and victim.read_text() == "keep me"
+    assert (elsewhere / "items" / ("e" * 64 + ".json")).read_text() == "keep me too"
+    assert (elsewhere / "collection.json").exists()
+    # An item path that is a link is not written through either: the export fails, naming it.
+    row = sqlite_ledger.completed()[0]
+    collection = "default-" + row["layer"]
+    target = catalog / collection / "items" / (row["work_key"] + ".json")
+    target.unlink()
+    os.symlink(victim, target)
+    proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "export", "--format", "stac",
+                catalog])
+    assert proc.returncode != 0 and str(target) in proc.stderr
+    assert victim.read_text() == "keep me"
+
+
+def test_a_catalog_on_a_virtual_filesystem_is_refused(sqlite_ledger, tmp_path):
+    proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "export", "--format", "stac",
+                "/vsimem/catalog"])
+    assert proc.returncode == 2 and "local directory" in proc.stderr

@@ -1,0 +1,514 @@
+// SPDX-License-Identifier: MIT
+// The ledger as a static STAC catalog (stac_export.hpp). Follows the STAC 1.1.0 specification
+// (catalog, collection, item) and its projection (v2.0.0), file (v2.1.0) and processing (v1.2.0)
+// extensions.
+#include "stac_export.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "base/error.hpp"
+#include "base/file_descriptor.hpp"
+#include "base/gdal_compat.hpp"
+#include "base/held_messages.hpp"
+#include "base/paths.hpp"
+#include "base/sha256.hpp"
+#include "base/version.hpp"
+#include "cli_util.hpp"
+#include "cpl_conv.h"
+#include "cpl_string.h"
+#include "gdal_priv.h"
+#include "key/tile_grid.hpp"
+#include "ogr_geometry.h"
+#include "ogr_spatialref.h"
+
+namespace idem::cli {
+
+namespace {
+
+constexpr const char* k_stac_version = "1.1.0";
+constexpr const char* k_json_type = "application/json";
+constexpr const char* k_geojson_type = "application/geo+json";
+
+std::string extensions_json() {
+  return json::strings({"https://stac-extensions.github.io/projection/v2.0.0/schema.json",
+                        "https://stac-extensions.github.io/file/v2.1.0/schema.json",
+                        "https://stac-extensions.github.io/processing/v1.2.0/schema.json"});
+}
+
+std::string link(const char* rel, const std::string& href, const char* type) {
+  return json::object(
+      {{"rel", json::str(rel)}, {"href", json::str(href)}, {"type", json::str(type)}});
+}
+
+// A name STAC ids and file names can carry: letters, digits, '.', '_' and '-'.
+std::string id_part(const std::string& text) {
+  std::string id;
+  for (const unsigned char c : text) {
+    id += (std::isalnum(c) != 0 || c == '.' || c == '_' || c == '-') ? static_cast<char>(c) : '_';
+  }
+  return id.empty() || id[0] == '.' ? "_" + id : id;
+}
+
+bool is_key_file_name(const std::string& name) {
+  constexpr size_t k_key_length = 64;
+  return name.size() == k_key_length + 5 && name.compare(k_key_length, 5, ".json") == 0 &&
+         std::all_of(name.begin(), name.begin() + k_key_length,
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+std::string media_type(const std::string& path) {
+  const std::string extension = CPLString(CPLGetExtension(path.c_str())).tolower();
+  static const std::map<std::string, std::string> k_types = {
+      {"tif", "image/tiff; application=geotiff"},
+      {"tiff", "image/tiff; application=geotiff"},
+      {"png", "image/png"},
+      {"jpg", "image/jpeg"},
+      {"jpeg", "image/jpeg"},
+      {"webp", "image/webp"},
+      {"jp2", "image/jp2"},
+      {"vrt", "application/xml"},
+      {"nc", "application/netcdf"},
+      {"gpkg", "application/geopackage+sqlite3"}};
+  const auto found = k_types.find(extension);
+  return found != k_types.end() ? found->second : "application/octet-stream";
+}
+
+// Where an item (in DIR/<collection>/items/) finds its output: a path relative to it under DIR,
+// s3:// or gs:// for those stores, else the path GDAL opens.
+std::string asset_href(const std::string& directory, const std::string& output) {
+  if (output.rfind(directory + "/", 0) == 0) {
+    return "../../" + output.substr(directory.size() + 1);
+  }
+  if (output.rfind("/vsis3/", 0) == 0) {
+    return "s3://" + output.substr(7);
+  }
+  if (output.rfind("/vsigs/", 0) == 0) {
+    return "gs://" + output.substr(7);
+  }
+  return output;
+}
+
+struct Box {
+  double west = 0, south = 0, east = 0, north = 0;
+};
+
+// The bounding box of a footprint: west > east when its two parts meet at the antimeridian.
+Box box_of(const OGRMultiPolygon& footprint) {
+  OGREnvelope all;
+  footprint.getEnvelope(&all);
+  Box box{all.MinX, all.MinY, all.MaxX, all.MaxY};
+  if (footprint.getNumGeometries() == 2) {
+    OGREnvelope a;
+    OGREnvelope b;
+    footprint.getGeometryRef(0)->getEnvelope(&a);
+    footprint.getGeometryRef(1)->getEnvelope(&b);
+    if (a.MinX > b.MinX) {
+      std::swap(a, b);
+    }
+    if (a.MinX <= -180 && b.MaxX >= 180) {  // a: east of the line, b: west of it
+      box.west = b.MinX;
+      box.east = a.MaxX;
+    }
+  }
+  return box;
+}
+
+std::string box_json(const Box& box) {
+  return json::array(
+      {json::real(box.west), json::real(box.south), json::real(box.east), json::real(box.north)});
+}
+
+std::string geometry_json(const OGRMultiPolygon& footprint) {
+  const OGRGeometry& geometry = footprint.getNumGeometries() == 1
+                                    ? *footprint.getGeometryRef(0)
+                                    : static_cast<const OGRGeometry&>(footprint);
+  char* text = geometry.exportToJson();
+  std::string out = text != nullptr ? text : "null";
+  CPLFree(text);
+  return out;
+}
+
+// proj:code (AUTHORITY:CODE) when the CRS has one, else proj:wkt2.
+void add_projection(const TargetGrid& grid, std::map<std::string, std::string>& properties) {
+  OGRSpatialReference srs;
+  if (grid.srs_wkt.empty() || srs.SetFromUserInput(grid.srs_wkt.c_str()) != OGRERR_NONE) {
+    return;
+  }
+  const char* authority = srs.GetAuthorityName(nullptr);
+  const char* code = srs.GetAuthorityCode(nullptr);
+  if (authority == nullptr || code == nullptr) {
+    srs.AutoIdentifyEPSG();
+    authority = srs.GetAuthorityName(nullptr);
+    code = srs.GetAuthorityCode(nullptr);
+  }
+  if (authority != nullptr && code != nullptr) {
+    properties["proj:code"] = json::str(std::string(authority) + ":" + code);
+    return;
+  }
+  char* wkt = nullptr;
+  const char* const options[] = {"FORMAT=WKT2_2019", nullptr};
+  if (srs.exportToWkt(&wkt, options) == OGRERR_NONE && wkt != nullptr) {
+    properties["proj:code"] = json::null();
+    properties["proj:wkt2"] = json::str(wkt);
+  }
+  CPLFree(wkt);
+}
+
+struct Item {
+  std::string id;
+  std::string json;
+  std::optional<Box> box;
+  std::optional<double> completed_at;
+};
+
+Item make_item(const std::string& directory, const std::string& collection, const LedgerRow& row,
+               int64_t& without_footprint) {
+  Item item;
+  item.id = row.work_key;
+  item.completed_at = row.completed_at;
+  std::map<std::string, std::string> properties = {
+      {"datetime", json::time(row.completed_at)},
+      {"created", json::time(row.completed_at)},
+      {"updated", json::time(row.completed_at)},
+      {"idem:key", json::str(row.work_key)},
+      {"idem:namespace", json::str(row.namespace_name)},
+      {"idem:attempt", json::integer(row.attempt)},
+      {"processing:software", json::object({{"gdal-idem", json::str(idem_version())}})}};
+  if (row.layer) {
+    properties["idem:layer"] = json::str(*row.layer);
+  }
+  if (row.tile) {
+    properties["idem:tile"] =
+        json::str(std::to_string(row.tile->z) + "/" + std::to_string(row.tile->x) + "/" +
+                  std::to_string(row.tile->y));
+  }
+  std::string geometry = "null";
+  const std::optional<TargetGrid> grid = output_grid_of(row);
+  if (grid) {
+    properties["proj:shape"] =
+        json::array({json::integer(grid->y_size), json::integer(grid->x_size)});
+    const double* gt = grid->geotransform;
+    properties["proj:transform"] =
+        json::array({json::real(gt[1]), json::real(gt[2]), json::real(gt[0]), json::real(gt[4]),
+                     json::real(gt[5]), json::real(gt[3])});
+    add_projection(*grid, properties);
+    if (const std::unique_ptr<OGRMultiPolygon> footprint = footprint_geometry(*grid)) {
+      geometry = geometry_json(*footprint);
+      item.box = box_of(*footprint);
+    }
+  }
+  if (!item.box) {
+    ++without_footprint;
+  }
+  std::map<std::string, std::string> asset = {
+      {"href", json::str(asset_href(directory, row.output_uri))},
+      {"type", json::str(media_type(row.output_uri))},
+      {"roles", json::strings({"data"})}};
+  if (row.fingerprint && row.fingerprint->size >= 0) {
+    asset["file:size"] = json::integer(row.fingerprint->size);
+  }
+  if (row.fingerprint && row.fingerprint->sha256) {
+    asset["file:checksum"] = json::str("1220" + *row.fingerprint->sha256);  // SHA2-256 multihash
+  }
+  std::map<std::string, std::string> members = {
+      {"type", json::str("Feature")},
+      {"stac_version", json::str(k_stac_version)},
+      {"stac_extensions", extensions_json()},
+      {"id", json::str(item.id)},
+      {"collection", json::str(collection)},
+      {"geometry", geometry},
+      {"properties", json::object(properties)},
+      {"assets", json::object({{"data", json::object(asset)}})},
+      {"links", json::array({link("root", "../../catalog.json", k_json_type),
+                             link("parent", "../collection.json", k_json_type),
+                             link("collection", "../collection.json", k_json_type)})}};
+  if (item.box) {
+    members["bbox"] = box_json(*item.box);
+  }
+  item.json = json::object(members) + "\n";
+  return item;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files: written only when they change, through a temporary file renamed over them; never
+// through a link.
+
+void ensure_directory(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) == 0) {
+    return;
+  }
+  struct stat info {};
+  if (errno != EEXIST || ::lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    throw Error(ErrorKind::k_io, "cannot make the catalog directory " + path +
+                                     ": it exists and is not a directory (a link is not "
+                                     "followed), or: " +
+                                     std::strerror(errno));
+  }
+}
+
+std::optional<std::string> regular_file_text(const std::string& path) {
+  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat info {};
+  if (!fd.valid() || ::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    return std::nullopt;
+  }
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t got = ::read(fd.get(), buffer, sizeof buffer);
+    if (got <= 0) {
+      return got == 0 ? std::optional<std::string>(text) : std::nullopt;
+    }
+    text.append(buffer, static_cast<size_t>(got));
+  }
+}
+
+// True when written, false when the file already held `text`.
+bool write_if_changed(const std::string& path, const std::string& text) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) == 0) {
+    if (!S_ISREG(info.st_mode)) {
+      throw Error(ErrorKind::k_io, "cannot write " + path +
+                                       ": something other than a regular file is there (a link "
+                                       "or a directory); remove it or export elsewhere");
+    }
+    if (regular_file_text(path) == text) {
+      return false;
+    }
+  }
+  std::string temp = path + ".idem-tmp-XXXXXX";
+  const FileDescriptor fd(::mkstemp(temp.data()));
+  if (!fd.valid()) {
+    throw Error(ErrorKind::k_io,
+                "cannot create a file beside " + path + ": " + std::strerror(errno));
+  }
+  const bool written =
+      ::fchmod(fd.get(), 0644) == 0 &&
+      ::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+      ::fsync(fd.get()) == 0;
+  if (!written || ::rename(temp.c_str(), path.c_str()) != 0) {
+    const int error_number = errno;
+    ::unlink(temp.c_str());
+    throw Error(ErrorKind::k_io, "cannot write " + path + ": " + std::strerror(error_number));
+  }
+  return true;
+}
+
+std::vector<std::string> entries_of(const std::string& directory) {
+  std::vector<std::string> names;
+  const std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(directory.c_str()), ::closedir);
+  if (!dir) {
+    return names;
+  }
+  while (const dirent* entry = ::readdir(dir.get())) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") {
+      names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat info {};
+  return ::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+// Removes the item files (<key>.json, regular files) of `items_dir` not in `keep`.
+int64_t remove_stale_items(const std::string& items_dir, const std::set<std::string>& keep) {
+  int64_t removed = 0;
+  struct stat info {};
+  if (::lstat(items_dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return removed;  // gone, or not a directory of its own (a link is never followed)
+  }
+  for (const std::string& name : entries_of(items_dir)) {
+    const std::string path = items_dir + "/" + name;
+    if (is_key_file_name(name) && keep.count(name) == 0 && is_regular_file(path) &&
+        ::unlink(path.c_str()) == 0) {
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+struct Collection {
+  std::string namespace_name;
+  std::optional<std::string> layer;
+  std::vector<Item> items;
+};
+
+std::string collection_json(const std::string& id, const Collection& collection) {
+  std::optional<Box> all;
+  bool crossing = false;
+  std::optional<double> first;
+  std::optional<double> last;
+  std::vector<std::string> links = {link("root", "../catalog.json", k_json_type),
+                                    link("parent", "../catalog.json", k_json_type)};
+  for (const Item& item : collection.items) {
+    links.push_back(link("item", "items/" + item.id + ".json", k_geojson_type));
+    if (item.completed_at) {
+      first = first ? std::min(*first, *item.completed_at) : *item.completed_at;
+      last = last ? std::max(*last, *item.completed_at) : *item.completed_at;
+    }
+    if (!item.box) {
+      continue;
+    }
+    crossing = crossing || item.box->west > item.box->east;
+    if (!all) {
+      all = item.box;
+    } else {
+      all->west = std::min(all->west, item.box->west);
+      all->south = std::min(all->south, item.box->south);
+      all->east = std::max(all->east, item.box->east);
+      all->north = std::max(all->north, item.box->north);
+    }
+  }
+  Box extent = all.value_or(Box{-180, -90, 180, 90});
+  if (crossing) {  // a joined extent across the antimeridian: the whole band of latitudes
+    extent.west = -180;
+    extent.east = 180;
+  }
+  const std::string title =
+      collection.namespace_name + (collection.layer ? " / " + *collection.layer : "");
+  std::map<std::string, std::string> members = {
+      {"type", json::str("Collection")},
+      {"stac_version", json::str(k_stac_version)},
+      {"stac_extensions", json::array({})},
+      {"id", json::str(id)},
+      {"title", json::str(title)},
+      {"description", json::str("Outputs gdal-idem recorded as completed in namespace " +
+                                collection.namespace_name +
+                                (collection.layer ? ", layer " + *collection.layer : ""))},
+      {"license", json::str("other")},
+      {"extent",
+       json::object(
+           {{"spatial", json::object({{"bbox", json::array({box_json(extent)})}})},
+            {"temporal",
+             json::object({{"interval", json::array({json::array(
+                                            {json::time(first), json::time(last)})})}})}})},
+      {"idem:namespace", json::str(collection.namespace_name)},
+      {"links", json::array(links)}};
+  if (collection.layer) {
+    members["idem:layer"] = json::str(*collection.layer);
+  }
+  return json::object(members) + "\n";
+}
+
+}  // namespace
+
+std::optional<TargetGrid> output_grid_of(const LedgerRow& row) {
+  TargetGrid grid;
+  grid.has_geotransform = true;
+  if (const auto work = work_grid(row.work_json); work && work->geotransform && work->srs) {
+    grid.x_size = work->x_size;
+    grid.y_size = work->y_size;
+    for (int i = 0; i < 6; ++i) {
+      grid.geotransform[i] = (*work->geotransform)[i];
+    }
+    grid.srs_wkt = *work->srs;
+    return grid;
+  }
+  // Not recorded (e.g. a plain copy): the output's own grid, when it is there.
+  const GDALDatasetUniquePtr dataset =
+      open_quietly(row.output_uri, GDAL_OF_RASTER | GDAL_OF_READONLY);
+  if (!dataset || compat::get_geotransform(dataset.get(), grid.geotransform) != CE_None ||
+      dataset->GetSpatialRef() == nullptr) {
+    return std::nullopt;
+  }
+  grid.x_size = dataset->GetRasterXSize();
+  grid.y_size = dataset->GetRasterYSize();
+  char* wkt = nullptr;
+  dataset->GetSpatialRef()->exportToWkt(&wkt);
+  grid.srs_wkt = wkt != nullptr ? wkt : "";
+  CPLFree(wkt);
+  return grid;
+}
+
+StacCounts write_stac_catalog(const std::string& directory, const std::vector<LedgerRow>& rows) {
+  StacCounts counts;
+  // Collections by id; two namespace/layer pairs that spell one id are told apart by a digest.
+  std::map<std::string, Collection> collections;
+  for (const LedgerRow& row : rows) {
+    if (row.state != RowState::k_completed || row.superseded_at) {
+      continue;
+    }
+    std::string id = id_part(row.namespace_name) + (row.layer ? "-" + id_part(*row.layer) : "");
+    auto found = collections.find(id);
+    if (found != collections.end() &&
+        (found->second.namespace_name != row.namespace_name || found->second.layer != row.layer)) {
+      id += "-" + sha256_hex(row.namespace_name + '\0' + row.layer.value_or("")).substr(0, 8);
+      found = collections.find(id);
+    }
+    if (found == collections.end()) {
+      found = collections.emplace(id, Collection{row.namespace_name, row.layer, {}}).first;
+    }
+    found->second.items.push_back(make_item(directory, id, row, counts.without_footprint));
+  }
+  ensure_directory(directory);
+  std::vector<std::string> catalog_links = {link("root", "./catalog.json", k_json_type)};
+  for (auto& [id, collection] : collections) {
+    std::sort(collection.items.begin(), collection.items.end(),
+              [](const Item& a, const Item& b) { return a.id < b.id; });
+    const std::string collection_dir = directory + "/" + id;
+    ensure_directory(collection_dir);
+    ensure_directory(collection_dir + "/items");
+    std::set<std::string> keep;
+    for (const Item& item : collection.items) {
+      keep.insert(item.id + ".json");
+      if (write_if_changed(collection_dir + "/items/" + item.id + ".json", item.json)) {
+        ++counts.written;
+      } else {
+        ++counts.unchanged;
+      }
+    }
+    write_if_changed(collection_dir + "/collection.json", collection_json(id, collection));
+    counts.removed += remove_stale_items(collection_dir + "/items", keep);
+    catalog_links.push_back(link("child", "./" + id + "/collection.json", k_json_type));
+  }
+  write_if_changed(
+      directory + "/catalog.json",
+      json::object({{"type", json::str("Catalog")},
+                    {"stac_version", json::str(k_stac_version)},
+                    {"id", json::str("gdal-idem")},
+                    {"description", json::str("Outputs recorded as completed in the gdal-idem "
+                                              "ledger, one collection per namespace and layer")},
+                    {"links", json::array(catalog_links)}}) +
+          "\n");
+  // Collections of an earlier export that have no completed output left: their items go, then
+  // their collection file (only one this export wrote: it names an IDEM namespace).
+  for (const std::string& name : entries_of(directory)) {
+    const std::string collection_dir = directory + "/" + name;
+    const std::string collection_file = collection_dir + "/collection.json";
+    struct stat info {};
+    if (collections.count(name) != 0 || ::lstat(collection_dir.c_str(), &info) != 0 ||
+        !S_ISDIR(info.st_mode)) {
+      continue;  // a current collection, a file, or a link (never followed)
+    }
+    const std::optional<std::string> text = regular_file_text(collection_file);
+    if (!text || text->find("\"idem:namespace\":") == std::string::npos) {
+      continue;
+    }
+    counts.removed += remove_stale_items(collection_dir + "/items", {});
+    ::unlink(collection_file.c_str());
+    ::rmdir((collection_dir + "/items").c_str());  // only when empty
+    ::rmdir(collection_dir.c_str());
+  }
+  counts.collections = static_cast<int64_t>(collections.size());
+  return counts;
+}
+
+}  // namespace idem::cli
