@@ -62,11 +62,21 @@ std::string id_part(const std::string& text) {
   return id.empty() || id[0] == '.' ? "_" + id : id;
 }
 
+constexpr size_t k_key_length = 64;
+constexpr const char* k_temp_infix = ".idem-tmp-";  // + mkstemp's six characters
+
 bool is_key_file_name(const std::string& name) {
-  constexpr size_t k_key_length = 64;
   return name.size() == k_key_length + 5 && name.compare(k_key_length, 5, ".json") == 0 &&
          std::all_of(name.begin(), name.begin() + k_key_length,
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// The temporary file of an item an interrupted export left: <key>.json.idem-tmp-XXXXXX.
+bool is_item_temp_name(const std::string& name) {
+  const size_t item = k_key_length + 5;
+  return name.size() == item + std::strlen(k_temp_infix) + 6 &&
+         is_key_file_name(name.substr(0, item)) &&
+         name.compare(item, std::strlen(k_temp_infix), k_temp_infix) == 0;
 }
 
 std::string media_type(const std::string& path) {
@@ -289,7 +299,7 @@ bool write_if_changed(const std::string& path, const std::string& text) {
       return false;
     }
   }
-  std::string temp = path + ".idem-tmp-XXXXXX";
+  std::string temp = path + k_temp_infix + "XXXXXX";
   const FileDescriptor fd(::mkstemp(temp.data()));
   if (!fd.valid()) {
     throw Error(ErrorKind::k_io,
@@ -328,7 +338,8 @@ bool is_regular_file(const std::string& path) {
   return ::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
-// Removes the item files (<key>.json, regular files) of `items_dir` not in `keep`.
+// Removes the item files (<key>.json, regular files) of `items_dir` not in `keep`, and the
+// temporary files of items an interrupted export left there (not counted).
 int64_t remove_stale_items(const std::string& items_dir, const std::set<std::string>& keep) {
   int64_t removed = 0;
   struct stat info {};
@@ -337,8 +348,10 @@ int64_t remove_stale_items(const std::string& items_dir, const std::set<std::str
   }
   for (const std::string& name : entries_of(items_dir)) {
     const std::string path = items_dir + "/" + name;
-    if (is_key_file_name(name) && keep.count(name) == 0 && is_regular_file(path) &&
-        ::unlink(path.c_str()) == 0) {
+    if (is_item_temp_name(name) && is_regular_file(path)) {
+      ::unlink(path.c_str());
+    } else if (is_key_file_name(name) && keep.count(name) == 0 && is_regular_file(path) &&
+               ::unlink(path.c_str()) == 0) {
       ++removed;
     }
   }
