@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // gdal-idem export --format stac DIR: the ledger's completed outputs as a static STAC catalog
-// (STAC 1.1.0; docs/operations.md, "A STAC catalog of the outputs").
+// (STAC 1.1.0; docs/cli.md, `gdal-idem export --format stac`).
 #pragma once
 
 #include <optional>
