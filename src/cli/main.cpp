@@ -39,6 +39,8 @@ constexpr const char* k_usage =
     "                                 move completed rows into history, drop old history\n"
     "  export OUT.gpkg|OUT.geojson [--namespace N] [--layer L]\n"
     "                                 the ledger as a vector layer with tile footprints\n"
+    "         or: export --format stac DIR [--namespace N] [--layer L]\n"
+    "                                 the completed outputs as a static STAC catalog\n"
     "  load [--mode replace|append] [--namespace N] -- ogr2ogr ARGS\n"
     "                                 an idempotent ogr2ogr load into PostgreSQL/PostGIS\n"
     "  pending [--null] [--count] [FILE|-]\n"
