@@ -206,3 +206,13 @@ def test_a_catalog_on_a_virtual_filesystem_is_refused(sqlite_ledger, tmp_path):
     proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "export", "--format", "stac",
                 "/vsimem/catalog"])
     assert proc.returncode == 2 and "local directory" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["gpkg", "geojson", "csv"])
+def test_another_format_than_stac_is_refused_not_ignored(sqlite_ledger, tmp_path, value):
+    """--format names the STAC export only: a vector export's format comes from OUT's extension,
+    so `--format gpkg out.geojson` is refused rather than writing GeoJSON."""
+    out = tmp_path / "out.geojson"
+    proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "export", "--format", value, out])
+    assert proc.returncode == 2 and "from OUT's extension" in proc.stderr
+    assert not out.exists()

@@ -159,8 +159,10 @@ int run_export(const Args& args, const GlobalOptions& global) {
   if (format && *format == "stac") {
     return export_stac(*destination, filter, global);
   }
-  if (format && *format != "gpkg" && *format != "geojson") {
-    throw UsageError{"--format " + *format + " is not known: use stac, gpkg or geojson; " +
+  if (format) {  // accepted before and then ignored, it would contradict OUT's extension
+    throw UsageError{"--format takes stac, not " + *format +
+                     ": a GeoPackage or GeoJSON export takes its format from OUT's extension "
+                     "(.gpkg, .geojson); " +
                      k_synopsis};
   }
   DestinationRules rules;
