@@ -48,8 +48,31 @@ for collection in catalog.get_children():
             "key": item.properties["idem:key"], "attempt": item.properties["idem:attempt"],
             "code": proj.code, "shape": proj.shape, "transform": proj.transform,
             "href": asset.get_absolute_href(), "size": FileExtension.ext(asset).size,
-            "type": asset.media_type}
+            "type": asset.media_type, "bands": asset.extra_fields.get("bands")}
 print(json.dumps(found))
+"""
+
+
+# stac-validator, run offline: the STAC 1.1.0 core schemas (and GeoJSON's) it would fetch are
+# given as the local copies pystac ships, under the addresses the schemas refer to each other by.
+# Its --core mode validates one object (no recursion), so every file is validated in turn.
+STAC_VALIDATOR = r"""
+import json, pathlib, sys
+from pystac.validation import local_validator
+from stac_validator.validate import StacValidate
+
+root = pathlib.Path(local_validator.__file__).parent / "jsonschemas"
+schema_map = {url: str(root / ("geojson" if "geojson.org" in url else "stac-spec/v1.1.0")
+                       / url.rsplit("/", 1)[1])
+              for url in local_validator.get_local_schema_cache()}
+verdicts = {}
+for path in sys.argv[1:]:
+    validator = StacValidate(path, core=True, schema_map=schema_map)
+    validator.run()
+    [message] = validator.message
+    verdicts[path] = {"valid": message["valid_stac"], "type": message.get("asset_type"),
+                      "error": message.get("error_message")}
+print(json.dumps(verdicts))
 """
 
 
@@ -77,6 +100,12 @@ def read_catalog(directory):
         pytest.fail("the tests' Python venv is missing: run `make deps`")
     proc = run([VENV_PYTHON, "-c", READ_CATALOG, str(directory / "catalog.json")],
                env=env_with(), check=True)
+    return json.loads(proc.stdout)
+
+
+def stac_validator(paths):
+    """stac-validator's verdict on each file: {path: {"valid", "type", "error"}}."""
+    proc = run([VENV_PYTHON, "-c", STAC_VALIDATOR, *map(str, paths)], env=env_with(), check=True)
     return json.loads(proc.stdout)
 
 
@@ -216,3 +245,102 @@ def test_another_format_than_stac_is_refused_not_ignored(sqlite_ledger, tmp_path
     proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "export", "--format", value, out])
     assert proc.returncode == 2 and "from OUT's extension" in proc.stderr
     assert not out.exists()
+
+
+def test_stac_validator_finds_every_object_valid(outputs, sqlite_ledger):
+    """stac-validator (tools/pyenv) validates the catalog, each collection and each item against
+    the STAC 1.1.0 core schemas; an item broken on purpose is found invalid, so the validator
+    really ran on what it was given."""
+    tmp_path, _, _, _ = outputs
+    catalog = tmp_path / "catalog"
+    export(sqlite_ledger, catalog)
+    files = sorted(catalog.rglob("*.json"))
+    verdicts = stac_validator(files)
+    assert len(verdicts) == 1 + 2 + 4
+    assert all(v["valid"] for v in verdicts.values()), verdicts
+    assert sorted(v["type"] for v in verdicts.values()) == \
+        ["CATALOG", "COLLECTION", "COLLECTION", "ITEM", "ITEM", "ITEM", "ITEM"]
+    item = next(p for p in files if p.parent.name == "items")
+    broken = json.loads(item.read_text())
+    broken["bbox"] = "everywhere"
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    [verdict] = stac_validator([tmp_path / "broken.json"]).values()
+    assert not verdict["valid"] and "bbox" in verdict["error"]
+
+
+STAC_DATA_TYPES = {gdal.GDT_Byte: "uint8", gdal.GDT_UInt16: "uint16", gdal.GDT_Int16: "int16",
+                   gdal.GDT_UInt32: "uint32", gdal.GDT_Int32: "int32",
+                   gdal.GDT_Float32: "float32", gdal.GDT_Float64: "float64"}
+
+
+def stac_nodata(value):
+    if value is None:
+        return None
+    return "nan" if value != value else value
+
+
+def test_an_assets_bands_are_what_its_file_holds(outputs, sqlite_ledger):
+    """Each asset's bands (STAC 1.1's common `bands`: data type and nodata) match what GDAL reads
+    from the output; an output whose format could not hold the work's data type (PNG asked for
+    Float32, which GDAL writes as Byte) gets no bands rather than wrong ones."""
+    tmp_path, source, env, _ = outputs
+    float_source = make_source(tmp_path / "float.tif", size=64, bands=1, dtype=gdal.GDT_Float32,
+                               nodata=float("nan"))
+    run(["gdal_translate", "-q", "-of", "IDEM", "-co", "FORMAT=GTiff", "-co", "LAYER=scenes",
+         float_source, f"/vsiidem/{tmp_path / 'float_copy.tif'}"], env=env, check=True)
+    run(["gdalwarp", "-q", "-of", "IDEM", "-co", "FORMAT=GTiff", "-co", "LAYER=scenes",
+         "-t_srs", "EPSG:4326", "-ot", "UInt16", "-dstnodata", "7", source,
+         f"/vsiidem/{tmp_path / 'uint16.tif'}"], env=env, check=True)
+    run(["gdal_translate", "-q", "-of", "IDEM", "-co", "FORMAT=PNG", "-co", "LAYER=scenes",
+         "-ot", "Float32", source, f"/vsiidem/{tmp_path / 'converted.png'}"], env=env,
+        check=True)
+    catalog = tmp_path / "catalog"
+    export(sqlite_ledger, catalog)
+    found = read_catalog(catalog)["items"]
+    by_output = {item["href"]: item for item in found.values()}
+    assert len(by_output) == 7
+    assert by_output[str(tmp_path / "converted.png")]["bands"] is None
+    assert gdal.Open(str(tmp_path / "converted.png")).GetRasterBand(1).DataType == gdal.GDT_Byte
+    described = {}
+    for output, item in by_output.items():
+        if output.endswith("converted.png"):
+            continue
+        dataset = gdal.Open(output)
+        held = [{"data_type": STAC_DATA_TYPES[band.DataType],
+                 "nodata": stac_nodata(band.GetNoDataValue())}
+                for band in (dataset.GetRasterBand(i + 1) for i in range(dataset.RasterCount))]
+        assert item["bands"] is not None, output
+        assert [{"data_type": b["data_type"], "nodata": b.get("nodata")} for b in item["bands"]] \
+            == held, output
+        described[os.path.basename(output)] = held[0]
+    assert described["float_copy.tif"] == {"data_type": "float32", "nodata": "nan"}
+    assert described["uint16.tif"] == {"data_type": "uint16", "nodata": 7}
+    assert described["scene_copy.tif"] == {"data_type": "uint8", "nodata": None}
+
+
+@pytest.mark.skipif(int(gdal.VersionInfo()) < 3100000,
+                    reason="GDAL 3.6's STACIT reads projection v1's proj:epsg; the catalog "
+                           "writes STAC 1.1's proj:code, which GDAL 3.10 and later read")
+def test_gdal_stacit_mosaics_a_collections_items(outputs, sqlite_ledger):
+    """GDAL's STACIT driver opens the items of a collection gathered into an ItemCollection (as a
+    STAC API search returns them): its mosaic has the tiles' pixels, each at its place."""
+    tmp_path, _, _, tiles = outputs
+    catalog = tmp_path / "catalog"
+    export(sqlite_ledger, catalog)
+    items_dir = catalog / "default-tiles" / "items"
+    features = [json.loads(p.read_text()) for p in sorted(items_dir.glob("*.json"))]
+    search = items_dir / "search.json"  # beside the items, so their relative hrefs still hold
+    search.write_text(json.dumps({"type": "FeatureCollection", "features": features}))
+    mosaic = gdal.Open(str(search))
+    assert mosaic is not None and mosaic.GetDriver().ShortName == "STACIT"
+    gt = mosaic.GetGeoTransform()
+    for z, x, y in tiles:
+        path = tmp_path / "tiles" / f"{z}-{x}-{y}.png"
+        tile_ds = gdal.Open(str(path))
+        assert mosaic.RasterCount == tile_ds.RasterCount
+        west, _, _, north = tile_bounds(z, x, y)
+        xoff = round((west - gt[0]) / gt[1])
+        yoff = round((north - gt[3]) / gt[5])
+        for b in range(1, tile_ds.RasterCount + 1):
+            expected = tile_ds.GetRasterBand(b).ReadRaster()
+            assert mosaic.GetRasterBand(b).ReadRaster(xoff, yoff, 256, 256) == expected, (path, b)

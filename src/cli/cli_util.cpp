@@ -250,6 +250,25 @@ std::optional<std::string> crs_text(const JsonValue& node) {
   return std::nullopt;
 }
 
+WorkBand work_band(const JsonValue& band) {
+  WorkBand out;
+  if (const JsonValue* attributes = band.find("attr")) {
+    if (const JsonValue* type = attributes->find("dataType")) {
+      out.data_type = type->text();
+    }
+  }
+  if (const JsonValue* children = band.find("children")) {
+    for (const JsonValue& child : children->items()) {
+      const JsonValue* tag = child.find("tag");
+      const JsonValue* text = child.find("text");
+      if (tag != nullptr && text != nullptr && tag->text() == "NoDataValue") {
+        out.nodata = text->text();
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<WorkGrid> work_grid(const std::string& work_json) {
@@ -262,6 +281,9 @@ std::optional<WorkGrid> work_grid(const std::string& work_json) {
     return std::nullopt;
   }
   WorkGrid grid;
+  if (const JsonValue* format = work->find("format")) {
+    grid.format = format->text();
+  }
   if (const JsonValue* attributes = vrt->find("attr")) {
     if (const JsonValue* x = attributes->find("rasterXSize")) {
       grid.x_size = std::atoi(x->text().c_str());
@@ -277,7 +299,7 @@ std::optional<WorkGrid> work_grid(const std::string& work_json) {
         continue;
       }
       if (tag->text() == "VRTRasterBand") {
-        ++grid.band_count;
+        grid.bands.push_back(work_band(child));
       } else if (tag->text() == "GeoTransform") {
         if (const JsonValue* text = child.find("text")) {
           const CPLStringList parts(CSLTokenizeString2(text->text().c_str(), ", ", 0));

@@ -84,10 +84,16 @@ std::string row_state_name(const LedgerRow& row);
 
 // The target grid recorded in a canonical work description (its VRT: size, geotransform, SRS,
 // band count). Unset fields stay empty.
+// A band of the recorded VRT: GDAL's data type name and its NoDataValue text, when it has one.
+struct WorkBand {
+  std::string data_type;
+  std::optional<std::string> nodata;
+};
 struct WorkGrid {
+  std::string format;  // the output's driver (FORMAT)
   int x_size = 0;
   int y_size = 0;
-  int band_count = 0;
+  std::vector<WorkBand> bands;
   std::optional<std::vector<double>> geotransform;
   std::optional<std::string> srs;  // "EPSG:3857" or a PROJJSON text, as SetFromUserInput takes
 };

@@ -177,6 +177,128 @@ void add_projection(const TargetGrid& grid, std::map<std::string, std::string>& 
   CPLFree(wkt);
 }
 
+// STAC's name of a GDAL data type (the common metadata's data_type); empty when STAC has none.
+std::string stac_data_type(const std::string& gdal_name) {
+  static const std::map<std::string, std::string> k_names = {
+      {"Byte", "uint8"},      {"Int8", "int8"},         {"UInt16", "uint16"},
+      {"Int16", "int16"},     {"UInt32", "uint32"},     {"Int32", "int32"},
+      {"UInt64", "uint64"},   {"Int64", "int64"},       {"Float16", "float16"},
+      {"Float32", "float32"}, {"Float64", "float64"},   {"CInt16", "cint16"},
+      {"CInt32", "cint32"},   {"CFloat32", "cfloat32"}, {"CFloat64", "cfloat64"}};
+  const auto found = k_names.find(gdal_name);
+  return found != k_names.end() ? found->second : std::string();
+}
+
+// A nodata value as STAC writes it: a number, or "nan", "inf", "-inf".
+std::string nodata_json(double value) {
+  if (std::isnan(value)) {
+    return json::str("nan");
+  }
+  if (std::isinf(value)) {
+    return json::str(value > 0 ? "inf" : "-inf");
+  }
+  return json::real(value);
+}
+
+// One of an asset's bands (STAC 1.1 common metadata, where STAC 1.0's raster:bands were): its
+// data type and nodata value; nullopt when STAC has no name for the type.
+std::optional<std::string> band_json(const std::string& gdal_type, bool has_nodata, double nodata) {
+  const std::string data_type = stac_data_type(gdal_type);
+  if (data_type.empty()) {
+    return std::nullopt;
+  }
+  std::map<std::string, std::string> members = {{"data_type", json::str(data_type)}};
+  if (has_nodata) {
+    members["nodata"] = nodata_json(nodata);
+  }
+  return json::object(members);
+}
+
+// The bands of the recorded VRT, known only when the output's format creates their data type
+// (a driver that cannot, such as PNG for Float32, converts it): then the output holds what the
+// work asked for.
+std::optional<std::string> recorded_bands_json(const WorkGrid& work) {
+  GDALDriver* driver = GetGDALDriverManager()->GetDriverByName(work.format.c_str());
+  const char* creatable =
+      driver != nullptr ? driver->GetMetadataItem(GDAL_DMD_CREATIONDATATYPES) : nullptr;
+  if (work.bands.empty() || creatable == nullptr) {
+    return std::nullopt;
+  }
+  const CPLStringList types(CSLTokenizeString2(creatable, " ", 0));
+  std::vector<std::string> items;
+  for (const WorkBand& band : work.bands) {
+    if (types.FindString(band.data_type.c_str()) < 0) {
+      return std::nullopt;
+    }
+    const std::optional<std::string> item = band_json(
+        band.data_type, band.nodata.has_value(), band.nodata ? CPLAtof(band.nodata->c_str()) : 0);
+    if (!item) {
+      return std::nullopt;
+    }
+    items.push_back(*item);
+  }
+  return json::array(items);
+}
+
+// The bands of an opened output.
+std::optional<std::string> dataset_bands_json(GDALDataset& dataset) {
+  std::vector<std::string> items;
+  for (int i = 1; i <= dataset.GetRasterCount(); ++i) {
+    GDALRasterBand* band = dataset.GetRasterBand(i);
+    int has_nodata = FALSE;
+    const double nodata = band->GetNoDataValue(&has_nodata);
+    const std::optional<std::string> item =
+        band_json(GDALGetDataTypeName(band->GetRasterDataType()), has_nodata != FALSE, nodata);
+    if (!item) {
+      return std::nullopt;
+    }
+    items.push_back(*item);
+  }
+  return items.empty() ? std::nullopt : std::optional<std::string>(json::array(items));
+}
+
+// What an item says of its output's grid and bands: what the work recorded, else what the
+// output itself holds (opened: a plain copy's work records no grid).
+struct OutputShape {
+  std::optional<TargetGrid> grid;
+  std::optional<std::string> bands;  // a JSON array; nullopt when not known
+};
+
+OutputShape output_shape_of(const LedgerRow& row) {
+  OutputShape shape;
+  TargetGrid grid;
+  grid.has_geotransform = true;
+  if (const auto work = work_grid(row.work_json); work && work->geotransform && work->srs) {
+    grid.x_size = work->x_size;
+    grid.y_size = work->y_size;
+    for (int i = 0; i < 6; ++i) {
+      grid.geotransform[i] = (*work->geotransform)[i];
+    }
+    grid.srs_wkt = *work->srs;
+    shape.grid = grid;
+    shape.bands = recorded_bands_json(*work);
+    return shape;
+  }
+  const GDALDatasetUniquePtr dataset =
+      open_quietly(row.output_uri, GDAL_OF_RASTER | GDAL_OF_READONLY);
+  if (!dataset) {
+    return shape;
+  }
+  shape.bands = dataset_bands_json(*dataset);
+  if (compat::get_geotransform(dataset.get(), grid.geotransform) != CE_None ||
+      dataset->GetSpatialRef() == nullptr) {
+    return shape;
+  }
+  grid.x_size = dataset->GetRasterXSize();
+  grid.y_size = dataset->GetRasterYSize();
+  char* wkt = nullptr;
+  dataset->GetSpatialRef()->exportToWkt(&wkt);
+  grid.srs_wkt = wkt != nullptr ? wkt : "";
+  CPLFree(wkt);
+  shape.grid = grid;
+  return shape;
+}
+
 struct Item {
   std::string id;
   std::string json;
@@ -206,7 +328,8 @@ Item make_item(const std::string& directory, const std::string& collection, cons
                   std::to_string(row.tile->y));
   }
   std::string geometry = "null";
-  const std::optional<TargetGrid> grid = output_grid_of(row);
+  const OutputShape shape = output_shape_of(row);
+  const std::optional<TargetGrid>& grid = shape.grid;
   if (grid) {
     properties["proj:shape"] =
         json::array({json::integer(grid->y_size), json::integer(grid->x_size)});
@@ -229,6 +352,9 @@ Item make_item(const std::string& directory, const std::string& collection, cons
       {"roles", json::strings({"data"})}};
   if (row.fingerprint && row.fingerprint->size >= 0) {
     asset["file:size"] = json::integer(row.fingerprint->size);
+  }
+  if (shape.bands) {
+    asset["bands"] = *shape.bands;
   }
   if (row.fingerprint && row.fingerprint->sha256) {
     asset["file:checksum"] = json::str("1220" + *row.fingerprint->sha256);  // SHA2-256 multihash
@@ -424,31 +550,7 @@ std::string collection_json(const std::string& id, const Collection& collection)
 }  // namespace
 
 std::optional<TargetGrid> output_grid_of(const LedgerRow& row) {
-  TargetGrid grid;
-  grid.has_geotransform = true;
-  if (const auto work = work_grid(row.work_json); work && work->geotransform && work->srs) {
-    grid.x_size = work->x_size;
-    grid.y_size = work->y_size;
-    for (int i = 0; i < 6; ++i) {
-      grid.geotransform[i] = (*work->geotransform)[i];
-    }
-    grid.srs_wkt = *work->srs;
-    return grid;
-  }
-  // Not recorded (e.g. a plain copy): the output's own grid, when it is there.
-  const GDALDatasetUniquePtr dataset =
-      open_quietly(row.output_uri, GDAL_OF_RASTER | GDAL_OF_READONLY);
-  if (!dataset || compat::get_geotransform(dataset.get(), grid.geotransform) != CE_None ||
-      dataset->GetSpatialRef() == nullptr) {
-    return std::nullopt;
-  }
-  grid.x_size = dataset->GetRasterXSize();
-  grid.y_size = dataset->GetRasterYSize();
-  char* wkt = nullptr;
-  dataset->GetSpatialRef()->exportToWkt(&wkt);
-  grid.srs_wkt = wkt != nullptr ? wkt : "";
-  CPLFree(wkt);
-  return grid;
+  return output_shape_of(row).grid;
 }
 
 StacCounts write_stac_catalog(const std::string& directory, const std::vector<LedgerRow>& rows) {

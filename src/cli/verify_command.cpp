@@ -152,9 +152,9 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
              std::to_string(dataset->GetRasterYSize()) + " != expected " +
              std::to_string(grid->x_size) + "x" + std::to_string(grid->y_size);
     }
-    if (grid->band_count > 0 && dataset->GetRasterCount() != grid->band_count) {
+    if (!grid->bands.empty() && dataset->GetRasterCount() != static_cast<int>(grid->bands.size())) {
       return std::to_string(dataset->GetRasterCount()) + " band(s) != expected " +
-             std::to_string(grid->band_count);
+             std::to_string(grid->bands.size());
     }
   }
   return std::string();
