@@ -20,6 +20,7 @@
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
 #include "gdal_proxy.h"
+#include "key/vrt_reads.hpp"
 #include "ogr_spatialref.h"
 #include "vrtdataset.h"
 
@@ -37,25 +38,6 @@ std::string dedup_key(const std::string& path) {
     return resolved;
   }
   return path;
-}
-
-bool is_true_attribute(const CPLXMLNode* node, const char* name) {
-  for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
-    if (child->eType == CXT_Attribute && EQUAL(child->pszValue, name) &&
-        child->psChild != nullptr) {
-      return CPLTestBool(child->psChild->pszValue);
-    }
-  }
-  return false;
-}
-
-std::string element_text(const CPLXMLNode* node) {
-  for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
-    if (child->eType == CXT_Text) {
-      return child->pszValue;
-    }
-  }
-  return std::string();
 }
 
 std::string pixels_sha256(GDALDataset* dataset) {
@@ -333,55 +315,14 @@ class IdentityCollector {
         const std::string vrt_dir = description.empty() || description[0] == '<'
                                         ? std::string()
                                         : std::string(CPLGetPath(description.c_str()));
-        if (tree) {
-          add_vrt_sources(tree.get(), vrt_dir, depth);
+        // Every dataset the VRT reads: its sources, and for a warp the RPC DEM (DEMPath)
+        // and the geolocation arrays its transformer reads, which decide pixels as the sources
+        // do.
+        for (const VrtRead& read : vrt_reads(tree.get(), vrt_dir)) {
+          add_source(read.name, depth + 1);
         }
       }
     }
-  }
-
-  // Every dataset the VRT reads: its sources, and for a warp the RPC DEM (DEMPath) and the
-  // geolocation arrays its transformer reads, which decide pixels as the sources do.
-  void add_vrt_sources(const CPLXMLNode* node, const std::string& vrt_dir, int depth,
-                       const std::string& warp_source = std::string()) {
-    for (const CPLXMLNode* child = node; child != nullptr; child = child->psNext) {
-      if (child->eType != CXT_Element) {
-        continue;
-      }
-      if (EQUAL(child->pszValue, "SourceFilename") || EQUAL(child->pszValue, "SourceDataset") ||
-          EQUAL(child->pszValue, "DEMPath")) {
-        add_source(vrt_source_name(child, vrt_dir), depth + 1);
-      } else if (EQUAL(child->pszValue, "GeoLocTransformer")) {
-        for (const char* axis : {"X", "Y"}) {
-          const std::string name = geoloc_array_name(child, axis, warp_source);
-          if (!name.empty()) {
-            add_source(name, depth + 1);
-          }
-        }
-      } else if (EQUAL(child->pszValue, "Step")) {
-        for (const CPLXMLNode* argument = child->psChild; argument != nullptr;
-             argument = argument->psNext) {
-          const std::string name = processing_step_dataset_name(child, argument, vrt_dir);
-          if (!name.empty()) {
-            add_source(name, depth + 1);
-          }
-        }
-      } else if (EQUAL(child->pszValue, "GDALWarpOptions")) {
-        const CPLXMLNode* source = CPLGetXMLNode(child, "SourceDataset");
-        add_vrt_sources(child->psChild, vrt_dir, depth,
-                        source != nullptr ? vrt_source_name(source, vrt_dir) : std::string());
-      } else {
-        add_vrt_sources(child->psChild, vrt_dir, depth, warp_source);
-      }
-    }
-  }
-
-  static std::string vrt_source_name(const CPLXMLNode* node, const std::string& vrt_dir) {
-    const std::string name = element_text(node);
-    const bool relative = is_true_attribute(node, "relativeToVRT");
-    return relative && !vrt_dir.empty()
-               ? std::string(CPLProjectRelativeFilename(vrt_dir.c_str(), name.c_str()))
-               : name;
   }
 
   void add_source(const std::string& name, int depth) {
@@ -467,53 +408,6 @@ std::string name_template(const std::string& name, const std::string& first_file
 }
 
 }  // namespace
-
-std::string geoloc_array_name(const CPLXMLNode* geoloc_transformer, const std::string& axis,
-                              const std::string& warp_source) {
-  const CPLXMLNode* metadata = CPLGetXMLNode(geoloc_transformer, "Metadata");
-  std::string name;
-  bool relative = false;
-  for (const CPLXMLNode* item = metadata != nullptr ? metadata->psChild : nullptr; item != nullptr;
-       item = item->psNext) {
-    if (item->eType != CXT_Element || !EQUAL(item->pszValue, "MDI")) {
-      continue;
-    }
-    const char* key = CPLGetXMLValue(item, "key", "");
-    if (EQUAL(key, (axis + "_DATASET").c_str())) {
-      name = element_text(item);
-    } else if (EQUAL(key, (axis + "_DATASET_RELATIVE_TO_SOURCE").c_str())) {
-      relative = CPLTestBool(element_text(item).c_str());
-    }
-  }
-  const char* own_source = CPLGetXMLValue(geoloc_transformer, "SourceDataset", nullptr);
-  const std::string base = own_source != nullptr ? own_source : warp_source;
-  if (!name.empty() && relative && !base.empty()) {
-    return CPLProjectRelativeFilename(CPLGetDirname(base.c_str()), name.c_str());
-  }
-  return name;
-}
-
-std::string processing_step_dataset_name(const CPLXMLNode* step, const CPLXMLNode* argument,
-                                         const std::string& vrt_dir) {
-  if (argument->eType != CXT_Element || !EQUAL(argument->pszValue, "Argument")) {
-    return std::string();
-  }
-  const std::string name = CPLString(CPLGetXMLValue(argument, "name", "")).tolower();
-  if (name.find("dataset_filename") == std::string::npos) {
-    return std::string();
-  }
-  const std::string value = element_text(argument);
-  bool relative = false;
-  for (const CPLXMLNode* other = step->psChild; other != nullptr; other = other->psNext) {
-    if (other->eType == CXT_Element && EQUAL(other->pszValue, "Argument") &&
-        EQUAL(CPLGetXMLValue(other, "name", ""), "relativeToVRT")) {
-      relative = CPLTestBool(element_text(other).c_str());
-    }
-  }
-  return relative && !vrt_dir.empty()
-             ? std::string(CPLProjectRelativeFilename(vrt_dir.c_str(), value.c_str()))
-             : value;
-}
 
 JsonValue identity_of_dataset(GDALDataset* dataset, const SourceIdentityOptions& options) {
   JsonValue identity = JsonValue::object();

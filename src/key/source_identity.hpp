@@ -93,21 +93,6 @@ JsonValue source_digest_json(const SourceDigest& digest);
 // Throws idem::Error(k_source) naming the source when it cannot be opened.
 GDALDataset* open_and_keep_source(const std::string& name, KeptSources& kept);
 
-// The geolocation array a GeoLocTransformer element (-geoloc, -to SRC_GEOLOC_ARRAY=) names for
-// `axis` ("X" or "Y": its X_DATASET or Y_DATASET), resolved as GDAL resolves it
-// (GDALCreateGeoLocTransformerEx, 3.6 to 3.13): relative to the directory of the transformer's
-// SourceDataset, or else of `warp_source`, when <axis>_DATASET_RELATIVE_TO_SOURCE says so;
-// otherwise as written. "" when it names none.
-std::string geoloc_array_name(const CPLXMLNode* geoloc_transformer, const std::string& axis,
-                              const std::string& warp_source);
-
-// The dataset an Argument of a VRTProcessedDataset's Step names (gain_dataset_filename_N,
-// offset_dataset_filename_N, trimming_dataset_filename: GDAL 3.9 and later), relative to
-// `vrt_dir` when the step's relativeToVRT argument says so, as GDAL resolves it; "" for an
-// argument that names no dataset.
-std::string processing_step_dataset_name(const CPLXMLNode* step, const CPLXMLNode* argument,
-                                         const std::string& vrt_dir);
-
 // The rule for a source a VRT names that does not open (docs/keys.md, "Missing sources"): when
 // `name` is no file at all, the key records its absence, {"missing": name}, since GDAL opens a
 // VRT's sources only when it reads them; nullopt when something is there (a corrupt or

@@ -16,6 +16,7 @@
 #include "cpl_string.h"
 #include "gdal_priv.h"
 #include "key/crs_normalize.hpp"
+#include "key/vrt_reads.hpp"
 
 namespace idem {
 
@@ -114,29 +115,22 @@ bool option_name(const CPLXMLNode* node, std::string& name) {
   return false;
 }
 
-// A source element's dataset name, relative to the VRT's directory when it says so.
-std::string resolved_source_name(const CPLXMLNode* node, const std::string& vrt_dir) {
-  const std::string name = CPLString(text_of(node)).Trim();
-  const bool relative = CPLTestBool(attribute(node, "relativeToVRT").c_str());
-  return relative && !vrt_dir.empty()
-             ? std::string(CPLProjectRelativeFilename(vrt_dir.c_str(), name.c_str()))
-             : name;
+// The datasets the VRT reads, by the element that names each (vrt_reads.hpp).
+using ReadsByNode = std::map<const CPLXMLNode*, const VrtRead*>;
+
+ReadsByNode reads_by_node(const std::vector<VrtRead>& reads) {
+  ReadsByNode by_node;
+  for (const VrtRead& read : reads) {
+    by_node.emplace(read.node, &read);
+  }
+  return by_node;
 }
 
-// The warp sources' file names (SourceDataset elements) that name local files.
-void collect_warp_source_names(const CPLXMLNode* node, const std::string& vrt_dir,
-                               std::vector<std::string>& names) {
-  for (; node != nullptr; node = node->psNext) {
-    if (node->eType != CXT_Element) {
-      continue;
-    }
-    if (!EQUAL(node->pszValue, "SourceDataset")) {
-      collect_warp_source_names(node->psChild, vrt_dir, names);
-      continue;
-    }
-    std::string name = resolved_source_name(node, vrt_dir);
-    if (!is_vsi_path(name)) {
-      names.push_back(std::move(name));
+// The warp sources' names (SourceDataset elements) that name local files.
+void collect_warp_source_names(const std::vector<VrtRead>& reads, std::vector<std::string>& names) {
+  for (const VrtRead& read : reads) {
+    if (read.kind == VrtRead::Kind::k_warp_source && !is_vsi_path(read.name)) {
+      names.push_back(read.name);
     }
   }
 }
@@ -145,17 +139,13 @@ void collect_warp_source_names(const CPLXMLNode* node, const std::string& vrt_di
 // and adds its local files, as they are now, to `digests`: the digest cache is asked for them
 // together with the CRS memo (see canonical_vrt). Files that cannot be read are left to the
 // walk, which reports them.
-void open_warp_sources(const CPLXMLNode* node, const std::string& vrt_dir, KeptSources& kept,
+void open_warp_sources(const std::vector<VrtRead>& reads, KeptSources& kept,
                        std::vector<DigestCache::Entry>& digests) {
-  for (; node != nullptr; node = node->psNext) {
-    if (node->eType != CXT_Element) {
+  for (const VrtRead& read : reads) {
+    if (read.kind != VrtRead::Kind::k_warp_source) {
       continue;
     }
-    if (!EQUAL(node->pszValue, "SourceDataset")) {
-      open_warp_sources(node->psChild, vrt_dir, kept, digests);
-      continue;
-    }
-    GDALDataset* dataset = open_and_keep_source(resolved_source_name(node, vrt_dir), kept);
+    GDALDataset* dataset = open_and_keep_source(read.name, kept);
     const CPLStringList files(dataset->GetFileList());
     for (int i = 0; i < files.size(); ++i) {
       if (!is_vsi_path(files[i])) {
@@ -171,48 +161,19 @@ void open_warp_sources(const CPLXMLNode* node, const std::string& vrt_dir, KeptS
 
 class VrtCanonicaliser {
  public:
-  explicit VrtCanonicaliser(const VrtCanonicalOptions& options) : m_options(options) {}
+  VrtCanonicaliser(const VrtCanonicalOptions& options, const ReadsByNode& reads)
+      : m_options(options), m_reads(reads) {}
 
   JsonValue element(const CPLXMLNode* node, int depth) {
     const char* tag = node->pszValue;
     JsonValue result = JsonValue::object();
     result.set("tag", JsonValue::string(tag));
 
-    // An RPC transformer's DEM (-to RPC_DEM=...) decides pixels as a source does: keyed by what
-    // it holds, not by its name.
-    if (EQUAL(tag, "SourceFilename") || EQUAL(tag, "SourceDataset") || EQUAL(tag, "DEMPath")) {
-      return source_element(node, std::move(result));
-    }
-    if (m_step != nullptr && EQUAL(tag, "Argument")) {
-      // A dataset a processing step reads (gain, offset, trimming) decides pixels as a source.
-      const std::string name = processing_step_dataset_name(m_step, node, m_options.vrt_dir);
-      if (!name.empty()) {
-        JsonValue attributes = JsonValue::object();
-        attributes.set("name", JsonValue::string(attribute(node, "name")));
-        result.set("attr", std::move(attributes));
-        result.set("source", identity(name, false));
-        return result;
-      }
-    }
-    if (m_geoloc != nullptr && EQUAL(tag, "MDI")) {
-      const std::string key = attribute(node, "key");
-      if (EQUAL(key.c_str(), "X_DATASET") || EQUAL(key.c_str(), "Y_DATASET")) {
-        return geoloc_array_element(key.substr(0, 1), std::move(result));
-      }
-    }
-    // Where a warp's source is, for geolocation arrays named relative to it.
-    if (EQUAL(tag, "GDALWarpOptions")) {
-      const CPLXMLNode* source = CPLGetXMLNode(node, "SourceDataset");
-      m_warp_source = source != nullptr ? resolved_source_name(source, m_options.vrt_dir) : "";
-    }
-    const bool is_geoloc = EQUAL(tag, "GeoLocTransformer");
-    const CPLXMLNode* const outer_geoloc = m_geoloc;
-    if (is_geoloc) {
-      m_geoloc = node;
-    }
-    const bool is_step = EQUAL(tag, "Step");
-    if (is_step) {
-      m_step = node;
+    // A dataset the VRT reads (a source, an RPC transformer's DEM, a geolocation array, a
+    // processing step's gain, offset or trimming dataset) decides pixels: keyed by what it
+    // holds, not by its name.
+    if (const auto read = m_reads.find(node); read != m_reads.end()) {
+      return read_element(node, *read->second, std::move(result));
     }
     const bool is_srs = tag_in(tag, k_srs_tags);
     if (is_srs) {
@@ -227,12 +188,6 @@ class VrtCanonicaliser {
     JsonValue& children = members.children;
     JsonValue& options = members.options;
     const std::string& text = members.text;
-    if (is_geoloc) {
-      m_geoloc = outer_geoloc;
-    }
-    if (is_step) {
-      m_step = nullptr;
-    }
     if (EQUAL(tag, "GDALWarpOptions")) {
       normalise_warp_options(node, options);
     }
@@ -335,32 +290,29 @@ class VrtCanonicaliser {
     return cached->second;
   }
 
-  JsonValue source_element(const CPLXMLNode* node, JsonValue result) {
-    result.set("source", identity(resolved_source_name(node, m_options.vrt_dir),
-                                  EQUAL(node->pszValue, "SourceDataset")));
-    // Attributes other than where the path is anchored (e.g. shared="0") go in as written.
+  JsonValue read_element(const CPLXMLNode* node, const VrtRead& read, JsonValue result) {
     JsonValue attributes = JsonValue::object();
-    for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
-      if (child->eType == CXT_Attribute && !EQUAL(child->pszValue, "relativeToVRT")) {
-        attributes.set(
-            child->pszValue,
-            JsonValue::string(child->psChild != nullptr ? child->psChild->pszValue : ""));
-      }
+    switch (read.kind) {
+      case VrtRead::Kind::k_geoloc_array:  // X_DATASET or Y_DATASET
+        attributes.set("key", JsonValue::string(attribute(node, "key").substr(0, 1) + "_DATASET"));
+        break;
+      case VrtRead::Kind::k_step_dataset:
+        attributes.set("name", JsonValue::string(attribute(node, "name")));
+        break;
+      default:
+        // Attributes other than where the path is anchored (e.g. shared="0") go in as written.
+        for (const CPLXMLNode* child = node->psChild; child != nullptr; child = child->psNext) {
+          if (child->eType == CXT_Attribute && !EQUAL(child->pszValue, "relativeToVRT")) {
+            attributes.set(
+                child->pszValue,
+                JsonValue::string(child->psChild != nullptr ? child->psChild->pszValue : ""));
+          }
+        }
     }
+    result.set("source", identity(read.name, read.kind == VrtRead::Kind::k_warp_source));
     if (!attributes.members().empty()) {
       result.set("attr", std::move(attributes));
     }
-    return result;
-  }
-
-  // A geolocation array (X_DATASET or Y_DATASET of a GeoLocTransformer: -geoloc, -to
-  // SRC_GEOLOC_ARRAY=) says where each source pixel lands, so it decides pixels as a source
-  // does: keyed by what it holds, not by its name, resolved as GDAL resolves it.
-  JsonValue geoloc_array_element(const std::string& axis, JsonValue result) {
-    JsonValue attributes = JsonValue::object();
-    attributes.set("key", JsonValue::string(axis + "_DATASET"));
-    result.set("attr", std::move(attributes));
-    result.set("source", identity(geoloc_array_name(m_geoloc, axis, m_warp_source), false));
     return result;
   }
 
@@ -466,10 +418,8 @@ class VrtCanonicaliser {
   }
 
   const VrtCanonicalOptions& m_options;
+  const ReadsByNode& m_reads;
   std::map<std::string, JsonValue> m_identities;
-  std::string m_warp_source;             // the SourceDataset of the warp being walked
-  const CPLXMLNode* m_geoloc = nullptr;  // the GeoLocTransformer being walked, if any
-  const CPLXMLNode* m_step = nullptr;    // the processing Step being walked, if any
 };
 
 }  // namespace
@@ -487,8 +437,10 @@ JsonValue canonical_vrt(const std::string& xml, const VrtCanonicalOptions& optio
   if (root == nullptr) {
     throw Error(ErrorKind::k_internal, "the source's xml:VRT does not parse as XML");
   }
+  const std::vector<VrtRead> reads = vrt_reads(root, options.vrt_dir);
+  const ReadsByNode by_node = reads_by_node(reads);
   if (options.sources.cache == nullptr) {
-    VrtCanonicaliser canonicaliser(options);
+    VrtCanonicaliser canonicaliser(options, by_node);
     return canonicaliser.element(root, 0);
   }
   // The memo's answers for every CRS in the VRT, and the digests of the warp's source files,
@@ -499,19 +451,19 @@ JsonValue canonical_vrt(const std::string& xml, const VrtCanonicalOptions& optio
   collect_crs_questions(root, questions);
   std::vector<std::string> ahead = crs_memo_paths(questions);
   if (options.sources.kept_sources != nullptr) {
-    collect_warp_source_names(root, options.vrt_dir, ahead);
+    collect_warp_source_names(reads, ahead);
   }
   options.sources.cache->read_ahead(ahead);
   std::vector<DigestCache::Entry> digests;
   if (options.sources.kept_sources != nullptr) {
-    open_warp_sources(root, options.vrt_dir, *options.sources.kept_sources, digests);
+    open_warp_sources(reads, *options.sources.kept_sources, digests);
   }
   std::map<std::string, std::string> found =
       prefetch_crs_answers(questions, *options.sources.cache, digests);
   PrefetchedDigestCache prefetched(*options.sources.cache, digests, std::move(found));
   VrtCanonicalOptions walk = options;
   walk.sources.cache = &prefetched;
-  VrtCanonicaliser canonicaliser(walk);
+  VrtCanonicaliser canonicaliser(walk, by_node);
   return canonicaliser.element(root, 0);
 }
 
