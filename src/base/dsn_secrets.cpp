@@ -135,6 +135,61 @@ std::vector<std::string> dsn_secrets(const std::string& dsn) {
   return secrets;
 }
 
+std::optional<std::vector<ConninfoKeyword>> scan_conninfo_keywords(const std::string& text) {
+  std::vector<ConninfoKeyword> keywords;
+  const size_t n = text.size();
+  size_t i = 0;
+  const auto skip_blanks = [&] {
+    while (i < n && std::isspace(static_cast<unsigned char>(text[i]))) {
+      ++i;
+    }
+  };
+  for (;;) {
+    skip_blanks();
+    if (i >= n) {
+      return keywords;
+    }
+    ConninfoKeyword keyword;
+    keyword.name_begin = i;
+    while (i < n && text[i] != '=' && !std::isspace(static_cast<unsigned char>(text[i]))) {
+      keyword.name += text[i++];
+    }
+    skip_blanks();
+    if (i >= n || text[i] != '=' || keyword.name.empty()) {
+      return std::nullopt;
+    }
+    ++i;
+    skip_blanks();
+    keyword.value_begin = i;
+    const bool quoted = i < n && text[i] == '\'';
+    if (quoted) {
+      ++i;
+    }
+    bool closed = !quoted;
+    while (i < n) {
+      if (text[i] == '\\') {
+        ++i;
+        if (i < n) {
+          keyword.value += text[i++];
+        }
+      } else if (quoted && text[i] == '\'') {
+        ++i;
+        closed = true;
+        break;
+      } else if (!quoted && std::isspace(static_cast<unsigned char>(text[i]))) {
+        break;
+      } else {
+        keyword.value += text[i++];
+      }
+    }
+    if (!closed) {
+      return std::nullopt;
+    }
+    keyword.value_end = i;
+    keywords.push_back(std::move(keyword));
+  }
+}
+
 std::string scrub_secrets(std::string message, const std::vector<std::string>& secrets) {
   for (const std::string& secret : secrets) {
     message = scrub_secret(std::move(message), secret);

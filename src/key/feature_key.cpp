@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/dsn_secrets.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/pg_handles.hpp"
@@ -91,63 +92,6 @@ std::vector<std::string> open_options_of(const std::vector<std::string>& options
 // ---------------------------------------------------------------------------------------------
 // The target: GDAL's PG: connection string, minus the keywords only the PG driver knows.
 
-struct KeywordPair {
-  std::string name;
-  std::string value;
-};
-
-// Split a libpq keyword string ("a=1 b='x y'") into pairs; nullopt when it is not one.
-std::optional<std::vector<KeywordPair>> split_keywords(const std::string& text) {
-  std::vector<KeywordPair> pairs;
-  size_t i = 0;
-  auto skip_spaces = [&] {
-    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) {
-      ++i;
-    }
-  };
-  for (;;) {
-    skip_spaces();
-    if (i >= text.size()) {
-      return pairs;
-    }
-    KeywordPair pair;
-    while (i < text.size() && text[i] != '=' &&
-           !std::isspace(static_cast<unsigned char>(text[i]))) {
-      pair.name += text[i++];
-    }
-    skip_spaces();
-    if (i >= text.size() || text[i] != '=' || pair.name.empty()) {
-      return std::nullopt;
-    }
-    ++i;
-    skip_spaces();
-    if (i < text.size() && text[i] == '\'') {
-      ++i;
-      bool closed = false;
-      while (i < text.size()) {
-        if (text[i] == '\\' && i + 1 < text.size()) {
-          pair.value += text[i + 1];
-          i += 2;
-        } else if (text[i] == '\'') {
-          ++i;
-          closed = true;
-          break;
-        } else {
-          pair.value += text[i++];
-        }
-      }
-      if (!closed) {
-        return std::nullopt;
-      }
-    } else {
-      while (i < text.size() && !std::isspace(static_cast<unsigned char>(text[i]))) {
-        pair.value += text[i++];
-      }
-    }
-    pairs.push_back(std::move(pair));
-  }
-}
-
 std::string quote_keyword_value(const std::string& value) {
   std::string out = "'";
   for (char c : value) {
@@ -188,7 +132,7 @@ FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& l
   std::string conninfo = command.destination.substr(3);
   std::optional<std::string> active_schema;
   if (conninfo.find("://") == std::string::npos) {
-    const auto pairs = split_keywords(conninfo);
+    const auto pairs = scan_conninfo_keywords(conninfo);
     if (!pairs) {
       throw Error(ErrorKind::k_usage,
                   "the PG: connection string is not a list of keyword=value "

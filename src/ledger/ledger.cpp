@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <set>
 
+#include "base/dsn_secrets.hpp"
 #include "base/error.hpp"
 #include "base/pg_handles.hpp"
 #include "cpl_string.h"
@@ -78,67 +80,36 @@ std::string redact_uri(const std::string& dsn) {
   return result;
 }
 
-// libpq keyword/value string: key = value pairs, values optionally single-quoted with backslash
-// escapes. Returns nullopt when it cannot be parsed (the caller then hides it all).
+// Whether libpq knows `name` as a connection keyword (PQconndefaults).
+bool is_libpq_keyword(const std::string& name) {
+  static const std::set<std::string> k_known = [] {
+    std::set<std::string> known;
+    const pg::ConninfoOptions defaults(PQconndefaults());
+    for (const PQconninfoOption* option = defaults.get();
+         option != nullptr && option->keyword != nullptr; ++option) {
+      known.insert(option->keyword);
+    }
+    return known;
+  }();
+  return k_known.count(name) != 0;
+}
+
+// A libpq keyword string with its password values masked, and the keywords libpq does not know
+// masked whole, name and value (`pasword=...` is a password all the same, and so may be a word
+// a stray quote or blank made a name of); nullopt when it cannot be read as one (the caller then
+// hides it all).
 std::optional<std::string> redact_keywords(const std::string& dsn) {
-  std::string result;
-  size_t i = 0;
-  const size_t n = dsn.size();
-  auto skip_space = [&]() {
-    while (i < n && std::isspace(static_cast<unsigned char>(dsn[i]))) {
-      result += dsn[i];
-      ++i;
+  const auto keywords = scan_conninfo_keywords(dsn);
+  if (!keywords) {
+    return std::nullopt;
+  }
+  std::string result = dsn;
+  for (auto keyword = keywords->rbegin(); keyword != keywords->rend(); ++keyword) {
+    if (!is_libpq_keyword(keyword->name)) {
+      result.replace(keyword->name_begin, keyword->value_end - keyword->name_begin, k_redacted);
+    } else if (keyword->name == "password") {
+      result.replace(keyword->value_begin, keyword->value_end - keyword->value_begin, k_redacted);
     }
-  };
-  while (true) {
-    skip_space();
-    if (i >= n) {
-      break;
-    }
-    const size_t key_start = i;
-    while (i < n && dsn[i] != '=' && !std::isspace(static_cast<unsigned char>(dsn[i]))) {
-      ++i;
-    }
-    const std::string key = dsn.substr(key_start, i - key_start);
-    result += key;
-    skip_space();
-    if (i >= n || dsn[i] != '=') {
-      return std::nullopt;
-    }
-    result += '=';
-    ++i;
-    skip_space();
-    const bool secret = EQUAL(key.c_str(), "password");
-    std::string value;
-    if (i < n && dsn[i] == '\'') {
-      value += dsn[i++];
-      bool closed = false;
-      while (i < n) {
-        if (dsn[i] == '\\' && i + 1 < n) {
-          value += dsn.substr(i, 2);
-          i += 2;
-          continue;
-        }
-        value += dsn[i];
-        if (dsn[i++] == '\'') {
-          closed = true;
-          break;
-        }
-      }
-      if (!closed) {
-        return std::nullopt;
-      }
-    } else {
-      while (i < n && !std::isspace(static_cast<unsigned char>(dsn[i]))) {
-        if (dsn[i] == '\\' && i + 1 < n) {
-          value += dsn.substr(i, 2);
-          i += 2;
-          continue;
-        }
-        value += dsn[i++];
-      }
-    }
-    result += secret ? std::string(k_redacted) : value;
   }
   return result;
 }

@@ -2,6 +2,10 @@
 // Backend-specific behaviour of the ledgers: DSN redaction and parsing (never a password shown),
 // the SQLite file's place and creation, PostgreSQL roles, extensions and connections. Real
 // databases.
+#include <random>
+
+#include "base/dsn_secrets.hpp"
+#include "base/pg_handles.hpp"
 #include "ledger_conformance.hpp"
 
 namespace idem::ledger_test {
@@ -181,6 +185,102 @@ TEST(LedgerDsn, UnparsableDsnsNeverShowTheirPassword) {
   }
   EXPECT_EQ(Ledger::redact_dsn("host=db password=s3cret"), "host=db password=XXXX");
   EXPECT_EQ(scrub_secrets("a 'S3cret\\'PW' b", dsn_secrets("password='S3cret\\'PW'")), "a XXXX b");
+}
+
+// The one scanner of libpq keyword strings (scan_conninfo_keywords: the ledger's redaction, a
+// load's PG: target) reads what libpq reads: generated strings (quoted and bare values, escaped
+// quotes, backslashes and blanks, blanks around '=', and strings broken on purpose) are checked
+// against libpq's own parser, and every redaction of them hides the password.
+TEST(LedgerDsn, TheKeywordScannerReadsWhatLibpqReadsAndRedactionHidesEveryPassword) {
+  std::mt19937 random(20261206);
+  const auto pick = [&](const std::string& choices) {
+    return choices[std::uniform_int_distribution<size_t>(0, choices.size() - 1)(random)];
+  };
+  const auto chance = [&](int percent) {
+    return std::uniform_int_distribution<int>(0, 99)(random) < percent;
+  };
+  const std::vector<std::string> names = {"host",    "dbname",  "user", "application_name",
+                                          "options", "password"};
+  int parsed = 0;
+  int refused = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string text;
+    bool has_password = false;
+    const int count = std::uniform_int_distribution<int>(1, 4)(random);
+    for (int k = 0; k < count; ++k) {
+      const std::string& name = names[std::uniform_int_distribution<size_t>(0, 5)(random)];
+      std::string value;
+      const bool secret = name == "password";
+      if (secret) {
+        value = "S3cr";
+        has_password = true;
+      }
+      const int length = std::uniform_int_distribution<int>(secret ? 0 : 1, 6)(random);
+      for (int c = 0; c < length; ++c) {
+        value += pick("ab9=_ '\\");
+      }
+      std::string written;
+      if (chance(50)) {
+        written = "'";
+        for (const char c : value) {
+          written += (c == '\'' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+        }
+        written += "'";
+      } else {
+        for (const char c : value) {
+          written +=
+              (c == ' ' || c == '\'' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+        }
+      }
+      text += (k > 0 ? std::string(chance(30) ? "  " : " ") : std::string()) + name +
+              (chance(20) ? " = " : "=") + written;
+    }
+    if (chance(25)) {  // broken on purpose: a character dropped or added somewhere
+      const size_t at = std::uniform_int_distribution<size_t>(0, text.size() - 1)(random);
+      if (chance(50)) {
+        text.erase(at, 1);
+      } else {
+        text.insert(at, 1, pick("'\\= x"));
+      }
+    }
+    const auto scanned = scan_conninfo_keywords(text);
+    const pg::ConninfoOptions libpq = pg::parse_conninfo(text);
+    const PQconninfoOption* options = libpq.get();
+    // libpq refuses a name it does not know, which a character added or dropped can make; the
+    // scanner reads the shape only.
+    bool names_known = true;
+    if (scanned) {
+      for (const ConninfoKeyword& keyword : *scanned) {
+        names_known =
+            names_known && std::find(names.begin(), names.end(), keyword.name) != names.end();
+      }
+    }
+    if (names_known) {
+      ASSERT_EQ(scanned.has_value(), options != nullptr) << text;
+    }
+    if (scanned && options != nullptr) {
+      ++parsed;
+      std::map<std::string, std::string> last;
+      for (const ConninfoKeyword& keyword : *scanned) {
+        last[keyword.name] = keyword.value;
+        EXPECT_LE(keyword.value_begin, keyword.value_end) << text;
+      }
+      for (const PQconninfoOption* option = options; option->keyword != nullptr; ++option) {
+        const auto found = last.find(option->keyword);
+        if (found != last.end()) {
+          EXPECT_EQ(found->second, option->val != nullptr ? option->val : "") << text;
+        }
+      }
+    } else {
+      ++refused;
+    }
+    // (A text without '=' is no DSN but an SQLite file's path, shown as it is.)
+    if (has_password && Ledger::backend_of(text) == "postgresql") {
+      EXPECT_EQ(Ledger::redact_dsn(text).find("S3cr"), std::string::npos) << text;
+    }
+  }
+  EXPECT_GT(parsed, 1000);  // both kinds were generated in numbers
+  EXPECT_GT(refused, 100);
 }
 
 TEST_F(LedgerPostgres, ServerDownGivesClearErrorWithoutPassword) {
