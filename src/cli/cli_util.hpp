@@ -82,13 +82,13 @@ std::map<std::string, std::string> row_json_members(const LedgerRow& row);
 // "completed", "superseded", "in_flight", "stale" (expired or released).
 std::string row_state_name(const LedgerRow& row);
 
-// The target grid recorded in a canonical work description (its VRT: size, geotransform, SRS,
-// band count). Unset fields stay empty.
 // A band of the recorded VRT: GDAL's data type name and its NoDataValue text, when it has one.
 struct WorkBand {
   std::string data_type;
   std::optional<std::string> nodata;
 };
+// The target grid recorded in a canonical work description (its VRT: size, geotransform, SRS,
+// bands) and the output's format. Unset fields stay empty.
 struct WorkGrid {
   std::string format;  // the output's driver (FORMAT)
   int x_size = 0;
