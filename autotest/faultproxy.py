@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """A forwarding HTTP proxy, in the test's process, that answers chosen requests with a transient
-failure (503) instead of passing them on: the real store behind it (Azurite) sees only what
-gets through, so a client's retry is observed on the store's own state, not assumed."""
+failure (503) instead of passing them on, or after passing them on (the answer lost): the real
+store behind it (Azurite, the GCS store) sees only what gets through, so a client's retry is
+observed on the store's own state, not assumed. The request's Host reaches the store as
+X-Forwarded-Host, so that a URL the store hands out (a GCS session's) leads back here."""
 
 import http.client
 import http.server
@@ -14,28 +16,30 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", 
 class FaultProxy:
     def __init__(self, upstream_port):
         self.upstream_port = upstream_port
-        self.faults = []  # [predicate(method, path) -> bool, times left]
+        self.faults = []  # [predicate(method, path) -> bool, times left, after forwarding]
         self.log = []  # (method, path, status) of every request, in order
         self.lock = threading.Lock()
         self.server = None
 
-    def fail(self, predicate, times):
-        """Answer the next `times` requests for which predicate(method, path) holds with 503."""
+    def fail(self, predicate, times, after_forwarding=False):
+        """Answer the next `times` requests for which predicate(method, path) holds with 503:
+        without passing them on, or (`after_forwarding`) once the store has carried them out."""
         with self.lock:
-            self.faults.append([predicate, times])
+            self.faults.append([predicate, times, after_forwarding])
         return self
 
     def faults_left(self):
         with self.lock:
-            return sum(times for _, times in self.faults)
+            return sum(fault[1] for fault in self.faults)
 
     def _take_fault(self, method, path):
+        """None, or whether the fault to inject comes after forwarding."""
         with self.lock:
             for fault in self.faults:
                 if fault[1] > 0 and fault[0](method, path):
                     fault[1] -= 1
-                    return True
-        return False
+                    return fault[2]
+        return None
 
     def start(self):
         proxy = self
@@ -49,21 +53,23 @@ class FaultProxy:
             def _relay(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                if proxy._take_fault(self.command, self.path):
-                    self.send_response(503, "Service Unavailable (injected)")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    with proxy.lock:
-                        proxy.log.append((self.command, self.path, 503))
+                fault = proxy._take_fault(self.command, self.path)
+                if fault is False:
+                    self._inject()
                     return
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port,
                                                       timeout=120)
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in HOP_BY_HOP and k.lower() != "host"}
                 headers["Host"] = f"127.0.0.1:{proxy.upstream_port}"
+                headers["X-Forwarded-Host"] = self.headers.get("Host", "")
                 upstream.request(self.command, self.path, body=body or None, headers=headers)
                 answer = upstream.getresponse()
                 data = answer.read()
+                if fault:
+                    upstream.close()
+                    self._inject()
+                    return
                 self.send_response(answer.status, answer.reason)
                 for name, value in answer.getheaders():
                     if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
@@ -78,6 +84,13 @@ class FaultProxy:
                 upstream.close()
                 with proxy.lock:
                     proxy.log.append((self.command, self.path, answer.status))
+
+            def _inject(self):
+                self.send_response(503, "Service Unavailable (injected)")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                with proxy.lock:
+                    proxy.log.append((self.command, self.path, 503))
 
             do_GET = do_PUT = do_DELETE = do_HEAD = do_POST = _relay
 

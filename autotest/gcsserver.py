@@ -11,25 +11,40 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE = os.path.join(ROOT, "tools", "gcs", "serve_gcs.py")
 
 
-def gcs_config(endpoint):
+def gcs_config(endpoint, hmac=None):
     """GDAL config options (also environment variables) that reach a GCS store at `endpoint`
-    (http://address:port)."""
-    return {"CPL_GS_ENDPOINT": endpoint + "/", "GS_NO_SIGN_REQUEST": "YES"}
+    (http://address:port): unsigned requests, or signed with the HMAC key `hmac`
+    ((access key, secret)) the store was started with."""
+    if hmac is None:
+        return {"CPL_GS_ENDPOINT": endpoint + "/", "GS_NO_SIGN_REQUEST": "YES"}
+    return {"CPL_GS_ENDPOINT": endpoint + "/", "GS_NO_SIGN_REQUEST": "NO",
+            "GS_ACCESS_KEY_ID": hmac[0], "GS_SECRET_ACCESS_KEY": hmac[1]}
 
 
-def writes(endpoint, bucket, prefix=""):
-    """{key: writes that landed} under `prefix` (the store's test-only view)."""
+def _view(endpoint, view, bucket, prefix=""):
     import json
     import urllib.parse
     import urllib.request
-    url = f"{endpoint}/_idem/writes/{bucket}?prefix={urllib.parse.quote(prefix)}"
+    url = f"{endpoint}/_idem/{view}/{bucket}?prefix={urllib.parse.quote(prefix)}"
     with urllib.request.urlopen(url, timeout=60) as answer:
         return json.loads(answer.read())
 
 
+def writes(endpoint, bucket, prefix=""):
+    """{key: writes that landed} under `prefix` (the store's test-only view)."""
+    return _view(endpoint, "writes", bucket, prefix)
+
+
+def open_sessions(endpoint, bucket):
+    """{key: resumable upload sessions still open} (the store's test-only view)."""
+    return _view(endpoint, "sessions", bucket)
+
+
 class GcsServer(RequestLog):
-    def __init__(self, workdir, buckets=("idem-test",)):
+    def __init__(self, workdir, buckets=("idem-test",), hmac=None):
+        """`hmac`: (access key, secret) every request but a session's must be signed with."""
         self.buckets = list(buckets)
+        self.hmac = hmac
         self.log_path = os.path.join(str(workdir), "gcs-requests.log")
         self.proc = None
         self.port = None
@@ -37,7 +52,8 @@ class GcsServer(RequestLog):
     def start(self):
         open(self.log_path, "w").close()
         self.proc, self.port = start_listening(
-            ["/usr/bin/python3", SERVE, "0", self.log_path, *self.buckets], "the GCS store")
+            ["/usr/bin/python3", SERVE, *(["--hmac", ":".join(self.hmac)] if self.hmac else []),
+             "0", self.log_path, *self.buckets], "the GCS store")
         return self
 
     def stop(self):
@@ -49,4 +65,4 @@ class GcsServer(RequestLog):
 
     def config(self):
         """GDAL config options (also environment variables) that reach this store."""
-        return gcs_config(self.endpoint())
+        return gcs_config(self.endpoint(), self.hmac)

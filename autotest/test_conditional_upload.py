@@ -41,6 +41,18 @@ def gcs(tmp_path_factory):
     server.stop()
 
 
+GCS_HMAC = ("GOOGTS7C7FUP3AIRVJTE2BCD", "bGoa+V7g/yqDXvKRqq+JTFn4uQZbPiQJo4pf9RzJ")
+
+
+@pytest.fixture(scope="module")
+def gcs_hmac(tmp_path_factory):
+    """The GCS store checking each request's HMAC signature (GDAL's and IDEM's)."""
+    server = GcsServer(tmp_path_factory.mktemp("gcs-hmac"), buckets=[BUCKET],
+                       hmac=GCS_HMAC).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="module")
 def azurite(tmp_path_factory):
     server = AzuriteServer(tmp_path_factory.mktemp("azurite")).start()
@@ -67,8 +79,10 @@ class ThroughDataLake:
 def store(request, moto, s3, gcs, azurite):  # noqa: F811
     """(server, IDEM_CONDITIONAL_WRITE), with this process's GDAL pointed at the server."""
     name, mode = request.param
-    server = {"moto": moto, "s3rver": s3, "gcs": gcs, "azurite": azurite,
-              "adls": ThroughDataLake(azurite)}[name]
+    servers = {"moto": moto, "s3rver": s3, "gcs": gcs, "azurite": azurite,
+               "adls": lambda: ThroughDataLake(azurite),
+               "gcs-hmac": lambda: request.getfixturevalue("gcs_hmac")}
+    server = servers[name]() if callable(servers[name]) else servers[name]
     with gdal_config(server.config()):
         yield server, mode
 
@@ -234,7 +248,8 @@ def test_gcs_uploads_carry_the_generation_they_replace(gcs, scene, tmp_path):
 
 
 @pytest.mark.parametrize("option", ["IDEM_CONDITIONAL_WRITE=SOMETIMES", "IDEM_AZURE_BLOCK_SIZE=0",
-                                    "IDEM_AZURE_BLOCK_SIZE=4001", "IDEM_AZURE_BLOCK_SIZE=1MB"])
+                                    "IDEM_AZURE_BLOCK_SIZE=4001", "IDEM_AZURE_BLOCK_SIZE=1MB",
+                                    "IDEM_GCS_CHUNK_SIZE=0", "IDEM_GCS_CHUNK_SIZE=5121"])
 def test_bad_conditional_write_option_is_refused_before_any_work(moto, scene, tmp_path, option):
     case = Case(tmp_path, "s3", moto, scene)
     name, value = option.split("=")
@@ -418,6 +433,49 @@ def test_gcs_zombie_with_an_object_over_gdals_chunk(store, scene, tmp_path):
     assert all(r[3] != "-" for r in writes)  # each one conditional
 
 
+@pytest.mark.parametrize("store", [("gcs", "AUTO"), ("gcs-hmac", "AUTO")], indirect=True,
+                         ids=["unsigned", "hmac"])
+def test_gcs_zombie_with_a_resumable_upload(store, scene, tmp_path):
+    """Over IDEM_GCS_CHUNK_SIZE (here 1 MiB) IDEM sends a conditional upload to /vsigs/ itself,
+    as a resumable upload: a POST starting the session with x-goog-if-generation-match, then
+    chunks, the condition evaluated when the last completes the object (GCS documents no
+    condition on the XML multipart upload GDAL 3.10+ uses for large objects, and GDAL's one PUT
+    ends at 5120 MiB). A (K1) stops before its upload over an older output; B takes K1 over, C
+    completes K2; A's session is refused at its finalization (412) and cancelled, C's object
+    stays, recorded with its MD5, and a rerun of K2 skips. With an HMAC key the store checks
+    each of IDEM's requests' signature as it checks GDAL's."""
+    from gcsserver import open_sessions
+    case = make_case(tmp_path, store, scene)
+    case.env["IDEM_GCS_CHUNK_SIZE"] = "1"
+    server = store[0]
+    run(warp_in_parts(case.source, case.dst, "K0"), env=case.env, check=True)
+    mark = server.mark()
+    returncode, stderr, c_output = zombie_after_newer_work(case, warp_in_parts, case.output)
+    assert c_output[0] > 6 << 20
+    assert returncode != 0, stderr
+    assert case.output() == c_output, "A's late upload replaced newer work"
+    [k2] = completed(case, "K2")
+    assert case.records(k2, c_output) and k2["superseded_at"] is None
+    key = case.dst[len("/vsigs"):]
+    requests = [r for r in server.writes_since(mark) if r[1].startswith(key)]
+    starts = [r for r in requests if r[0] == "POST"]
+    chunks = [r for r in requests if r[0] == "PUT" and "upload_id=" in r[1]]
+    assert [r for r in requests if r not in starts + chunks and r[0] != "DELETE"] == []
+    assert len(starts) == 3 and all(r[2] == "201" and r[3] != "-" for r in starts)  # A, B, C
+    assert all(r[3] != "-" for r in chunks)  # each chunk under its session's condition
+    assert [r[2] for r in chunks].count("412") == 1  # A's last chunk
+    assert [r[2] for r in chunks].count("200") == 2  # B's and C's
+    assert open_sessions(server.endpoint(), BUCKET) == {}  # A's cancelled
+    gdal.VSICurlClearCache()
+    headers = gdal.GetFileMetadata(case.dst, "HEADERS")
+    assert headers["ETag"] == f'"{c_output[2]}"'
+    generation = headers["x-goog-generation"]
+    run(warp_in_parts(case.source, case.dst, "K2"), env=case.env, check=True)
+    gdal.VSICurlClearCache()
+    assert gdal.GetFileMetadata(case.dst, "HEADERS")["x-goog-generation"] == generation  # skipped
+    assert case.temp_dirs() == []
+
+
 @pytest.fixture(scope="module")
 def scene_200mb(tmp_path_factory):
     """An incompressible 8000 x 8400 x 3 Byte GeoTIFF (201.6 MB): a scene-sized COG."""
@@ -470,6 +528,18 @@ def test_zombie_200mb_cog_is_refused_at_its_completion(store, scene_200mb, tmp_p
     assert store_etag(case.dst) == c_etag  # skipped
 
 
+def assert_k1_recorded_as_plain_gdalwarp(case, output, server, tmp_path):
+    """K1 completed, its row recording `output`, whose pixels (read through `server`) are those
+    of plain gdalwarp."""
+    [row] = completed(case, "K1")
+    assert case.records(row, output)
+    plain = tmp_path / "plain.tif"
+    run(["gdalwarp", "-q", "-t_srs", "EPSG:3857", "-ts", "1500", "1500", "-r",
+         RESAMPLING["K1"], case.source, str(plain)], check=True)
+    with gdal_config(server.config()):
+        assert (read_pixels(case.dst) == read_pixels(str(plain))).all()
+
+
 @pytest.mark.parametrize("block_mib", [None, "1"], ids=["put-blob", "block-list"])
 def test_azure_requests_are_sent_again_after_a_transient_failure(azurite, scene, tmp_path,
                                                                  block_mib):
@@ -517,12 +587,55 @@ def test_azure_requests_are_sent_again_after_a_transient_failure(azurite, scene,
             blob = case.dst.split(f"/vsiaz/{BUCKET}/", 1)[1]
             assert len(azurite.committed_blocks(BUCKET, blob)) == (7 if block_mib else 0)
         assert base64.b64decode(headers["content-md5"]).hex() == output[2]
-        [row] = completed(case, "K1")
-        assert case.records(row, output)
-        plain = tmp_path / "plain.tif"
-        run(["gdalwarp", "-q", "-t_srs", "EPSG:3857", "-ts", "1500", "1500", "-r",
-             RESAMPLING["K1"], case.source, str(plain)], check=True)
-        with gdal_config(azurite.config()):
-            assert (read_pixels(case.dst) == read_pixels(str(plain))).all()
+        assert_k1_recorded_as_plain_gdalwarp(case, output, azurite, tmp_path)
+    finally:
+        proxy.stop()
+
+
+def test_a_gcs_resumable_upload_goes_on_from_what_gcs_kept_after_a_transient_failure(
+        gcs, scene, tmp_path):
+    """IDEM's resumable upload to /vsigs/ follows GDAL_HTTP_MAX_RETRY: a chunk answered 503 (by
+    a proxy in front of the GCS store) is followed by asking the session what it kept (itself
+    answered 503 once here), then by the chunk again; a chunk the store kept but whose answer was
+    lost is not sent again. The object ends whole: its MD5 (ETag, x-goog-hash) is that of the
+    ledger's record and of its bytes, which a chunk sent or hashed twice would break. Without
+    retries the same fault fails the work, leaving no object, no completion and no session."""
+    from gcsserver import gcs_config, open_sessions
+    proxy = FaultProxy(gcs.port).start()
+    try:
+        via_proxy = types.SimpleNamespace(config=lambda: gcs_config(
+            f"http://127.0.0.1:{proxy.port}"))
+        case = Case(tmp_path, "gcs", via_proxy, scene)
+        case.env.update(GDAL_HTTP_RETRY_DELAY="0.01", IDEM_GCS_CHUNK_SIZE="1")
+
+        def is_chunk(method, path):
+            return method == "PUT" and "upload_id=" in path
+
+        proxy.fail(is_chunk, 1)
+        failed = run(warp_in_parts(case.source, case.dst, "K1"),
+                     env=dict(case.env, GDAL_HTTP_MAX_RETRY="0"))
+        assert failed.returncode != 0 and proxy.faults_left() == 0
+        with gdal_config(gcs.config()):
+            assert case.output() is None
+        assert completed(case, "K1") == []
+        assert open_sessions(gcs.endpoint(), BUCKET) == {}
+
+        proxy.fail(is_chunk, 2).fail(is_chunk, 1, after_forwarding=True)
+        mark = gcs.mark()
+        run(warp_in_parts(case.source, case.dst, "K1"),
+            env=dict(case.env, GDAL_HTTP_MAX_RETRY="3"), check=True)
+        assert proxy.faults_left() == 0
+        key = case.dst[len("/vsigs"):]
+        chunks = [r for r in gcs.writes_since(mark) if r[1].startswith(key) and r[0] == "PUT"]
+        # The store saw the first chunk twice (the second time kept, its answer lost), then
+        # the status query, then each other chunk once: 7 chunks of the 6.75 MB.
+        assert [r[2] for r in chunks] == ["308", "308", "308"] + ["308"] * 5 + ["200"], chunks
+        with gdal_config(gcs.config()):
+            output = case.output()
+            headers = gdal.GetFileMetadata(case.dst, "HEADERS")
+        assert headers["ETag"] == f'"{output[2]}"'
+        assert (f"md5={base64.b64encode(bytes.fromhex(output[2])).decode()}"
+                in headers["x-goog-hash"])
+        assert_k1_recorded_as_plain_gdalwarp(case, output, gcs, tmp_path)
     finally:
         proxy.stop()

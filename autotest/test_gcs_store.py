@@ -167,3 +167,123 @@ def test_the_write_count_view_counts_what_landed(gcs):
     assert request(gcs, "PUT", key, b"1", {"x-goog-if-generation-match": "0"})[0] == 412
     assert request(gcs, "PUT", key, b"2")[0] == 200
     assert writes(gcs.endpoint(), BUCKET, "counted/") == {"counted/a.bin": 2}
+
+
+def start_session(gcs, key, condition=None):
+    """The URI of a resumable session started for `key` (with x-goog-if-generation-match)."""
+    headers = {"x-goog-resumable": "start", "Content-Type": "application/octet-stream"}
+    if condition is not None:
+        headers["x-goog-if-generation-match"] = condition
+    status, answer, _ = request(gcs, "POST", key, b"", headers)
+    assert status == 201
+    location = answer["Location"]
+    assert "upload_id=" in location
+    return location[len(gcs.endpoint()):]
+
+
+def test_a_resumable_upload_is_conditional_when_it_is_finalized(gcs):
+    """GCS's XML API resumable upload: the session is started by a POST carrying the
+    precondition, which is not evaluated then; chunks but the last are multiples of 256 KiB and
+    start where the kept bytes end (308 with Range until the total is reached); the chunk that
+    completes the object is refused (412, the session ended) if the precondition no longer holds
+    then, and otherwise makes a new generation whose ETag and x-goog-hash md5 are its MD5."""
+    from gcsserver import open_sessions
+    key = f"/{BUCKET}/resumable/a.bin"
+    chunk = 256 << 10
+    data = os.urandom(2 * chunk + 1000)
+    total = str(len(data))
+    session = start_session(gcs, key, "0")
+    assert open_sessions(gcs.endpoint(), BUCKET) == {"resumable/a.bin": 1}
+    assert request(gcs, "PUT", session, b"", {"Content-Range": f"bytes */{total}"})[0] == 308
+    status, headers, _ = request(gcs, "PUT", session, data[:chunk],
+                                 {"Content-Range": f"bytes 0-{chunk - 1}/{total}"})
+    assert status == 308 and headers["Range"] == f"bytes=0-{chunk - 1}"
+    # Not a multiple of 256 KiB, or not where the kept bytes end: refused, nothing kept.
+    assert request(gcs, "PUT", session, data[chunk:chunk + 1000],
+                   {"Content-Range": f"bytes {chunk}-{chunk + 999}/*"})[0] == 400
+    assert request(gcs, "PUT", session, data[:chunk],
+                   {"Content-Range": f"bytes 0-{chunk - 1}/{total}"})[0] == 400
+    status, headers, _ = request(gcs, "PUT", session, b"", {"Content-Range": f"bytes */{total}"})
+    assert status == 308 and headers["Range"] == f"bytes=0-{chunk - 1}"
+    # Another writer makes the object meanwhile: the last chunk is refused, the session ends.
+    assert request(gcs, "PUT", key, b"other")[0] == 200
+    status, _, _ = request(gcs, "PUT", session, data[chunk:],
+                           {"Content-Range": f"bytes {chunk}-{len(data) - 1}/{total}"})
+    assert status == 412
+    assert request(gcs, "GET", key)[2] == b"other"
+    assert open_sessions(gcs.endpoint(), BUCKET) == {}
+    # With the generation in place: kept, and the object is the session's bytes.
+    generation = request(gcs, "HEAD", key)[1]["x-goog-generation"]
+    session = start_session(gcs, key, generation)
+    assert request(gcs, "PUT", session, data[:2 * chunk],
+                   {"Content-Range": f"bytes 0-{2 * chunk - 1}/*"})[0] == 308
+    status, headers, _ = request(gcs, "PUT", session, data[2 * chunk:],
+                                 {"Content-Range": f"bytes {2 * chunk}-{len(data) - 1}/{total}"})
+    assert status == 200 and int(headers["x-goog-generation"]) > int(generation)
+    assert headers["ETag"] == f'"{hashlib.md5(data).hexdigest()}"'
+    assert f"md5={base64.b64encode(hashlib.md5(data).digest()).decode()}" in headers["x-goog-hash"]
+    assert request(gcs, "GET", key)[2] == data
+    # A session cancelled by a DELETE of its URI (499) leaves no object and no session.
+    session = start_session(gcs, f"/{BUCKET}/resumable/b.bin")
+    assert request(gcs, "DELETE", session)[0] == 499
+    assert request(gcs, "PUT", session, b"x", {"Content-Range": "bytes 0-0/1"})[0] == 404
+    assert request(gcs, "HEAD", f"/{BUCKET}/resumable/b.bin")[0] == 404
+    assert open_sessions(gcs.endpoint(), BUCKET) == {}
+
+
+HMAC = ("GOOGTS7C7FUP3AIRVJTE2BCD", "bGoa+V7g/yqDXvKRqq+JTFn4uQZbPiQJo4pf9RzJ")
+
+
+@pytest.fixture(scope="module")
+def gcs_hmac(tmp_path_factory):
+    server = GcsServer(tmp_path_factory.mktemp("gcs-hmac"), buckets=[BUCKET], hmac=HMAC).start()
+    yield server
+    server.stop()
+
+
+def test_with_an_hmac_key_gdal_signs_every_request_as_the_store_checks(gcs_hmac, tmp_path):
+    """The store started with an HMAC key checks each request's GOOG1 signature as GCS's XML
+    API documents it. GDAL's /vsigs/ (whose signing works against real GCS) writes, stats,
+    lists, reads and deletes through it, so the store checks signatures as GCS does; a wrong
+    secret and an unsigned request are refused (403)."""
+    local = tmp_path / "small.tif"
+    ds = gdal.GetDriverByName("GTiff").Create(str(local), 8, 8, 1)
+    ds.GetRasterBand(1).Fill(9)
+    ds = None
+    uri = f"/vsigs/{BUCKET}/signed/dir/small.tif"
+    content = local.read_bytes()
+
+    def upload():
+        out = gdal.VSIFOpenL(uri, "wb")
+        gdal.VSIFWriteL(content, 1, len(content), out)
+        return gdal.VSIFCloseL(out)
+
+    with gdal_config(gcs_hmac.config()):
+        assert upload() == 0
+        gdal.VSICurlClearCache()
+        assert gdal.VSIStatL(uri).size == local.stat().st_size
+        assert gdal.ReadDir(f"/vsigs/{BUCKET}/signed/dir") == ["small.tif"]
+        assert gdal.Open(uri).GetRasterBand(1).Checksum() == \
+            gdal.Open(str(local)).GetRasterBand(1).Checksum()
+        assert gdal.Unlink(uri) == 0
+        gdal.VSICurlClearCache()
+        assert gdal.VSIStatL(uri) is None
+    wrong = dict(gcs_hmac.config(), GS_SECRET_ACCESS_KEY="not" + HMAC[1])
+    with gdal_config(wrong):
+        gdal.VSICurlClearCache()
+        with _quiet():
+            try:
+                refused = upload() != 0
+            except RuntimeError:  # GDAL's Python exceptions on
+                refused = True
+            assert refused
+    assert request(gcs_hmac, "PUT", f"/{BUCKET}/signed/x.bin", b"x")[0] == 403
+    assert request(gcs_hmac, "GET", f"/{BUCKET}/signed/dir/small.tif")[0] == 403
+
+
+class _quiet:
+    def __enter__(self):
+        gdal.PushErrorHandler("CPLQuietErrorHandler")
+
+    def __exit__(self, *exc):
+        gdal.PopErrorHandler()

@@ -9,6 +9,7 @@
 
 #include "base/azure_blob.hpp"
 #include "base/error.hpp"
+#include "base/gcs_upload.hpp"
 #include "base/gdal_compat.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
@@ -120,6 +121,7 @@ IdemOptions parse_options(CSLConstList creation_options) {
   options.durable = CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES"));
   conditional_writes_enabled();  // a bad IDEM_CONDITIONAL_WRITE is refused before any work
   azure_block_size();            // and a bad IDEM_AZURE_BLOCK_SIZE
+  gcs_chunk_size();              // or IDEM_GCS_CHUNK_SIZE
   options.dry_run = CPLTestBool(CPLGetConfigOption("IDEM_DRY_RUN", "NO"));
   options.digest_policy =
       parse_source_digest_policy(CPLGetConfigOption("IDEM_SOURCE_DIGEST", "AUTO"));

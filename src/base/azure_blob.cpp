@@ -4,23 +4,19 @@
 // "Specifying conditional headers for Blob service operations".
 #include "base/azure_blob.hpp"
 
-#include <curl/curl.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
-#include <memory>
 #include <random>
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/http_request.hpp"
 #include "cpl_conv.h"
-#include "cpl_multiproc.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 
@@ -52,37 +48,6 @@ std::optional<std::string> decode_key(const std::string& encoded) {
   return std::string(reinterpret_cast<const char*>(buffer.data()), static_cast<size_t>(size));
 }
 
-std::string base64(const unsigned char* data, size_t size) {
-  char* encoded = CPLBase64Encode(static_cast<int>(size), data);
-  std::string result = encoded;
-  CPLFree(encoded);
-  return result;
-}
-
-// The path of a URL, percent-encoded except for unreserved characters and '/'.
-std::string encode_path(const std::string& path) {
-  std::string encoded;
-  for (const unsigned char c : path) {
-    if (std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
-      encoded += static_cast<char>(c);
-    } else {
-      char hex[4];
-      std::snprintf(hex, sizeof hex, "%%%02X", c);
-      encoded += hex;
-    }
-  }
-  return encoded;
-}
-
-std::string http_date() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[64];
-  std::strftime(text, sizeof text, "%a, %d %b %Y %H:%M:%S GMT", &utc);
-  return text;
-}
-
 // The request's URL and the part of its path the signature names.
 struct Target {
   std::string url;
@@ -97,7 +62,7 @@ Target target_of(const AzureAccount& account, const std::string& vsiaz_path,
   if (name.empty()) {
     throw Error(ErrorKind::k_internal, "not an Azure blob: " + vsiaz_path);
   }
-  const std::string object_path = encode_path(name);
+  const std::string object_path = encode_url_path(name);
   const std::string url = account.endpoint + "/" + object_path;
   // The URL's path (after scheme and host) signed under the account's name: for an emulator's
   // endpoint, which holds the account in its path, the name appears twice, as Azure documents.
@@ -105,7 +70,7 @@ Target target_of(const AzureAccount& account, const std::string& vsiaz_path,
   const size_t path_start = url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
   Target target{url, "/" + account.name + url.substr(path_start)};
   for (size_t i = 0; i < query.size(); ++i) {
-    target.url += (i == 0 ? "?" : "&") + query[i].first + "=" + encode_path(query[i].second);
+    target.url += (i == 0 ? "?" : "&") + query[i].first + "=" + encode_url_path(query[i].second);
     target.canonical_resource += "\n" + query[i].first + ":" + query[i].second;
   }
   return target;
@@ -117,157 +82,7 @@ std::string sign(const AzureAccount& account, const std::string& string_to_sign)
   HMAC(EVP_sha256(), account.key.data(), static_cast<int>(account.key.size()),
        reinterpret_cast<const unsigned char*>(string_to_sign.data()), string_to_sign.size(), mac,
        &mac_size);
-  return "SharedKey " + account.name + ":" + base64(mac, mac_size);
-}
-
-// One request's body (a file, or bytes in memory) and what its answer said.
-struct Exchange {
-  VSILFILE* body = nullptr;
-  const std::function<void(const unsigned char*, size_t)>* sink = nullptr;
-  const unsigned char* memory = nullptr;  // the body when `body` is null
-  size_t memory_size = 0;
-  size_t memory_sent = 0;
-  bool read_failed = false;
-  std::string etag;
-  std::string answer;
-};
-
-size_t read_body(char* buffer, size_t size, size_t count, void* user) {
-  auto* exchange = static_cast<Exchange*>(user);
-  if (exchange->body == nullptr) {
-    const size_t got = std::min(size * count, exchange->memory_size - exchange->memory_sent);
-    std::copy_n(exchange->memory + exchange->memory_sent, got, buffer);
-    exchange->memory_sent += got;
-    return got;
-  }
-  const size_t got = VSIFReadL(buffer, 1, size * count, exchange->body);
-  if (got < size * count && VSIFEofL(exchange->body) == 0) {
-    exchange->read_failed = true;
-    return CURL_READFUNC_ABORT;
-  }
-  if (got > 0 && exchange->sink != nullptr) {
-    (*exchange->sink)(reinterpret_cast<const unsigned char*>(buffer), got);
-  }
-  return got;
-}
-
-size_t keep_header(char* buffer, size_t size, size_t count, void* user) {
-  auto* exchange = static_cast<Exchange*>(user);
-  const std::string line(buffer, size * count);
-  const size_t colon = line.find(':');
-  if (colon != std::string::npos && EQUAL(line.substr(0, colon).c_str(), "ETag")) {
-    std::string value = line.substr(colon + 1);
-    value.erase(0, value.find_first_not_of(" \t"));
-    value.erase(value.find_last_not_of(" \t\r\n") + 1);
-    exchange->etag = value;
-  }
-  return size * count;
-}
-
-size_t keep_answer(char* buffer, size_t size, size_t count, void* user) {
-  auto* exchange = static_cast<Exchange*>(user);
-  if (exchange->answer.size() < 4096) {
-    exchange->answer.append(buffer, std::min<size_t>(size * count, 4096));
-  }
-  return size * count;
-}
-
-// The error Azure's XML answer names (<Code>...</Code>), or the HTTP status.
-std::string error_of(long status, const std::string& answer) {
-  const size_t start = answer.find("<Code>");
-  const size_t end = answer.find("</Code>");
-  std::string text = "HTTP " + std::to_string(status);
-  if (start != std::string::npos && end != std::string::npos && end > start) {
-    text += " " + answer.substr(start + 6, end - start - 6);
-  }
-  return text;
-}
-
-struct CurlCloser {
-  void operator()(CURL* curl) const { curl_easy_cleanup(curl); }
-};
-struct SlistCloser {
-  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
-};
-
-AzureAnswer send_once(const std::string& verb, const Target& target,
-                      const std::vector<std::string>& headers, Exchange& exchange, int64_t size) {
-  std::unique_ptr<CURL, CurlCloser> curl(curl_easy_init());
-  if (!curl) {
-    return AzureAnswer{0, "", "cannot start an HTTP request (libcurl)"};
-  }
-  std::unique_ptr<curl_slist, SlistCloser> list;
-  for (const std::string& header : headers) {
-    list.reset(curl_slist_append(list.release(), header.c_str()));
-  }
-  list.reset(curl_slist_append(list.release(), "Expect:"));  // no 100-continue round trip
-  CURL* handle = curl.get();
-  curl_easy_setopt(handle, CURLOPT_URL, target.url.c_str());
-  curl_easy_setopt(handle, CURLOPT_HTTPHEADER, list.get());
-  curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, keep_header);
-  curl_easy_setopt(handle, CURLOPT_HEADERDATA, &exchange);
-  curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, keep_answer);
-  curl_easy_setopt(handle, CURLOPT_WRITEDATA, &exchange);
-  curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT,
-                   std::atol(CPLGetConfigOption("GDAL_HTTP_CONNECTTIMEOUT", "30")));
-  if (const char* bundle = CPLGetConfigOption("GDAL_CURL_CA_BUNDLE",
-                                              CPLGetConfigOption("CURL_CA_BUNDLE", nullptr))) {
-    curl_easy_setopt(handle, CURLOPT_CAINFO, bundle);
-  }
-  if (verb == "PUT") {
-    curl_easy_setopt(handle, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(handle, CURLOPT_READFUNCTION, read_body);
-    curl_easy_setopt(handle, CURLOPT_READDATA, &exchange);
-    curl_easy_setopt(handle, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size));
-  } else {
-    curl_easy_setopt(handle, CURLOPT_CUSTOMREQUEST, verb.c_str());
-  }
-  const CURLcode code = curl_easy_perform(handle);
-  AzureAnswer answer;
-  if (code != CURLE_OK) {
-    answer.error = exchange.read_failed ? "reading the file to upload failed"
-                                        : std::string(curl_easy_strerror(code));
-    return answer;
-  }
-  curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &answer.status);
-  answer.etag = exchange.etag;
-  if (answer.status >= 300) {
-    answer.error = error_of(answer.status, exchange.answer);
-  }
-  return answer;
-}
-
-// Whether an answer is worth asking again, as GDAL's own HTTP retries do: no answer, too many
-// requests, or a server error.
-bool transient(const AzureAnswer& answer) {
-  return answer.status == 0 || answer.status == 429 || answer.status >= 500;
-}
-
-// One request, sent again after a transient failure up to GDAL_HTTP_MAX_RETRY times,
-// GDAL_HTTP_RETRY_DELAY seconds apart (doubling). A conditional request that went through
-// although its answer was lost is refused when sent again (409/412): the caller then looks at
-// the object, as after any refusal. `rewind` makes the body readable from its start again.
-AzureAnswer send(const std::string& verb, const Target& target,
-                 const std::vector<std::string>& headers, Exchange& exchange, int64_t size,
-                 const std::function<bool()>& rewind = nullptr) {
-  const int retries = std::max(0, std::atoi(CPLGetConfigOption("GDAL_HTTP_MAX_RETRY", "0")));
-  double delay = std::max(0.0, CPLAtof(CPLGetConfigOption("GDAL_HTTP_RETRY_DELAY", "30")));
-  AzureAnswer answer = send_once(verb, target, headers, exchange, size);
-  for (int attempt = 0; attempt < retries && transient(answer) && !exchange.read_failed;
-       ++attempt) {
-    CPLDebug("IDEM", "Azure %s of %s: %s; again in %.1f s", verb.c_str(), target.url.c_str(),
-             answer.error.c_str(), delay);
-    CPLSleep(delay);
-    delay *= 2;
-    if (rewind && !rewind()) {
-      break;
-    }
-    exchange.etag.clear();
-    exchange.answer.clear();
-    answer = send_once(verb, target, headers, exchange, size);
-  }
-  return answer;
+  return "SharedKey " + account.name + ":" + base64_of(mac, mac_size);
 }
 
 }  // namespace
@@ -350,35 +165,27 @@ AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz
                                       "Content-Type: " + content_type,
                                       condition_name + ": " + condition_value,
                                       "Authorization: " + sign(account, to_sign)};
-  Exchange exchange;
-  exchange.body = VSIFOpenL(local.c_str(), "rb");
-  if (exchange.body == nullptr) {
-    return AzureAnswer{0, "", "cannot read " + local};
+  HttpBody exchange;
+  exchange.file = VSIFOpenL(local.c_str(), "rb");
+  if (exchange.file == nullptr) {
+    return AzureAnswer{0, "", "cannot read " + local, {}};
   }
   exchange.sink = &sink;
   // A retry sends the bytes again from the start; the sink hears (nullptr, 0) first.
   const auto rewind = [&] {
-    if (VSIFSeekL(exchange.body, 0, SEEK_SET) != 0) {
+    if (VSIFSeekL(exchange.file, 0, SEEK_SET) != 0) {
       return false;
     }
     sink(nullptr, 0);
     return true;
   };
-  AzureAnswer answer = send("PUT", target, headers, exchange, size, rewind);
-  VSIFCloseL(exchange.body);
+  AzureAnswer answer = http_send("PUT", target.url, headers, exchange, size, rewind);
+  VSIFCloseL(exchange.file);
   return answer;
 }
 
 int64_t azure_block_size() {
-  const char* text = CPLGetConfigOption("IDEM_AZURE_BLOCK_SIZE", "100");
-  char* end = nullptr;
-  const long long mib = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || mib < 1 || mib > 4000) {
-    throw Error(ErrorKind::k_usage, std::string("IDEM_AZURE_BLOCK_SIZE=") + text +
-                                        " is not valid: give the size of a block in MiB, "
-                                        "from 1 to 4000 (default 100)");
-  }
-  return static_cast<int64_t>(mib) << 20;
+  return upload_size_option("IDEM_AZURE_BLOCK_SIZE", "100", 4000, "a block");
 }
 
 AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string& vsiaz_path,
@@ -389,7 +196,7 @@ AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string&
                                  const std::function<std::string()>& content_md5) {
   VSILFILE* in = VSIFOpenL(local.c_str(), "rb");
   if (in == nullptr) {
-    return AzureAnswer{0, "", "cannot read " + local};
+    return AzureAnswer{0, "", "cannot read " + local, {}};
   }
   // Block IDs name this upload (a random part) so that another writer's uncommitted blocks of
   // the same blob, which Azure keeps beside these, can never be committed by this list, nor
@@ -400,11 +207,11 @@ AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string&
   std::snprintf(nonce, sizeof nonce, "%08x%07x", random(), random() & 0xfffffffU);
   std::string list = "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>";
   std::vector<unsigned char> block(static_cast<size_t>(block_size));
-  AzureAnswer answer{201, "", ""};
+  AzureAnswer answer{201, "", "", {}};
   for (int index = 0;; ++index) {
     const size_t got = VSIFReadL(block.data(), 1, block.size(), in);
     if (got < block.size() && VSIFEofL(in) == 0) {
-      answer = AzureAnswer{0, "", "reading " + local + " failed"};
+      answer = AzureAnswer{0, "", "reading " + local + " failed", {}};
       break;
     }
     if (got == 0 && index > 0) {
@@ -412,7 +219,7 @@ AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string&
     }
     char id_text[48];
     std::snprintf(id_text, sizeof id_text, "idem%s%08d", nonce, index);
-    const std::string id = base64(reinterpret_cast<const unsigned char*>(id_text), 27);
+    const std::string id = base64_of(reinterpret_cast<const unsigned char*>(id_text), 27);
     const Target target = target_of(account, vsiaz_path, {{"blockid", id}, {"comp", "block"}});
     const std::string date = http_date();
     const std::string to_sign = azure_string_to_sign(
@@ -421,10 +228,10 @@ AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string&
     const std::vector<std::string> headers = {
         "x-ms-date: " + date, std::string("x-ms-version: ") + k_api_version,
         "Content-Type:", "Authorization: " + sign(account, to_sign)};
-    Exchange exchange;
+    HttpBody exchange;
     exchange.memory = block.data();
     exchange.memory_size = got;
-    answer = send("PUT", target, headers, exchange, static_cast<int64_t>(got), [&] {
+    answer = http_send("PUT", target.url, headers, exchange, static_cast<int64_t>(got), [&] {
       exchange.memory_sent = 0;
       return true;
     });
@@ -461,10 +268,10 @@ AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string&
                                             "Content-Type: application/xml",
                                             condition_name + ": " + condition_value,
                                             "Authorization: " + sign(account, to_sign)};
-  Exchange exchange;
+  HttpBody exchange;
   exchange.memory = reinterpret_cast<const unsigned char*>(list.data());
   exchange.memory_size = list.size();
-  return send("PUT", target, headers, exchange, static_cast<int64_t>(list.size()), [&] {
+  return http_send("PUT", target.url, headers, exchange, static_cast<int64_t>(list.size()), [&] {
     exchange.memory_sent = 0;
     return true;
   });
@@ -481,8 +288,8 @@ AzureAnswer azure_delete_blob(const AzureAccount& account, const std::string& vs
   const std::vector<std::string> headers = {
       "x-ms-date: " + date, std::string("x-ms-version: ") + k_api_version, "If-Match: " + etag,
       "Authorization: " + sign(account, to_sign)};
-  Exchange exchange;
-  return send("DELETE", target, headers, exchange, 0);
+  HttpBody exchange;
+  return http_send("DELETE", target.url, headers, exchange, 0);
 }
 
 }  // namespace idem

@@ -16,6 +16,8 @@
 #include <optional>
 #include <string>
 
+#include "base/http_request.hpp"
+
 namespace idem {
 
 // The blob a path names on Azure's Blob service ("container/key"), or "" for a path that is not
@@ -48,11 +50,7 @@ constexpr int64_t k_azure_put_blob_max = int64_t{5000} << 20;
 
 // What Azure answered: the HTTP status (0 when no answer came), the ETag of a written blob, and
 // the error's text otherwise.
-struct AzureAnswer {
-  long status = 0;
-  std::string etag;
-  std::string error;
-};
+using AzureAnswer = HttpAnswer;
 
 // Put Blob of the bytes of `local` (any GDAL path) to `vsiaz_path` (/vsiaz/container/key), with
 // the header `condition_name: condition_value` (If-None-Match: * or If-Match: <ETag>). `sink`

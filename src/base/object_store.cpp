@@ -21,6 +21,7 @@
 
 #include "base/azure_blob.hpp"
 #include "base/error.hpp"
+#include "base/gcs_upload.hpp"
 #include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cpl_conv.h"
@@ -178,6 +179,17 @@ bool is_azure(const std::string& path) {
   return !azure_blob_name(path).empty();
 }
 
+// The credentials IDEM sends a conditional upload of `size` bytes to the GCS `path` with itself,
+// as a resumable upload (gcs_upload.hpp): one larger than IDEM_GCS_CHUNK_SIZE or than GDAL's
+// one PUT takes, when IDEM can sign as GDAL would. nullopt: GDAL's one PUT sends it, fenced up
+// to k_gcs_one_put_max.
+std::optional<GcsCredentials> idem_gcs_upload(const std::string& path, int64_t size) {
+  if (size <= gcs_chunk_size() && size < k_gcs_one_put_max) {
+    return std::nullopt;
+  }
+  return gcs_signing_credentials(path);
+}
+
 }  // namespace
 
 std::string version_token(const std::string& path, const ObjectHeaders& headers) {
@@ -323,7 +335,8 @@ bool conditional_upload_applies(const std::string& path, int64_t size) {
     return false;
   }
   if (is_gcs(path)) {
-    return size < k_gcs_one_put_max;  // sent in one PUT (copy_vsi_file)
+    // In one PUT by GDAL, or by IDEM as a resumable upload (copy_vsi_file).
+    return size < k_gcs_one_put_max || idem_gcs_upload(path, size).has_value();
   }
   if (is_azure(path)) {
     // Sent by IDEM itself (azure_blob.hpp), in one Put Blob or as blocks, with a key it can
@@ -420,6 +433,52 @@ CopiedBytes upload_to_azure(const std::string& from, const std::string& to,
                                    "key (AZURE_STORAGE_CONNECTION_STRING) may write to it");
 }
 
+// The upload of an object to /vsigs/ that must be conditional and that IDEM sends itself
+// (idem_gcs_upload): a resumable upload whose object appears only if the condition holds when GCS
+// finalizes it.
+CopiedBytes upload_to_gcs(const std::string& from, const std::string& to,
+                          const ExpectedObject& expected,
+                          const std::pair<std::string, std::string>& precondition,
+                          const GcsCredentials& credentials, int64_t size) {
+  Md5 md5;
+  CopiedBytes sent;
+  sent.size = size;
+  const HttpAnswer answer = gcs_resumable_upload(
+      credentials, to, from, size, gcs_chunk_size(), precondition.second,
+      [&](const unsigned char* data, size_t count) { md5.update(data, count); });
+  VSICurlPartialClearCache(to.c_str());
+  VSICurlPartialClearCache(dirname_of(to).c_str());
+  if (answer.status == 200 || answer.status == 201) {
+    sent.md5 = md5.finish_hex();
+    return sent;
+  }
+  if (answer.status == 412) {
+    throw_conditional_failure(to, expected, precondition.first, answer.error);
+  }
+  throw Error(ErrorKind::k_io, "uploading " + to + " failed: " + answer.error +
+                                   "; check that the bucket exists and that GDAL's GCS "
+                                   "credentials (GS_ACCESS_KEY_ID, GS_SECRET_ACCESS_KEY) may "
+                                   "write to it");
+}
+
+// A conditional upload IDEM sends itself, not through GDAL's writer: every one to Azure, one to
+// GCS larger than a chunk (idem_gcs_upload). nullopt for the others.
+std::optional<CopiedBytes> upload_by_idem(const std::string& from, const std::string& to,
+                                          const ExpectedObject& expected,
+                                          const std::pair<std::string, std::string>& precondition) {
+  if (is_azure(to)) {
+    return upload_to_azure(from, to, expected, precondition);
+  }
+  VSIStatBufL info;
+  if (is_gcs(to) && VSIStatL(from.c_str(), &info) == 0) {
+    const auto size = static_cast<int64_t>(info.st_size);
+    if (const std::optional<GcsCredentials> credentials = idem_gcs_upload(to, size)) {
+      return upload_to_gcs(from, to, expected, precondition, *credentials, size);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
@@ -442,8 +501,10 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
     precondition = version_condition(to, expected->version);
     condition = precondition.first + ": " + precondition.second;
   }
-  if (expected != nullptr && is_azure(to)) {
-    return upload_to_azure(from, to, *expected, precondition);
+  if (expected != nullptr) {
+    if (std::optional<CopiedBytes> sent = upload_by_idem(from, to, *expected, precondition)) {
+      return *sent;
+    }
   }
   VSIStatBufL from_info;
   const bool in_parts = expected != nullptr && to.rfind("/vsis3/", 0) == 0 &&

@@ -10,6 +10,8 @@
 #include <utility>
 
 #include "base/azure_blob.hpp"
+#include "base/error.hpp"
+#include "base/gcs_upload.hpp"
 #include "cpl_conv.h"
 #include "cpl_vsi.h"
 
@@ -116,10 +118,66 @@ TEST(AzureBlobName, OnlyAzuresTwoPrefixesNameABlob) {
   }
 }
 
-TEST(StorePreconditions, GcsUploadsAreConditionalUpToGdalsLargestChunk) {
-  EXPECT_TRUE(conditional_upload_applies("/vsigs/b/k.tif", int64_t{200} << 20));
-  EXPECT_FALSE(conditional_upload_applies("/vsigs/b/k.tif", int64_t{5120} << 20));
-  EXPECT_TRUE(conditional_delete_applies("/vsigs/b/k.tif"));
+TEST(StorePreconditions, GcsUploadsAreConditionalInGdalsOnePutOrInIdemsResumableUpload) {
+  const char* path = "/vsigs/b/k.tif";
+  const int64_t one_put_max = int64_t{5120} << 20;
+  {
+    // Credentials IDEM cannot sign with (OAuth2 here): GDAL's one PUT, up to its largest chunk.
+    const ConfigGuard oauth({{"GS_NO_SIGN_REQUEST", nullptr},
+                             {"GS_SECRET_ACCESS_KEY", nullptr},
+                             {"GS_ACCESS_KEY_ID", nullptr},
+                             {"GS_OAUTH2_REFRESH_TOKEN", "token"}});
+    EXPECT_FALSE(gcs_signing_credentials(path).has_value());
+    EXPECT_TRUE(conditional_upload_applies(path, int64_t{200} << 20));
+    EXPECT_FALSE(conditional_upload_applies(path, one_put_max));
+    EXPECT_TRUE(conditional_delete_applies(path));
+  }
+  {
+    const ConfigGuard hmac({{"GS_NO_SIGN_REQUEST", nullptr},
+                            {"CPL_GS_ENDPOINT", nullptr},
+                            {"GS_SECRET_ACCESS_KEY", "secret"},
+                            {"GS_ACCESS_KEY_ID", "GOOG1ID"}});
+    const auto credentials = gcs_signing_credentials(path);
+    ASSERT_TRUE(credentials.has_value());
+    EXPECT_EQ(credentials->endpoint, "https://storage.googleapis.com/");
+    EXPECT_EQ(credentials->access_key_id, "GOOG1ID");
+    EXPECT_TRUE(conditional_upload_applies(path, one_put_max));
+    EXPECT_TRUE(conditional_upload_applies(path, int64_t{5} << 40));
+    {
+      // Requester pays: GDAL adds a header IDEM's requests do not carry.
+      const ConfigGuard user_project({{"GS_USER_PROJECT", "project"}});
+      EXPECT_FALSE(gcs_signing_credentials(path).has_value());
+      EXPECT_FALSE(conditional_upload_applies(path, one_put_max));
+    }
+    {
+      const ConfigGuard no_id({{"GS_ACCESS_KEY_ID", nullptr}});
+      EXPECT_FALSE(gcs_signing_credentials(path).has_value());
+    }
+  }
+  {
+    // GDAL sends no signature: neither does IDEM, to GDAL's endpoint.
+    const ConfigGuard unsigned_requests({{"GS_NO_SIGN_REQUEST", "YES"},
+                                         {"GS_SECRET_ACCESS_KEY", "ignored"},
+                                         {"CPL_GS_ENDPOINT", "http://127.0.0.1:9"}});
+    const auto credentials = gcs_signing_credentials(path);
+    ASSERT_TRUE(credentials.has_value());
+    EXPECT_EQ(credentials->endpoint, "http://127.0.0.1:9/");
+    EXPECT_EQ(credentials->access_key_id, "");
+    EXPECT_TRUE(conditional_upload_applies(path, one_put_max));
+    const ConfigGuard off({{"IDEM_CONDITIONAL_WRITE", "NO"}});
+    EXPECT_FALSE(conditional_upload_applies(path, 100));
+  }
+  EXPECT_EQ(gcs_chunk_size(), int64_t{100} << 20);
+  for (const char* bad : {"0", "5121", "-3", "1MB", ""}) {
+    const ConfigGuard wrong({{"IDEM_GCS_CHUNK_SIZE", bad}});
+    EXPECT_THROW(gcs_chunk_size(), Error) << bad;
+  }
+  // GCS's HMAC string to sign, as GDAL's /vsigs/ builds it.
+  EXPECT_EQ(
+      gcs_string_to_sign("POST", "", "application/octet-stream", "Sun, 06 Dec 2026 GMT",
+                         "x-goog-if-generation-match:0\nx-goog-resumable:start\n", "/b/k.tif"),
+      "POST\n\napplication/octet-stream\nSun, 06 Dec 2026 GMT\n"
+      "x-goog-if-generation-match:0\nx-goog-resumable:start\n/b/k.tif");
 }
 
 TEST(AzureSharedKey, TheAccountComesFromTheConnectionStringOrTheAccountOptions) {

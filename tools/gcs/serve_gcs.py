@@ -13,9 +13,21 @@ What it follows, from GCS's XML API reference:
 - the ETag of an object written in one request is its MD5 in hex, quoted; of one assembled from
   parts, the MD5 of the parts' MD5s and the part count (not the content's MD5);
 - `x-goog-hash: crc32c=<base64>,md5=<base64>` (md5 only for objects written in one request);
-- GET with `Range`, HEAD, and bucket listings in the S3-compatible ListBucketResult form.
+- GET with `Range`, HEAD, and bucket listings in the S3-compatible ListBucketResult form;
+- resumable uploads: `POST` with `x-goog-resumable: start` answers 201 with the session's URI
+  (`Location`, with `upload_id`); `PUT` to it with `Content-Range: bytes A-B/TOTAL` (or `*` for
+  a total not yet known) appends the chunk, which must start where the kept bytes end and, but
+  for the last, be a multiple of 256 KiB; `bytes */TOTAL` asks what was kept. Until the total is
+  reached the answer is 308 with `Range: bytes=0-N` (none while nothing is kept); the request
+  that reaches it finalizes the object, with its MD5 as ETag, and only if the precondition given
+  when the session was started holds then (GCS evaluates it at finalization, not at the start):
+  else 412, and the session ends. `DELETE` of the session's URI cancels it (499);
+- with `--hmac ACCESS_KEY:SECRET`, every request but those to a session's URI must be signed as
+  GCS's XML API documents for HMAC keys and GDAL's /vsigs/ signs: `Authorization: GOOG1
+  ACCESS_KEY:base64(HMAC-SHA1(SECRET, VERB\nContent-MD5\nContent-Type\nDate\n` + the x-goog-
+  headers, lower-case `name:value\n`, sorted + the path))`; otherwise 403 SignatureDoesNotMatch.
 
-Started as `python3 serve_gcs.py [--address ADDR] PORT LOG BUCKET...` (PORT 0 picks one;
+Started as `python3 serve_gcs.py [--address ADDR] [--hmac KEY:SECRET] PORT LOG BUCKET...` (PORT 0 picks one;
 ADDR defaults to 127.0.0.1): prints "listening PORT", logs "METHOD PATH STATUS CONDITION" per
 request to LOG (CONDITION: the request's x-goog-if-generation-match, or "-"), stops when stdin
 closes.
@@ -23,11 +35,13 @@ closes.
 One addition for the tests, outside GCS's API: `GET /_idem/writes/BUCKET?prefix=P` answers a
 JSON object {key: number of writes that landed at it (uploads and completions)}, which tells a
 test that an upload it expects to be refused left nothing, even if its bytes equal the ones in
-place.
+place. `GET /_idem/sessions/BUCKET` answers {key: resumable sessions open}, which tells a test
+that an upload left no session behind.
 Standard library only."""
 
 import base64
 import hashlib
+import hmac
 import http.server
 import itertools
 import json
@@ -42,6 +56,9 @@ LOCK = threading.Lock()
 WRITES = {}  # (bucket, key) -> writes that landed there
 BUCKETS = {}  # name -> {key: object}
 UPLOADS = {}  # upload id -> {"bucket", "key", "parts": {number: bytes}}
+SESSIONS = {}  # resumable upload id -> {"bucket", "key", "condition", "data": bytearray}
+HMAC_KEY = None  # (access key, secret) when requests must be signed
+CHUNK_MULTIPLE = 256 << 10
 GENERATIONS = itertools.count(int(time.time() * 1_000_000))
 LOG = None
 
@@ -110,7 +127,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if payload and not head:
             self.wfile.write(payload)
-        condition = self.headers.get("x-goog-if-generation-match", "-")
+        condition = self.headers.get("x-goog-if-generation-match") or getattr(
+            self, "session_condition", None) or "-"
         with open(LOG, "a") as log:
             log.write(f"{self.command} {self.path} {status} {condition}\n")
 
@@ -121,9 +139,40 @@ class Handler(http.server.BaseHTTPRequestHandler):
         key = urllib.parse.unquote(parts[1]) if len(parts) > 1 else ""
         return bucket, key, dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
 
-    def precondition_fails(self, current):
-        """GCS's x-goog-if-generation-match against the live object `current` (or None)."""
-        wanted = self.headers.get("x-goog-if-generation-match")
+    def signature_fails(self, head=False):
+        """With --hmac, whether the request is not signed with the key as GCS's XML API
+        documents (then answered 403 here). Requests to a resumable session's URI are not
+        signed: the session's URI is its credential."""
+        if HMAC_KEY is None:
+            return False
+        parsed = urllib.parse.urlsplit(self.path)
+        if "upload_id" in urllib.parse.parse_qs(parsed.query) or parsed.path.startswith("/_idem/"):
+            return False
+        goog = {}
+        for name, value in self.headers.items():
+            if name.lower().startswith("x-goog-"):
+                goog.setdefault(name.lower(), []).append(value.strip())
+        canonical = "".join(f"{name}:{','.join(goog[name])}\n" for name in sorted(goog))
+        signed = (f"{self.command}\n{self.headers.get('Content-MD5', '')}\n"
+                  f"{self.headers.get('Content-Type', '')}\n{self.headers.get('Date', '')}\n"
+                  f"{canonical}")
+        access, secret = HMAC_KEY
+        given = self.headers.get("Authorization", "")
+        for resource in {parsed.path, parsed.path.rstrip("/")}:
+            digest = hmac.new(secret.encode(), (signed + resource).encode(), "sha1").digest()
+            if hmac.compare_digest(given, f"GOOG1 {access}:{base64.b64encode(digest).decode()}"):
+                return False
+        self.body()  # read before answering
+        self.answer(403, error_xml("SignatureDoesNotMatch", "The request signature we "
+                                   "calculated does not match the signature you provided."),
+                    {"Content-Type": "application/xml"}, head=head)
+        return True
+
+    def precondition_fails(self, current, wanted=None):
+        """GCS's x-goog-if-generation-match (or `wanted`, a session's) against the live object
+        `current` (or None)."""
+        if wanted is None:
+            wanted = self.headers.get("x-goog-if-generation-match")
         if wanted is None:
             return False
         live = current["generation"] if current is not None else 0
@@ -145,7 +194,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.do_GET(head=True)
 
     def do_GET(self, head=False):
+        if self.signature_fails(head):
+            return
         bucket, key, query = self.target()
+        if bucket == "_idem" and key.startswith("sessions/"):
+            wanted = key[len("sessions/"):]
+            with LOCK:
+                counts = {}
+                for session in SESSIONS.values():
+                    if session["bucket"] == wanted:
+                        counts[session["key"]] = counts.get(session["key"], 0) + 1
+            return self.answer(200, json.dumps(counts).encode(),
+                               {"Content-Type": "application/json"}, head=head)
         if bucket == "_idem" and key.startswith("writes/"):
             wanted, prefix = key[len("writes/"):], query.get("prefix", "")
             with LOCK:
@@ -208,7 +268,44 @@ class Handler(http.server.BaseHTTPRequestHandler):
                + "</ListBucketResult>").encode()
         return self.answer(200, xml, {"Content-Type": "application/xml"}, head=head)
 
+    def resumable_chunk(self, objects, key, query, data):
+        """A PUT to a resumable session's URI (under LOCK)."""
+        session = SESSIONS.get(query["upload_id"])
+        if session is None or session["key"] != key:
+            return self.answer(404, error_xml("NoSuchUpload", query["upload_id"]))
+        self.session_condition = session["condition"]
+        kept = session["data"]
+        content_range = self.headers.get("Content-Range", "")
+        if not content_range.startswith("bytes ") or "/" not in content_range:
+            return self.answer(400, error_xml("InvalidArgument", "Content-Range: " + content_range))
+        span, _, total = content_range[len("bytes "):].partition("/")
+        total = None if total == "*" else int(total)
+        if span != "*":
+            first, _, last = span.partition("-")
+            first, last = int(first), int(last)
+            if first != len(kept) or last - first + 1 != len(data):
+                return self.answer(400, error_xml("InvalidArgument", "the chunk must start at "
+                                                  f"byte {len(kept)} and hold its range"))
+            if (total is None or last + 1 < total) and len(data) % CHUNK_MULTIPLE:
+                return self.answer(400, error_xml("InvalidArgument", "a chunk but the last "
+                                                  "must be a multiple of 256 KiB"))
+            kept.extend(data)
+        if total is None or len(kept) < total:
+            headers = {"Range": f"bytes=0-{len(kept) - 1}"} if kept else {}
+            return self.answer(308, b"", headers)
+        if len(kept) > total:
+            return self.answer(400, error_xml("InvalidArgument", "more bytes than the total"))
+        del SESSIONS[query["upload_id"]]
+        if self.precondition_fails(objects.get(key), session["condition"]):
+            return self.refuse_precondition()
+        obj = make_object(bytes(kept), f'"{hashlib.md5(kept).hexdigest()}"', True)
+        objects[key] = obj
+        WRITES[session["bucket"], key] = WRITES.get((session["bucket"], key), 0) + 1
+        return self.answer(200, b"", self.object_headers(obj))
+
     def do_PUT(self):
+        if self.signature_fails():
+            return
         bucket, key, query = self.target()
         data = self.body()
         with LOCK:
@@ -218,6 +315,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             objects = BUCKETS.get(bucket)
             if objects is None:
                 return self.answer(404, error_xml("NoSuchBucket", bucket))
+            if "upload_id" in query:
+                return self.resumable_chunk(objects, key, query, data)
             if "uploadId" in query:
                 upload = UPLOADS.get(query["uploadId"])
                 if upload is None:
@@ -232,12 +331,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.answer(200, b"", self.object_headers(obj))
 
     def do_POST(self):
+        if self.signature_fails():
+            return
         bucket, key, query = self.target()
         data = self.body()
         with LOCK:
             objects = BUCKETS.get(bucket)
             if objects is None:
                 return self.answer(404, error_xml("NoSuchBucket", bucket))
+            if self.headers.get("x-goog-resumable") == "start" and key:
+                # The precondition is kept for the finalization; it is not evaluated here.
+                upload_id = uuid.uuid4().hex
+                SESSIONS[upload_id] = {"bucket": bucket, "key": key, "data": bytearray(),
+                                       "condition": self.headers.get("x-goog-if-generation-match")}
+                # The host the client asked (a proxy's, when one passed it on).
+                host = self.headers.get("X-Forwarded-Host") or self.headers.get("Host")
+                location = (f"http://{host}/{urllib.parse.quote(bucket)}/"
+                            f"{urllib.parse.quote(key)}?upload_id={upload_id}")
+                return self.answer(201, b"", {"Location": location})
             if "uploads" in query:
                 upload_id = uuid.uuid4().hex
                 UPLOADS[upload_id] = {"bucket": bucket, "key": key, "parts": {}}
@@ -268,11 +379,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.answer(400, error_xml("InvalidArgument", self.path))
 
     def do_DELETE(self):
+        if self.signature_fails():
+            return
         bucket, key, query = self.target()
         with LOCK:
             objects = BUCKETS.get(bucket)
             if objects is None:
                 return self.answer(404, error_xml("NoSuchBucket", bucket))
+            if "upload_id" in query:
+                if SESSIONS.pop(query["upload_id"], None) is None:
+                    return self.answer(404, error_xml("NoSuchUpload", query["upload_id"]))
+                return self.answer(499)
             if "uploadId" in query:
                 UPLOADS.pop(query["uploadId"], None)
                 return self.answer(204)
@@ -289,8 +406,13 @@ def main():
     global LOG
     args = sys.argv[1:]
     address = "127.0.0.1"
-    if args[0] == "--address":
-        address, args = args[1], args[2:]
+    global HMAC_KEY
+    while args[0].startswith("--"):
+        if args[0] == "--address":
+            address = args[1]
+        elif args[0] == "--hmac":
+            HMAC_KEY = tuple(args[1].split(":", 1))
+        args = args[2:]
     port, LOG, buckets = int(args[0]), args[1], args[2:]
     for bucket in buckets:
         BUCKETS[bucket] = {}
