@@ -56,7 +56,7 @@ LOCK = threading.Lock()
 WRITES = {}  # (bucket, key) -> writes that landed there
 BUCKETS = {}  # name -> {key: object}
 UPLOADS = {}  # upload id -> {"bucket", "key", "parts": {number: bytes}}
-SESSIONS = {}  # resumable upload id -> {"bucket", "key", "condition", "data": bytearray}
+SESSIONS = {}  # resumable upload id -> {"bucket", "key", "condition", "chunks", "kept"}
 HMAC_KEY = None  # (access key, secret) when requests must be signed
 CHUNK_MULTIPLE = 256 << 10
 GENERATIONS = itertools.count(int(time.time() * 1_000_000))
@@ -274,7 +274,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if session is None or session["key"] != key:
             return self.answer(404, error_xml("NoSuchUpload", query["upload_id"]))
         self.session_condition = session["condition"]
-        kept = session["data"]
+        kept = session["kept"]
         content_range = self.headers.get("Content-Range", "")
         if not content_range.startswith("bytes ") or "/" not in content_range:
             return self.answer(400, error_xml("InvalidArgument", "Content-Range: " + content_range))
@@ -283,22 +283,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if span != "*":
             first, _, last = span.partition("-")
             first, last = int(first), int(last)
-            if first != len(kept) or last - first + 1 != len(data):
+            if first != kept or last - first + 1 != len(data):
                 return self.answer(400, error_xml("InvalidArgument", "the chunk must start at "
-                                                  f"byte {len(kept)} and hold its range"))
+                                                  f"byte {kept} and hold its range"))
             if (total is None or last + 1 < total) and len(data) % CHUNK_MULTIPLE:
                 return self.answer(400, error_xml("InvalidArgument", "a chunk but the last "
                                                   "must be a multiple of 256 KiB"))
-            kept.extend(data)
-        if total is None or len(kept) < total:
-            headers = {"Range": f"bytes=0-{len(kept) - 1}"} if kept else {}
+            session["chunks"].append(data)
+            kept = session["kept"] = kept + len(data)
+        if total is None or kept < total:
+            headers = {"Range": f"bytes=0-{kept - 1}"} if kept else {}
             return self.answer(308, b"", headers)
-        if len(kept) > total:
+        if kept > total:
             return self.answer(400, error_xml("InvalidArgument", "more bytes than the total"))
         del SESSIONS[query["upload_id"]]
         if self.precondition_fails(objects.get(key), session["condition"]):
             return self.refuse_precondition()
-        obj = make_object(bytes(kept), f'"{hashlib.md5(kept).hexdigest()}"', True)
+        data = b"".join(session["chunks"])
+        obj = make_object(data, f'"{hashlib.md5(data).hexdigest()}"', True)
         objects[key] = obj
         WRITES[session["bucket"], key] = WRITES.get((session["bucket"], key), 0) + 1
         return self.answer(200, b"", self.object_headers(obj))
@@ -342,7 +344,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if self.headers.get("x-goog-resumable") == "start" and key:
                 # The precondition is kept for the finalization; it is not evaluated here.
                 upload_id = uuid.uuid4().hex
-                SESSIONS[upload_id] = {"bucket": bucket, "key": key, "data": bytearray(),
+                SESSIONS[upload_id] = {"bucket": bucket, "key": key, "chunks": [], "kept": 0,
                                        "condition": self.headers.get("x-goog-if-generation-match")}
                 # The host the client asked (a proxy's, when one passed it on).
                 host = self.headers.get("X-Forwarded-Host") or self.headers.get("Host")
