@@ -41,10 +41,12 @@ def open_sessions(endpoint, bucket):
 
 
 class GcsServer(RequestLog):
-    def __init__(self, workdir, buckets=("idem-test",), hmac=None):
-        """`hmac`: (access key, secret) every request but a session's must be signed with."""
+    def __init__(self, workdir, buckets=("idem-test",), hmac=None, session_host=None):
+        """`hmac`: (access key, secret) every request but a session's must be signed with;
+        `session_host`: the host resumable sessions are handed out at (else the one asked)."""
         self.buckets = list(buckets)
         self.hmac = hmac
+        self.session_host = session_host
         self.log_path = os.path.join(str(workdir), "gcs-requests.log")
         self.proc = None
         self.port = None
@@ -53,6 +55,7 @@ class GcsServer(RequestLog):
         open(self.log_path, "w").close()
         self.proc, self.port = start_listening(
             ["/usr/bin/python3", SERVE, *(["--hmac", ":".join(self.hmac)] if self.hmac else []),
+             *(["--session-host", self.session_host] if self.session_host else []),
              "0", self.log_path, *self.buckets], "the GCS store")
         return self
 

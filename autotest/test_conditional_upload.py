@@ -639,3 +639,27 @@ def test_a_gcs_resumable_upload_goes_on_from_what_gcs_kept_after_a_transient_fai
         assert_k1_recorded_as_plain_gdalwarp(case, output, gcs, tmp_path)
     finally:
         proxy.stop()
+
+
+def test_a_gcs_session_at_another_host_is_not_followed(scene, tmp_path):
+    """The bytes of IDEM's resumable upload go only where its request went: a store that names
+    the session at another host (here one that does not listen) gets no chunk there; the work
+    fails naming both origins, with no object and no completion."""
+    server = GcsServer(tmp_path / "store", buckets=[BUCKET], session_host="127.0.0.1:9")
+    (tmp_path / "store").mkdir()
+    server.start()
+    try:
+        case = Case(tmp_path, "gcs", server, scene)
+        case.env["IDEM_GCS_CHUNK_SIZE"] = "1"
+        mark = server.mark()
+        proc = run(warp_in_parts(case.source, case.dst, "K1"), env=case.env)
+        assert proc.returncode != 0
+        assert "named a session at http://127.0.0.1:9" in proc.stderr, proc.stderr
+        assert f"not at the endpoint {server.endpoint()}" in proc.stderr
+        key = case.dst[len("/vsigs"):]
+        assert [r[0] for r in server.writes_since(mark) if r[1].startswith(key)] == ["POST"]
+        with gdal_config(server.config()):
+            assert case.output() is None
+        assert completed(case, "K1") == []
+    finally:
+        server.stop()

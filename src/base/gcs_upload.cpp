@@ -63,6 +63,15 @@ bool finished(const HttpAnswer& answer) {
   return answer.status == 200 || answer.status == 201;
 }
 
+// The scheme and authority of a URL ("https://host:port"), or "" when it has none.
+std::string origin_of(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos) {
+    return std::string();
+  }
+  return CPLString(url.substr(0, url.find('/', scheme + 3))).tolower();
+}
+
 }  // namespace
 
 std::optional<GcsCredentials> gcs_signing_credentials(const std::string& path) {
@@ -122,6 +131,16 @@ HttpAnswer gcs_resumable_upload(const GcsCredentials& credentials, const std::st
       answer.error = "HTTP " + std::to_string(answer.status) + " without a session to upload to";
     }
     return answer;
+  }
+  // The bytes go only where the request went: a session at another origin (another host, or
+  // http where the endpoint is https) is not followed.
+  if (origin_of(session) != origin_of(credentials.endpoint)) {
+    return HttpAnswer{0,
+                      "",
+                      "the store named a session at " + origin_of(session) +
+                          ", not at the endpoint " + origin_of(credentials.endpoint) +
+                          " (CPL_GS_ENDPOINT); nothing was sent there",
+                      {}};
   }
   VSILFILE* in = VSIFOpenL(local.c_str(), "rb");
   if (in == nullptr) {

@@ -27,7 +27,9 @@ What it follows, from GCS's XML API reference:
   ACCESS_KEY:base64(HMAC-SHA1(SECRET, VERB\nContent-MD5\nContent-Type\nDate\n` + the x-goog-
   headers, lower-case `name:value\n`, sorted + the path))`; otherwise 403 SignatureDoesNotMatch.
 
-Started as `python3 serve_gcs.py [--address ADDR] [--hmac KEY:SECRET] PORT LOG BUCKET...` (PORT 0 picks one;
+Started as `python3 serve_gcs.py [--address ADDR] [--hmac KEY:SECRET] [--session-host HOST]
+PORT LOG BUCKET...` (`--session-host`: sessions are handed out at that host, not the one asked,
+for a test that a client does not follow them elsewhere) (PORT 0 picks one;
 ADDR defaults to 127.0.0.1): prints "listening PORT", logs "METHOD PATH STATUS CONDITION" per
 request to LOG (CONDITION: the request's x-goog-if-generation-match, or "-"), stops when stdin
 closes.
@@ -58,6 +60,7 @@ BUCKETS = {}  # name -> {key: object}
 UPLOADS = {}  # upload id -> {"bucket", "key", "parts": {number: bytes}}
 SESSIONS = {}  # resumable upload id -> {"bucket", "key", "condition", "chunks", "kept"}
 HMAC_KEY = None  # (access key, secret) when requests must be signed
+SESSION_HOST = None  # the host sessions are handed out at, for a test (else the request's)
 CHUNK_MULTIPLE = 256 << 10
 GENERATIONS = itertools.count(int(time.time() * 1_000_000))
 LOG = None
@@ -347,7 +350,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 SESSIONS[upload_id] = {"bucket": bucket, "key": key, "chunks": [], "kept": 0,
                                        "condition": self.headers.get("x-goog-if-generation-match")}
                 # The host the client asked (a proxy's, when one passed it on).
-                host = self.headers.get("X-Forwarded-Host") or self.headers.get("Host")
+                host = (SESSION_HOST or self.headers.get("X-Forwarded-Host")
+                        or self.headers.get("Host"))
                 location = (f"http://{host}/{urllib.parse.quote(bucket)}/"
                             f"{urllib.parse.quote(key)}?upload_id={upload_id}")
                 return self.answer(201, b"", {"Location": location})
@@ -408,12 +412,14 @@ def main():
     global LOG
     args = sys.argv[1:]
     address = "127.0.0.1"
-    global HMAC_KEY
+    global HMAC_KEY, SESSION_HOST
     while args[0].startswith("--"):
         if args[0] == "--address":
             address = args[1]
         elif args[0] == "--hmac":
             HMAC_KEY = tuple(args[1].split(":", 1))
+        elif args[0] == "--session-host":
+            SESSION_HOST = args[1]
         args = args[2:]
     port, LOG, buckets = int(args[0]), args[1], args[2:]
     for bucket in buckets:
