@@ -11,10 +11,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVE = os.path.join(ROOT, "tools", "gcs", "serve_gcs.py")
 
 
-def gcs_config(endpoint, hmac=None):
+# Credentials the tests start the store with: an HMAC key (access key, secret) and a bearer token.
+TEST_HMAC = ("GOOGTS7C7FUP3AIRVJTE2BCD", "bGoa+V7g/yqDXvKRqq+JTFn4uQZbPiQJo4pf9RzJ")
+TEST_BEARER = "ya29.idem-test-token"
+
+
+def gcs_config(endpoint, hmac=None, bearer=None):
     """GDAL config options (also environment variables) that reach a GCS store at `endpoint`
-    (http://address:port): unsigned requests, or signed with the HMAC key `hmac`
-    ((access key, secret)) the store was started with."""
+    (http://address:port): unsigned requests, signed with the HMAC key `hmac` ((access key,
+    secret)) the store was started with, or (`bearer`) with the token of a Compute Engine
+    machine's metadata server, which the store serves."""
+    if bearer is not None:
+        return {"CPL_GS_ENDPOINT": endpoint + "/", "GS_NO_SIGN_REQUEST": "NO",
+                "CPL_GCE_CHECK_LOCAL_FILES": "NO", "CPL_GCE_SKIP": "NO",
+                "CPL_GCE_CREDENTIALS_URL":
+                    endpoint + "/computeMetadata/v1/instance/service-accounts/default/token"}
     if hmac is None:
         return {"CPL_GS_ENDPOINT": endpoint + "/", "GS_NO_SIGN_REQUEST": "YES"}
     return {"CPL_GS_ENDPOINT": endpoint + "/", "GS_NO_SIGN_REQUEST": "NO",
@@ -41,12 +52,15 @@ def open_sessions(endpoint, bucket):
 
 
 class GcsServer(RequestLog):
-    def __init__(self, workdir, buckets=("idem-test",), hmac=None, session_host=None):
+    def __init__(self, workdir, buckets=("idem-test",), hmac=None, session_host=None,
+                 bearer=None):
         """`hmac`: (access key, secret) every request but a session's must be signed with;
-        `session_host`: the host resumable sessions are handed out at (else the one asked)."""
+        `session_host`: the host resumable sessions are handed out at (else the one asked);
+        `bearer`: the token every request must carry, served as a metadata server serves it."""
         self.buckets = list(buckets)
         self.hmac = hmac
         self.session_host = session_host
+        self.bearer = bearer
         self.log_path = os.path.join(str(workdir), "gcs-requests.log")
         self.proc = None
         self.port = None
@@ -56,6 +70,7 @@ class GcsServer(RequestLog):
         self.proc, self.port = start_listening(
             ["/usr/bin/python3", SERVE, *(["--hmac", ":".join(self.hmac)] if self.hmac else []),
              *(["--session-host", self.session_host] if self.session_host else []),
+             *(["--bearer", self.bearer] if self.bearer else []),
              "0", self.log_path, *self.buckets], "the GCS store")
         return self
 
@@ -68,4 +83,4 @@ class GcsServer(RequestLog):
 
     def config(self):
         """GDAL config options (also environment variables) that reach this store."""
-        return gcs_config(self.endpoint(), self.hmac)
+        return gcs_config(self.endpoint(), self.hmac, self.bearer)

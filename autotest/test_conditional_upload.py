@@ -21,7 +21,7 @@ from idem_testlib import GDAL_IDEM, gdal_config, make_source, read_pixels, run, 
 from idem_testlib import start_paused as start_worker_paused
 from azuriteserver import AzuriteServer, azure_config
 from faultproxy import FaultProxy
-from gcsserver import GcsServer
+from gcsserver import TEST_BEARER, TEST_HMAC, GcsServer
 from motoserver import PYTHON, MotoS3Server
 from test_fault_matrix import RESAMPLING, Case, warp
 from test_object_store import BUCKET, s3  # noqa: F401  (the module's s3rver fixture)
@@ -41,14 +41,20 @@ def gcs(tmp_path_factory):
     server.stop()
 
 
-GCS_HMAC = ("GOOGTS7C7FUP3AIRVJTE2BCD", "bGoa+V7g/yqDXvKRqq+JTFn4uQZbPiQJo4pf9RzJ")
-
-
 @pytest.fixture(scope="module")
 def gcs_hmac(tmp_path_factory):
     """The GCS store checking each request's HMAC signature (GDAL's and IDEM's)."""
     server = GcsServer(tmp_path_factory.mktemp("gcs-hmac"), buckets=[BUCKET],
-                       hmac=GCS_HMAC).start()
+                       hmac=TEST_HMAC).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gcs_gce(tmp_path_factory):
+    """The GCS store requiring the token it serves as a Compute Engine metadata server."""
+    server = GcsServer(tmp_path_factory.mktemp("gcs-gce"), buckets=[BUCKET],
+                       bearer=TEST_BEARER).start()
     yield server
     server.stop()
 
@@ -81,7 +87,8 @@ def store(request, moto, s3, gcs, azurite):  # noqa: F811
     name, mode = request.param
     servers = {"moto": moto, "s3rver": s3, "gcs": gcs, "azurite": azurite,
                "adls": lambda: ThroughDataLake(azurite),
-               "gcs-hmac": lambda: request.getfixturevalue("gcs_hmac")}
+               "gcs-hmac": lambda: request.getfixturevalue("gcs_hmac"),
+               "gcs-gce": lambda: request.getfixturevalue("gcs_gce")}
     server = servers[name]() if callable(servers[name]) else servers[name]
     with gdal_config(server.config()):
         yield server, mode
@@ -433,8 +440,8 @@ def test_gcs_zombie_with_an_object_over_gdals_chunk(store, scene, tmp_path):
     assert all(r[3] != "-" for r in writes)  # each one conditional
 
 
-@pytest.mark.parametrize("store", [("gcs", "AUTO"), ("gcs-hmac", "AUTO")], indirect=True,
-                         ids=["unsigned", "hmac"])
+@pytest.mark.parametrize("store", [("gcs", "AUTO"), ("gcs-hmac", "AUTO"), ("gcs-gce", "AUTO")],
+                         indirect=True, ids=["unsigned", "hmac", "gce"])
 def test_gcs_zombie_with_a_resumable_upload(store, scene, tmp_path):
     """Over IDEM_GCS_CHUNK_SIZE (here 1 MiB) IDEM sends a conditional upload to /vsigs/ itself,
     as a resumable upload: a POST starting the session with x-goog-if-generation-match, then
@@ -443,7 +450,9 @@ def test_gcs_zombie_with_a_resumable_upload(store, scene, tmp_path):
     ends at 5120 MiB). A (K1) stops before its upload over an older output; B takes K1 over, C
     completes K2; A's session is refused at its finalization (412) and cancelled, C's object
     stays, recorded with its MD5, and a rerun of K2 skips. With an HMAC key the store checks
-    each of IDEM's requests' signature as it checks GDAL's."""
+    each of IDEM's requests' signature as it checks GDAL's; on a Compute Engine machine with no
+    other credentials (the store serving the metadata server's token) each carries the token,
+    as GDAL's do."""
     from gcsserver import open_sessions
     case = make_case(tmp_path, store, scene)
     case.env["IDEM_GCS_CHUNK_SIZE"] = "1"
@@ -663,3 +672,22 @@ def test_a_gcs_session_at_another_host_is_not_followed(scene, tmp_path):
         assert completed(case, "K1") == []
     finally:
         server.stop()
+
+
+def test_your_http_headers_reach_an_azure_blob_through_gdals_writer(azurite, scene, tmp_path):
+    """While GDAL_HTTP_HEADERS is set, IDEM sends no Azure request of its own (they would drop
+    the user's headers: an encryption scope, metadata): GDAL's writer uploads, carrying them.
+    Here a metadata header reaches the blob; the work completes, recorded, and a rerun skips."""
+    case = Case(tmp_path, "azure", azurite, scene)
+    case.env["GDAL_HTTP_HEADERS"] = "x-ms-meta-owner: alice"
+    run(warp(case.source, case.dst, "K1"), env=case.env, check=True)
+    with gdal_config(azurite.config()):
+        gdal.VSICurlClearCache()
+        headers = gdal.GetFileMetadata(case.dst, "HEADERS")
+        output = case.output()
+    assert {k.lower(): v for k, v in headers.items()}.get("x-ms-meta-owner") == "alice"
+    [row] = completed(case, "K1")
+    assert case.records(row, output)
+    run(warp(case.source, case.dst, "K1"), env=case.env, check=True)
+    with gdal_config(azurite.config()):
+        assert case.output() == output  # skipped: the same blob, the same ETag

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from osgeo import gdal
 
-from gcsserver import GcsServer
+from gcsserver import TEST_BEARER, TEST_HMAC, GcsServer
 from idem_testlib import gdal_config
 
 BUCKET = "idem-test"
@@ -231,12 +231,10 @@ def test_a_resumable_upload_is_conditional_when_it_is_finalized(gcs):
     assert open_sessions(gcs.endpoint(), BUCKET) == {}
 
 
-HMAC = ("GOOGTS7C7FUP3AIRVJTE2BCD", "bGoa+V7g/yqDXvKRqq+JTFn4uQZbPiQJo4pf9RzJ")
-
-
 @pytest.fixture(scope="module")
 def gcs_hmac(tmp_path_factory):
-    server = GcsServer(tmp_path_factory.mktemp("gcs-hmac"), buckets=[BUCKET], hmac=HMAC).start()
+    server = GcsServer(tmp_path_factory.mktemp("gcs-hmac"), buckets=[BUCKET],
+                       hmac=TEST_HMAC).start()
     yield server
     server.stop()
 
@@ -268,7 +266,7 @@ def test_with_an_hmac_key_gdal_signs_every_request_as_the_store_checks(gcs_hmac,
         assert gdal.Unlink(uri) == 0
         gdal.VSICurlClearCache()
         assert gdal.VSIStatL(uri) is None
-    wrong = dict(gcs_hmac.config(), GS_SECRET_ACCESS_KEY="not" + HMAC[1])
+    wrong = dict(gcs_hmac.config(), GS_SECRET_ACCESS_KEY="not" + TEST_HMAC[1])
     with gdal_config(wrong):
         gdal.VSICurlClearCache()
         with _quiet():
@@ -287,3 +285,38 @@ class _quiet:
 
     def __exit__(self, *exc):
         gdal.PopErrorHandler()
+
+
+@pytest.fixture(scope="module")
+def gcs_bearer(tmp_path_factory):
+    server = GcsServer(tmp_path_factory.mktemp("gcs-bearer"), buckets=[BUCKET],
+                       bearer=TEST_BEARER).start()
+    yield server
+    server.stop()
+
+
+def test_on_a_compute_engine_machine_gdal_signs_with_the_metadata_servers_token(gcs_bearer,
+                                                                               tmp_path):
+    """The store started with a bearer token serves it as a Compute Engine machine's metadata
+    server does (only to a request with Metadata-Flavor: Google) and refuses requests without
+    it (403). GDAL, told the machine may be on Compute Engine and where its metadata server is
+    (CPL_GCE_CHECK_LOCAL_FILES=NO, CPL_GCE_CREDENTIALS_URL), writes, reads and deletes through
+    it: with no other credentials, GDAL signs with that token."""
+    content = os.urandom(1000)
+    uri = f"/vsigs/{BUCKET}/gce/a.bin"
+    token_path = "/computeMetadata/v1/instance/service-accounts/default/token"
+    assert request(gcs_bearer, "GET", token_path)[0] == 403
+    status, _, body = request(gcs_bearer, "GET", token_path, headers={"Metadata-Flavor": "Google"})
+    assert status == 200 and __import__("json").loads(body)["access_token"] == gcs_bearer.bearer
+    with gdal_config(gcs_bearer.config()):
+        out = gdal.VSIFOpenL(uri, "wb")
+        gdal.VSIFWriteL(content, 1, len(content), out)
+        assert gdal.VSIFCloseL(out) == 0
+        gdal.VSICurlClearCache()
+        f = gdal.VSIFOpenL(uri, "rb")
+        assert gdal.VSIFReadL(1, 2000, f) == content
+        gdal.VSIFCloseL(f)
+        assert gdal.Unlink(uri) == 0
+    assert request(gcs_bearer, "PUT", f"/{BUCKET}/gce/b.bin", b"x")[0] == 403
+    assert request(gcs_bearer, "PUT", f"/{BUCKET}/gce/b.bin", b"x",
+                   {"Authorization": "Bearer " + gcs_bearer.bearer})[0] == 200

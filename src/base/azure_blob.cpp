@@ -104,6 +104,9 @@ std::optional<AzureAccount> azure_shared_key_account(const std::string& path) {
     return std::string(path.empty() ? CPLGetConfigOption(name, "")
                                     : VSIGetPathSpecificOption(path.c_str(), name, ""));
   };
+  if (user_http_headers_set(path)) {
+    return std::nullopt;  // headers of the user's that IDEM's requests would drop
+  }
   AzureAccount account;
   std::string encoded_key;
   const std::string connection = option("AZURE_STORAGE_CONNECTION_STRING");

@@ -39,7 +39,8 @@ struct AzureAccount {
 // The account of GDAL's configuration when it is a shared key: AZURE_STORAGE_CONNECTION_STRING
 // with AccountName and AccountKey (BlobEndpoint, or DefaultEndpointsProtocol and
 // EndpointSuffix), else AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_ACCESS_KEY. nullopt for any
-// other credentials (a SAS token, a managed identity, no signing): IDEM cannot sign for them.
+// other credentials (a SAS token, a managed identity, no signing): IDEM cannot sign for them;
+// and when the user gives GDAL's requests headers of their own (user_http_headers_set).
 // With `path`, each option is read as GDAL reads it for that path (VSIGetPathSpecificOption:
 // the options set for a prefix of the path, else the configuration's), so IDEM signs for the
 // account GDAL reads the path from.

@@ -14,6 +14,7 @@
 
 #include "base/error.hpp"
 #include "cpl_conv.h"
+#include "cpl_http.h"
 #include "cpl_multiproc.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
@@ -24,11 +25,13 @@ namespace {
 
 constexpr const char* k_prefix = "/vsigs/";
 
-// The headers of a request to the object `name` ("bucket/key"), signed when there is a key.
-// `goog` holds its x-goog- headers, names in lower case, sorted.
+// The headers of a request to the object `name` ("bucket/key"): with `bearer` (an Authorization
+// header) when there is one, else signed when there is a key. `goog` holds its x-goog- headers,
+// names in lower case, sorted.
 std::vector<std::string> signed_headers(
-    const GcsCredentials& credentials, const std::string& verb, const std::string& content_type,
-    const std::string& name, const std::vector<std::pair<std::string, std::string>>& goog) {
+    const GcsCredentials& credentials, const std::string& bearer, const std::string& verb,
+    const std::string& content_type, const std::string& name,
+    const std::vector<std::pair<std::string, std::string>>& goog) {
   const std::string date = http_date();
   std::vector<std::string> headers = {"Date: " + date, "Content-Type: " + content_type};
   std::string canonical;
@@ -36,7 +39,9 @@ std::vector<std::string> signed_headers(
     headers.push_back(header + ": " + value);
     canonical += header + ":" + value + "\n";
   }
-  if (!credentials.access_key_id.empty()) {
+  if (!bearer.empty()) {
+    headers.push_back(bearer);
+  } else if (!credentials.access_key_id.empty()) {
     const std::string to_sign =
         gcs_string_to_sign(verb, "", content_type, date, canonical, "/" + encode_url_path(name));
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -59,6 +64,46 @@ int64_t kept_bytes(const HttpAnswer& answer) {
   return std::strtoll(range.c_str() + dash + 1, nullptr, 10) + 1;
 }
 
+bool exists(const std::string& file) {
+  VSIStatBufL info;
+  return !file.empty() && VSIStatL(file.c_str(), &info) == 0;
+}
+
+// Whether GDAL signs its requests for `path` with a token from the machine's metadata server:
+// on (potentially) a Compute Engine machine, when none of the credentials GDAL tries before it
+// is there. IDEM looks for more of them than some GDAL releases read (gcloud's application
+// default credentials), so that it never signs with the machine's account where GDAL would
+// have used another.
+bool gcs_metadata_server_is_gdals(const std::string& path) {
+  for (const char* name :
+       {"GS_OAUTH2_REFRESH_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "GS_OAUTH2_PRIVATE_KEY",
+        "GS_OAUTH2_PRIVATE_KEY_FILE", "GS_OAUTH2_CLIENT_EMAIL", "CPL_GS_CREDENTIALS_FILE"}) {
+    if (!std::string(VSIGetPathSpecificOption(path.c_str(), name, "")).empty()) {
+      return false;
+    }
+  }
+  const std::string home = CPLGetConfigOption("HOME", "");
+  const std::string boto = CPLGetConfigOption("BOTO_CONFIG", "");
+  const std::string gcloud = CPLGetConfigOption("CLOUDSDK_CONFIG", "");
+  if (exists(boto) || (!home.empty() && exists(home + "/.boto")) ||
+      (!gcloud.empty() && exists(gcloud + "/application_default_credentials.json")) ||
+      (!home.empty() && exists(home + "/.config/gcloud/application_default_credentials.json"))) {
+    return false;
+  }
+  return !CPLTestBool(CPLGetConfigOption("CPL_GCE_SKIP", "NO")) &&
+         CPLIsMachinePotentiallyGCEInstance();
+}
+
+// "Authorization: Bearer <token>" from the machine's metadata server, as GDAL asks it
+// (CPL_GCE_CREDENTIALS_URL), or "" when it gave none.
+std::string metadata_server_authorization() {
+  const CPLStringList token(GOA2GetAccessTokenFromCloudEngineVM(nullptr));
+  const char* access_token = token.FetchNameValue("access_token");
+  return access_token != nullptr && access_token[0] != '\0'
+             ? std::string("Authorization: Bearer ") + access_token
+             : std::string();
+}
+
 bool finished(const HttpAnswer& answer) {
   return answer.status == 200 || answer.status == 201;
 }
@@ -78,7 +123,7 @@ std::optional<GcsCredentials> gcs_signing_credentials(const std::string& path) {
   const auto option = [&path](const char* name, const char* fallback) {
     return std::string(VSIGetPathSpecificOption(path.c_str(), name, fallback));
   };
-  if (!option("GS_USER_PROJECT", "").empty()) {
+  if (!option("GS_USER_PROJECT", "").empty() || user_http_headers_set(path)) {
     return std::nullopt;
   }
   GcsCredentials credentials;
@@ -91,10 +136,18 @@ std::optional<GcsCredentials> gcs_signing_credentials(const std::string& path) {
   }
   credentials.secret = option("GS_SECRET_ACCESS_KEY", "");
   credentials.access_key_id = option("GS_ACCESS_KEY_ID", "");
-  if (credentials.secret.empty() || credentials.access_key_id.empty()) {
-    return std::nullopt;
+  if (!credentials.secret.empty()) {
+    if (credentials.access_key_id.empty()) {
+      return std::nullopt;
+    }
+    return credentials;
   }
-  return credentials;
+  credentials.access_key_id.clear();
+  if (gcs_metadata_server_is_gdals(path)) {
+    credentials.metadata_server = true;
+    return credentials;
+  }
+  return std::nullopt;
 }
 
 int64_t gcs_chunk_size() {
@@ -119,10 +172,17 @@ HttpAnswer gcs_resumable_upload(const GcsCredentials& credentials, const std::st
   const std::string name = vsigs_path.substr(std::strlen(k_prefix));
   // The session: the object's name, type and condition are given here, the bytes to its URI.
   const std::string content_type = "application/octet-stream";
+  std::string bearer;
+  if (credentials.metadata_server) {
+    bearer = metadata_server_authorization();
+    if (bearer.empty()) {
+      return HttpAnswer{0, "", "the machine's metadata server gave no access token", {}};
+    }
+  }
   HttpBody no_body;
   HttpAnswer answer = http_send(
       "POST", credentials.endpoint + encode_url_path(name),
-      signed_headers(credentials, "POST", content_type, name,
+      signed_headers(credentials, bearer, "POST", content_type, name,
                      {{"x-goog-if-generation-match", generation}, {"x-goog-resumable", "start"}}),
       no_body, 0);
   const std::string session = answer.header("Location");

@@ -23,18 +23,24 @@
 namespace idem {
 
 // The credentials IDEM can sign a GCS request with, as GDAL reads them for a path
-// (VSIGetPathSpecificOption, else the configuration): GS_NO_SIGN_REQUEST=YES (no signing, both
-// keys empty), else GS_SECRET_ACCESS_KEY with GS_ACCESS_KEY_ID (HMAC). `endpoint` is
-// CPL_GS_ENDPOINT (default https://storage.googleapis.com/), ending with '/'.
+// (VSIGetPathSpecificOption, else the configuration), in GDAL's order: GS_NO_SIGN_REQUEST=YES (no
+// signing, both keys empty), GS_SECRET_ACCESS_KEY with GS_ACCESS_KEY_ID (HMAC), or, with none of
+// GDAL's other credentials set, the machine's metadata server on Google Compute Engine
+// (`metadata_server`: a bearer token from GDAL's own GOA2GetAccessTokenFromCloudEngineVM, as
+// GDAL gets it). `endpoint` is CPL_GS_ENDPOINT (default https://storage.googleapis.com/),
+// ending with '/'.
 struct GcsCredentials {
   std::string endpoint;
   std::string access_key_id;
   std::string secret;
+  bool metadata_server = false;
 };
 
 // GDAL's credentials for the /vsigs/ `path` when IDEM can sign with them; nullopt for others
-// (OAuth2, a service account, the machine's metadata server, a .boto file) and when
-// GS_USER_PROJECT is set (requester pays), which IDEM's requests do not carry.
+// (an OAuth2 refresh token, a service account, GOOGLE_APPLICATION_CREDENTIALS, a .boto file or
+// gcloud's application default credentials, any of which GDAL would pick before the metadata
+// server), when GS_USER_PROJECT is set (requester pays), and when the user gives GDAL's requests
+// headers of their own (user_http_headers_set): IDEM's requests would not carry them.
 std::optional<GcsCredentials> gcs_signing_credentials(const std::string& path);
 
 // The size of the chunks a resumable upload sends: IDEM_GCS_CHUNK_SIZE (MiB, 1 to 5120, default

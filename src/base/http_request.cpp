@@ -100,6 +100,17 @@ std::string HttpAnswer::header(const char* name) const {
   return std::string();
 }
 
+bool user_http_headers_set(const std::string& path) {
+  for (const char* name : {"GDAL_HTTP_HEADERS", "GDAL_HTTP_HEADER_FILE"}) {
+    const char* value = path.empty() ? CPLGetConfigOption(name, nullptr)
+                                     : VSIGetPathSpecificOption(path.c_str(), name, nullptr);
+    if (value != nullptr && value[0] != '\0') {
+      return true;
+    }
+  }
+  return false;
+}
+
 HttpAnswer http_send_once(const std::string& verb, const std::string& url,
                           const std::vector<std::string>& headers, HttpBody& body, int64_t size) {
   std::unique_ptr<CURL, CurlCloser> curl(curl_easy_init());

@@ -39,6 +39,13 @@ struct HttpBody {
   bool read_failed = false;
 };
 
+// Whether the user gives GDAL's requests for `path` headers of their own (GDAL_HTTP_HEADERS,
+// GDAL_HTTP_HEADER_FILE, as GDAL reads them for the path): an encryption key, a user project,
+// an Authorization... IDEM's own requests would not carry them, so it does not send a request
+// for that path itself then, and leaves the upload to GDAL's writer (azure_blob.hpp,
+// gcs_upload.hpp).
+bool user_http_headers_set(const std::string& path);
+
 // One request of `verb` to `url` with `headers` ("Name: value") and `size` bytes of `body` (PUT
 // and POST send it, with its Content-Length, even when empty).
 HttpAnswer http_send_once(const std::string& verb, const std::string& url,

@@ -167,6 +167,52 @@ TEST(StorePreconditions, GcsUploadsAreConditionalInGdalsOnePutOrInIdemsResumable
     const ConfigGuard off({{"IDEM_CONDITIONAL_WRITE", "NO"}});
     EXPECT_FALSE(conditional_upload_applies(path, 100));
   }
+  {
+    // A Compute Engine machine (as GDAL tells it) with none of GDAL's other credentials: the
+    // metadata server's token, as GDAL's own requests get it.
+    const ConfigGuard gce({{"GS_NO_SIGN_REQUEST", nullptr},
+                           {"GS_SECRET_ACCESS_KEY", nullptr},
+                           {"CPL_GCE_CHECK_LOCAL_FILES", "NO"},
+                           {"HOME", "/nonexistent"},
+                           {"BOTO_CONFIG", nullptr},
+                           {"CLOUDSDK_CONFIG", nullptr}});
+    const auto credentials = gcs_signing_credentials(path);
+    ASSERT_TRUE(credentials.has_value());
+    EXPECT_TRUE(credentials->metadata_server);
+    EXPECT_EQ(credentials->access_key_id, "");
+    EXPECT_TRUE(conditional_upload_applies(path, one_put_max));
+    // Any credentials GDAL tries before the metadata server: not IDEM's to sign with.
+    for (const char* name :
+         {"GS_OAUTH2_REFRESH_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "GS_OAUTH2_PRIVATE_KEY",
+          "GS_OAUTH2_PRIVATE_KEY_FILE", "GS_OAUTH2_CLIENT_EMAIL"}) {
+      const ConfigGuard other({{name, "x"}});
+      EXPECT_FALSE(gcs_signing_credentials(path).has_value()) << name;
+    }
+    // A .boto file (BOTO_CONFIG, or in HOME) is GDAL's before the metadata server too.
+    const std::string boto = std::string(CPLGenerateTempFilename("boto")) + ".cfg";
+    VSILFILE* file = VSIFOpenL(boto.c_str(), "wb");
+    ASSERT_NE(file, nullptr);
+    VSIFCloseL(file);
+    {
+      const ConfigGuard boto_file({{"BOTO_CONFIG", boto.c_str()}});
+      EXPECT_FALSE(gcs_signing_credentials(path).has_value());
+    }
+    VSIUnlink(boto.c_str());
+    const ConfigGuard skip({{"CPL_GCE_SKIP", "YES"}});
+    EXPECT_FALSE(gcs_signing_credentials(path).has_value());
+  }
+  {
+    // Headers of the user's for GDAL's requests (an encryption key, say): IDEM's requests would
+    // drop them, so it sends none itself, on GCS as on Azure.
+    const ConfigGuard headers({{"GS_NO_SIGN_REQUEST", "YES"},
+                               {"GDAL_HTTP_HEADERS", "x-goog-encryption-algorithm: AES256"},
+                               {"AZURE_STORAGE_ACCOUNT", "acct"},
+                               {"AZURE_STORAGE_ACCESS_KEY", k_dev_key}});
+    EXPECT_FALSE(gcs_signing_credentials(path).has_value());
+    EXPECT_FALSE(conditional_upload_applies(path, one_put_max));
+    EXPECT_FALSE(azure_shared_key_account("/vsiaz/c/k.tif").has_value());
+    EXPECT_FALSE(conditional_upload_applies("/vsiaz/c/k.tif", 100));
+  }
   EXPECT_EQ(gcs_chunk_size(), int64_t{100} << 20);
   for (const char* bad : {"0", "5121", "-3", "1MB", ""}) {
     const ConfigGuard wrong({{"IDEM_GCS_CHUNK_SIZE", bad}});

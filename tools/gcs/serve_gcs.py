@@ -22,12 +22,16 @@ What it follows, from GCS's XML API reference:
   that reaches it finalizes the object, with its MD5 as ETag, and only if the precondition given
   when the session was started holds then (GCS evaluates it at finalization, not at the start):
   else 412, and the session ends. `DELETE` of the session's URI cancels it (499);
+- with `--bearer TOKEN`, every request but those to a session's URI must carry `Authorization:
+  Bearer TOKEN`, which the store gives as the Compute Engine metadata server does (`GET
+  /computeMetadata/v1/instance/service-accounts/default/token` with `Metadata-Flavor: Google`);
 - with `--hmac ACCESS_KEY:SECRET`, every request but those to a session's URI must be signed as
   GCS's XML API documents for HMAC keys and GDAL's /vsigs/ signs: `Authorization: GOOG1
   ACCESS_KEY:base64(HMAC-SHA1(SECRET, VERB\nContent-MD5\nContent-Type\nDate\n` + the x-goog-
   headers, lower-case `name:value\n`, sorted + the path))`; otherwise 403 SignatureDoesNotMatch.
 
-Started as `python3 serve_gcs.py [--address ADDR] [--hmac KEY:SECRET] [--session-host HOST]
+Started as `python3 serve_gcs.py [--address ADDR] [--hmac KEY:SECRET | --bearer TOKEN]
+[--session-host HOST]
 PORT LOG BUCKET...` (`--session-host`: sessions are handed out at that host, not the one asked,
 for a test that a client does not follow them elsewhere) (PORT 0 picks one;
 ADDR defaults to 127.0.0.1): prints "listening PORT", logs "METHOD PATH STATUS CONDITION" per
@@ -60,6 +64,8 @@ BUCKETS = {}  # name -> {key: object}
 UPLOADS = {}  # upload id -> {"bucket", "key", "parts": {number: bytes}}
 SESSIONS = {}  # resumable upload id -> {"bucket", "key", "condition", "chunks", "kept"}
 HMAC_KEY = None  # (access key, secret) when requests must be signed
+BEARER = None  # the access token requests must carry, which the metadata server gives
+TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 SESSION_HOST = None  # the host sessions are handed out at, for a test (else the request's)
 CHUNK_MULTIPLE = 256 << 10
 GENERATIONS = itertools.count(int(time.time() * 1_000_000))
@@ -144,13 +150,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def signature_fails(self, head=False):
         """With --hmac, whether the request is not signed with the key as GCS's XML API
-        documents (then answered 403 here). Requests to a resumable session's URI are not
-        signed: the session's URI is its credential."""
-        if HMAC_KEY is None:
+        documents; with --bearer, whether it does not carry the token (then answered 403
+        here). Requests to a resumable session's URI are not signed: the session's URI is its
+        credential."""
+        if HMAC_KEY is None and BEARER is None:
             return False
         parsed = urllib.parse.urlsplit(self.path)
-        if "upload_id" in urllib.parse.parse_qs(parsed.query) or parsed.path.startswith("/_idem/"):
+        if ("upload_id" in urllib.parse.parse_qs(parsed.query) or parsed.path.startswith("/_idem/")
+                or parsed.path == TOKEN_PATH):
             return False
+        if BEARER is not None:
+            if self.headers.get("Authorization", "") == f"Bearer {BEARER}":
+                return False
+            return self.refuse_signature(head)
         goog = {}
         for name, value in self.headers.items():
             if name.lower().startswith("x-goog-"):
@@ -165,6 +177,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             digest = hmac.new(secret.encode(), (signed + resource).encode(), "sha1").digest()
             if hmac.compare_digest(given, f"GOOG1 {access}:{base64.b64encode(digest).decode()}"):
                 return False
+        return self.refuse_signature(head)
+
+    def refuse_signature(self, head):
         self.body()  # read before answering
         self.answer(403, error_xml("SignatureDoesNotMatch", "The request signature we "
                                    "calculated does not match the signature you provided."),
@@ -199,6 +214,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self, head=False):
         if self.signature_fails(head):
             return
+        if urllib.parse.urlsplit(self.path).path == TOKEN_PATH and BEARER is not None:
+            # The Compute Engine metadata server's token, given only to a request that says it
+            # asks the metadata server (Metadata-Flavor: Google), as the real one does.
+            if self.headers.get("Metadata-Flavor") != "Google":
+                return self.answer(403, b"Missing Metadata-Flavor:Google header.", head=head)
+            token = {"access_token": BEARER, "expires_in": 3599, "token_type": "Bearer"}
+            return self.answer(200, json.dumps(token).encode(),
+                               {"Content-Type": "application/json",
+                                "Metadata-Flavor": "Google"}, head=head)
         bucket, key, query = self.target()
         if bucket == "_idem" and key.startswith("sessions/"):
             wanted = key[len("sessions/"):]
@@ -412,12 +436,14 @@ def main():
     global LOG
     args = sys.argv[1:]
     address = "127.0.0.1"
-    global HMAC_KEY, SESSION_HOST
+    global HMAC_KEY, BEARER, SESSION_HOST
     while args[0].startswith("--"):
         if args[0] == "--address":
             address = args[1]
         elif args[0] == "--hmac":
             HMAC_KEY = tuple(args[1].split(":", 1))
+        elif args[0] == "--bearer":
+            BEARER = args[1]
         elif args[0] == "--session-host":
             SESSION_HOST = args[1]
         args = args[2:]
