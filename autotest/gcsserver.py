@@ -51,6 +51,16 @@ def open_sessions(endpoint, bucket):
     return _view(endpoint, "sessions", bucket)
 
 
+def started(tmp_path_factory, name, bucket, **options):
+    """The body of a module fixture: a GcsServer with `options` (hmac, bearer, session_host)
+    holding `bucket`, its log in a new directory `name`, yielded started and stopped after."""
+    server = GcsServer(tmp_path_factory.mktemp(name), buckets=[bucket], **options).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 class GcsServer(RequestLog):
     def __init__(self, workdir, buckets=("idem-test",), hmac=None, session_host=None,
                  bearer=None):

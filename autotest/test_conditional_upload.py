@@ -21,6 +21,7 @@ from idem_testlib import GDAL_IDEM, gdal_config, make_source, read_pixels, run, 
 from idem_testlib import start_paused as start_worker_paused
 from azuriteserver import AzuriteServer, azure_config
 from faultproxy import FaultProxy
+import gcsserver
 from gcsserver import TEST_BEARER, TEST_HMAC, GcsServer
 from motoserver import PYTHON, MotoS3Server
 from test_fault_matrix import RESAMPLING, Case, warp
@@ -36,27 +37,19 @@ def moto():
 
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
-    server = GcsServer(tmp_path_factory.mktemp("gcs"), buckets=[BUCKET]).start()
-    yield server
-    server.stop()
+    yield from gcsserver.started(tmp_path_factory, "gcs", BUCKET)
 
 
 @pytest.fixture(scope="module")
 def gcs_hmac(tmp_path_factory):
     """The GCS store checking each request's HMAC signature (GDAL's and IDEM's)."""
-    server = GcsServer(tmp_path_factory.mktemp("gcs-hmac"), buckets=[BUCKET],
-                       hmac=TEST_HMAC).start()
-    yield server
-    server.stop()
+    yield from gcsserver.started(tmp_path_factory, "gcs-hmac", BUCKET, hmac=TEST_HMAC)
 
 
 @pytest.fixture(scope="module")
 def gcs_gce(tmp_path_factory):
     """The GCS store requiring the token it serves as a Compute Engine metadata server."""
-    server = GcsServer(tmp_path_factory.mktemp("gcs-gce"), buckets=[BUCKET],
-                       bearer=TEST_BEARER).start()
-    yield server
-    server.stop()
+    yield from gcsserver.started(tmp_path_factory, "gcs-gce", BUCKET, bearer=TEST_BEARER)
 
 
 @pytest.fixture(scope="module")

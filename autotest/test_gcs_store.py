@@ -13,7 +13,8 @@ import urllib.request
 import pytest
 from osgeo import gdal
 
-from gcsserver import TEST_BEARER, TEST_HMAC, GcsServer
+import gcsserver
+from gcsserver import TEST_BEARER, TEST_HMAC
 from idem_testlib import gdal_config
 
 BUCKET = "idem-test"
@@ -21,9 +22,7 @@ BUCKET = "idem-test"
 
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
-    server = GcsServer(tmp_path_factory.mktemp("gcs-store"), buckets=[BUCKET]).start()
-    yield server
-    server.stop()
+    yield from gcsserver.started(tmp_path_factory, "gcs-store", BUCKET)
 
 
 def request(gcs, method, path, data=None, headers=None):
@@ -233,10 +232,7 @@ def test_a_resumable_upload_is_conditional_when_it_is_finalized(gcs):
 
 @pytest.fixture(scope="module")
 def gcs_hmac(tmp_path_factory):
-    server = GcsServer(tmp_path_factory.mktemp("gcs-hmac"), buckets=[BUCKET],
-                       hmac=TEST_HMAC).start()
-    yield server
-    server.stop()
+    yield from gcsserver.started(tmp_path_factory, "gcs-hmac", BUCKET, hmac=TEST_HMAC)
 
 
 def test_with_an_hmac_key_gdal_signs_every_request_as_the_store_checks(gcs_hmac, tmp_path):
@@ -289,10 +285,7 @@ class _quiet:
 
 @pytest.fixture(scope="module")
 def gcs_bearer(tmp_path_factory):
-    server = GcsServer(tmp_path_factory.mktemp("gcs-bearer"), buckets=[BUCKET],
-                       bearer=TEST_BEARER).start()
-    yield server
-    server.stop()
+    yield from gcsserver.started(tmp_path_factory, "gcs-bearer", BUCKET, bearer=TEST_BEARER)
 
 
 def test_on_a_compute_engine_machine_gdal_signs_with_the_metadata_servers_token(gcs_bearer,

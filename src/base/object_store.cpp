@@ -394,16 +394,16 @@ namespace {
 // above it; never GDAL's writer, which deletes the blob when a PUT is refused.
 CopiedBytes upload_to_azure(const std::string& from, const std::string& to,
                             const ExpectedObject& expected,
-                            const std::pair<std::string, std::string>& precondition) {
+                            const std::pair<std::string, std::string>& precondition,
+                            const std::optional<int64_t>& from_size) {
   const std::optional<AzureAccount> account = azure_shared_key_account(to);
-  VSIStatBufL info;
-  if (!account || VSIStatL(from.c_str(), &info) != 0) {
+  if (!account || !from_size) {
     throw Error(ErrorKind::k_io, "cannot upload " + from + " to " + to +
                                      ": no shared-key credentials, or the file is missing");
   }
   Md5 md5;
   CopiedBytes sent;
-  sent.size = static_cast<int64_t>(info.st_size);
+  sent.size = *from_size;
   const auto hash = [&](const unsigned char* data, size_t size) {
     if (data == nullptr) {
       md5 = Md5();  // sent again from the start
@@ -461,19 +461,19 @@ CopiedBytes upload_to_gcs(const std::string& from, const std::string& to,
                                    "write to it");
 }
 
-// A conditional upload IDEM sends itself, not through GDAL's writer: every one to Azure, one to
-// GCS larger than a chunk (idem_gcs_upload). nullopt for the others.
+// A conditional upload of `from` (`from_size` bytes, nullopt when it could not be looked at)
+// that IDEM sends itself, not through GDAL's writer: every one to Azure, one to GCS larger than a
+// chunk (idem_gcs_upload). nullopt for the others.
 std::optional<CopiedBytes> upload_by_idem(const std::string& from, const std::string& to,
                                           const ExpectedObject& expected,
-                                          const std::pair<std::string, std::string>& precondition) {
+                                          const std::pair<std::string, std::string>& precondition,
+                                          const std::optional<int64_t>& from_size) {
   if (is_azure(to)) {
-    return upload_to_azure(from, to, expected, precondition);
+    return upload_to_azure(from, to, expected, precondition, from_size);
   }
-  VSIStatBufL info;
-  if (is_gcs(to) && VSIStatL(from.c_str(), &info) == 0) {
-    const auto size = static_cast<int64_t>(info.st_size);
-    if (const std::optional<GcsCredentials> credentials = idem_gcs_upload(to, size)) {
-      return upload_to_gcs(from, to, expected, precondition, *credentials, size);
+  if (is_gcs(to) && from_size) {
+    if (const std::optional<GcsCredentials> credentials = idem_gcs_upload(to, *from_size)) {
+      return upload_to_gcs(from, to, expected, precondition, *credentials, *from_size);
     }
   }
   return std::nullopt;
@@ -501,15 +501,19 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
     precondition = version_condition(to, expected->version);
     condition = precondition.first + ": " + precondition.second;
   }
+  // The size of what a conditional upload sends decides how it goes: looked at once.
+  std::optional<int64_t> from_size;
+  VSIStatBufL from_info;
+  if (expected != nullptr && VSIStatL(from.c_str(), &from_info) == 0) {
+    from_size = static_cast<int64_t>(from_info.st_size);
+  }
   if (expected != nullptr) {
-    if (std::optional<CopiedBytes> sent = upload_by_idem(from, to, *expected, precondition)) {
+    if (std::optional<CopiedBytes> sent =
+            upload_by_idem(from, to, *expected, precondition, from_size)) {
       return *sent;
     }
   }
-  VSIStatBufL from_info;
-  const bool in_parts = expected != nullptr && to.rfind("/vsis3/", 0) == 0 &&
-                        VSIStatL(from.c_str(), &from_info) == 0 &&
-                        static_cast<int64_t>(from_info.st_size) >= s3_chunk_size();
+  const bool in_parts = from_size && to.rfind("/vsis3/", 0) == 0 && *from_size >= s3_chunk_size();
   if (expected != nullptr && !in_parts) {
     headers.SetNameValue(precondition.first.c_str(), precondition.second.c_str());
   }
@@ -525,9 +529,8 @@ CopiedBytes copy_vsi_file(const std::string& from, const std::string& to,
   // sends every object (conditional_upload_applies stops at GDAL's largest chunk, 5120 MiB).
   std::optional<CPLConfigOptionSetter> one_gcs_put;
   std::optional<CPLConfigOptionSetter> one_gcs_put_bytes;
-  VSIStatBufL source_info;
-  if (expected != nullptr && is_gcs(to) && VSIStatL(from.c_str(), &source_info) == 0) {
-    const int64_t mib = (static_cast<int64_t>(source_info.st_size) >> 20) + 1;
+  if (from_size && is_gcs(to)) {
+    const int64_t mib = (*from_size >> 20) + 1;
     one_gcs_put.emplace("VSIGS_CHUNK_SIZE", std::to_string(mib).c_str(), true);
     one_gcs_put_bytes.emplace("VSIGS_CHUNK_SIZE_BYTES", std::to_string(mib << 20).c_str(), true);
   }
