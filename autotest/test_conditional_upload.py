@@ -53,6 +53,27 @@ def gcs_gce(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def gcs_refresh(tmp_path_factory):
+    """The GCS store requiring the token its OAuth2 endpoint gives for a refresh token."""
+    yield from gcsserver.started(tmp_path_factory, "gcs-refresh", BUCKET, oauth="refresh")
+
+
+@pytest.fixture(scope="module")
+def gcs_service_account(tmp_path_factory):
+    """The GCS store requiring the token its OAuth2 endpoint gives for a service account's JWT
+    (GOOGLE_APPLICATION_CREDENTIALS naming the account's JSON key)."""
+    yield from gcsserver.started(tmp_path_factory, "gcs-service-account", BUCKET,
+                                 oauth="service_account")
+
+
+@pytest.fixture(scope="module")
+def gcs_requester_pays(tmp_path_factory):
+    """A requester-pays bucket (each request names GS_USER_PROJECT), requests signed with HMAC."""
+    yield from gcsserver.started(tmp_path_factory, "gcs-requester-pays", BUCKET, hmac=TEST_HMAC,
+                                 user_project=gcsserver.TEST_USER_PROJECT)
+
+
+@pytest.fixture(scope="module")
 def azurite(tmp_path_factory):
     server = AzuriteServer(tmp_path_factory.mktemp("azurite")).start()
     with gdal_config(server.config()):
@@ -81,7 +102,10 @@ def store(request, moto, s3, gcs, azurite):  # noqa: F811
     servers = {"moto": moto, "s3rver": s3, "gcs": gcs, "azurite": azurite,
                "adls": lambda: ThroughDataLake(azurite),
                "gcs-hmac": lambda: request.getfixturevalue("gcs_hmac"),
-               "gcs-gce": lambda: request.getfixturevalue("gcs_gce")}
+               "gcs-gce": lambda: request.getfixturevalue("gcs_gce"),
+               "gcs-refresh": lambda: request.getfixturevalue("gcs_refresh"),
+               "gcs-service-account": lambda: request.getfixturevalue("gcs_service_account"),
+               "gcs-requester-pays": lambda: request.getfixturevalue("gcs_requester_pays")}
     server = servers[name]() if callable(servers[name]) else servers[name]
     with gdal_config(server.config()):
         yield server, mode
@@ -433,8 +457,11 @@ def test_gcs_zombie_with_an_object_over_gdals_chunk(store, scene, tmp_path):
     assert all(r[3] != "-" for r in writes)  # each one conditional
 
 
-@pytest.mark.parametrize("store", [("gcs", "AUTO"), ("gcs-hmac", "AUTO"), ("gcs-gce", "AUTO")],
-                         indirect=True, ids=["unsigned", "hmac", "gce"])
+@pytest.mark.parametrize(
+    "store", [("gcs", "AUTO"), ("gcs-hmac", "AUTO"), ("gcs-gce", "AUTO"), ("gcs-refresh", "AUTO"),
+              ("gcs-service-account", "AUTO"), ("gcs-requester-pays", "AUTO")],
+    indirect=True, ids=["unsigned", "hmac", "gce", "refresh-token", "service-account",
+                        "requester-pays"])
 def test_gcs_zombie_with_a_resumable_upload(store, scene, tmp_path):
     """Over IDEM_GCS_CHUNK_SIZE (here 1 MiB) IDEM sends a conditional upload to /vsigs/ itself,
     as a resumable upload: a POST starting the session with x-goog-if-generation-match, then
@@ -443,9 +470,10 @@ def test_gcs_zombie_with_a_resumable_upload(store, scene, tmp_path):
     ends at 5120 MiB). A (K1) stops before its upload over an older output; B takes K1 over, C
     completes K2; A's session is refused at its finalization (412) and cancelled, C's object
     stays, recorded with its MD5, and a rerun of K2 skips. With an HMAC key the store checks
-    each of IDEM's requests' signature as it checks GDAL's; on a Compute Engine machine with no
-    other credentials (the store serving the metadata server's token) each carries the token,
-    as GDAL's do."""
+    each of IDEM's requests' signature as it checks GDAL's; with OAuth2 credentials (a Compute
+    Engine machine's metadata server, a refresh token, a service account's JSON key; the store
+    giving the token) each carries the token GDAL's requests carry; in a requester-pays bucket
+    each names GS_USER_PROJECT."""
     from gcsserver import open_sessions
     case = make_case(tmp_path, store, scene)
     case.env["IDEM_GCS_CHUNK_SIZE"] = "1"

@@ -283,6 +283,18 @@ class _quiet:
         gdal.PopErrorHandler()
 
 
+def write_read_delete(uri, content):
+    """GDAL writes `content` at `uri`, reads it back (not from its cache) and deletes it."""
+    out = gdal.VSIFOpenL(uri, "wb")
+    gdal.VSIFWriteL(content, 1, len(content), out)
+    assert gdal.VSIFCloseL(out) == 0
+    gdal.VSICurlClearCache()
+    f = gdal.VSIFOpenL(uri, "rb")
+    assert gdal.VSIFReadL(1, len(content) + 1, f) == content
+    gdal.VSIFCloseL(f)
+    assert gdal.Unlink(uri) == 0
+
+
 @pytest.fixture(scope="module")
 def gcs_bearer(tmp_path_factory):
     yield from gcsserver.started(tmp_path_factory, "gcs-bearer", BUCKET, bearer=TEST_BEARER)
@@ -302,14 +314,105 @@ def test_on_a_compute_engine_machine_gdal_signs_with_the_metadata_servers_token(
     status, _, body = request(gcs_bearer, "GET", token_path, headers={"Metadata-Flavor": "Google"})
     assert status == 200 and __import__("json").loads(body)["access_token"] == gcs_bearer.bearer
     with gdal_config(gcs_bearer.config()):
-        out = gdal.VSIFOpenL(uri, "wb")
-        gdal.VSIFWriteL(content, 1, len(content), out)
-        assert gdal.VSIFCloseL(out) == 0
-        gdal.VSICurlClearCache()
-        f = gdal.VSIFOpenL(uri, "rb")
-        assert gdal.VSIFReadL(1, 2000, f) == content
-        gdal.VSIFCloseL(f)
-        assert gdal.Unlink(uri) == 0
+        write_read_delete(uri, content)
     assert request(gcs_bearer, "PUT", f"/{BUCKET}/gce/b.bin", b"x")[0] == 403
     assert request(gcs_bearer, "PUT", f"/{BUCKET}/gce/b.bin", b"x",
                    {"Authorization": "Bearer " + gcs_bearer.bearer})[0] == 200
+
+
+@pytest.fixture(scope="module", params=["refresh", "service_account"])
+def gcs_oauth(request, tmp_path_factory):
+    yield from gcsserver.started(tmp_path_factory, f"gcs-{request.param}", BUCKET,
+                                 oauth=request.param)
+
+
+def _jwt(key, claims):
+    """An RS256 JWT of `claims` signed with `key` (a cryptography RSA private key)."""
+    import json
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    def b64(data):
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    signed = b64(b'{"alg":"RS256","typ":"JWT"}') + "." + b64(json.dumps(claims).encode())
+    return signed + "." + b64(key.sign(signed.encode(), padding.PKCS1v15(), hashes.SHA256()))
+
+
+def test_gdal_signs_with_the_oauth2_token_its_credentials_get(gcs_oauth):
+    """The store started with an OAuth2 grant gives its token as Google's token endpoint does:
+    for the refresh token and client it knows (GS_OAUTH2_REFRESH_TOKEN with
+    GS_OAUTH2_CLIENT_ID/SECRET), or for an RS256 JWT that the service account's key signed, for
+    this endpoint (GOOGLE_APPLICATION_CREDENTIALS naming the account's JSON key); anything else
+    is refused (400 invalid_grant). GDAL, pointed at the endpoint (GOA2_AUTH_URL_TOKEN, GO2A_AUD),
+    writes, reads and deletes with the token it gets; a request without it is refused (403)."""
+    import json
+    import time
+    import urllib.parse
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    content = os.urandom(1000)
+    uri = f"/vsigs/{BUCKET}/oauth/a.bin"
+    with gdal_config(gcs_oauth.config()):
+        write_read_delete(uri, content)
+    assert request(gcs_oauth, "PUT", f"/{BUCKET}/oauth/b.bin", b"x")[0] == 403
+
+    def token(form):
+        status, _, body = request(gcs_oauth, "POST", "/token",
+                                  urllib.parse.urlencode(form).encode(),
+                                  {"Content-Type": "application/x-www-form-urlencoded"})
+        return status, json.loads(body)
+
+    refresh, client, secret = gcsserver.TEST_REFRESH
+    grant = {"grant_type": "refresh_token", "refresh_token": refresh, "client_id": client,
+             "client_secret": secret}
+    jwt_grant = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    if gcs_oauth.oauth == "refresh":
+        assert token(grant) == (200, {"access_token": TEST_BEARER, "expires_in": 3599,
+                                      "token_type": "Bearer"})
+        assert token(dict(grant, client_secret="other"))[0] == 400
+        assert token(dict(grant, refresh_token="1//other"))[0] == 400
+        return
+    assert token(grant)[0] == 400  # this store takes the service account's grant only
+    with open(gcs_oauth.key_file) as key_file:
+        key = serialization.load_pem_private_key(json.load(key_file)["private_key"].encode(),
+                                                 None)
+    claims = {"iss": gcsserver.TEST_SERVICE_ACCOUNT, "scope": "s",
+              "aud": gcs_oauth.endpoint() + "/token", "iat": int(time.time()),
+              "exp": int(time.time()) + 600}
+    assert token({"grant_type": jwt_grant, "assertion": _jwt(key, claims)})[0] == 200
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    for refused in (_jwt(other_key, claims),  # another key's signature
+                    _jwt(key, dict(claims, iss="other@p.iam.gserviceaccount.com")),
+                    _jwt(key, dict(claims, aud="https://oauth2.googleapis.com/token")),
+                    _jwt(key, dict(claims, exp=int(time.time()) - 1)),
+                    "not.a.jwt"):
+        assert token({"grant_type": jwt_grant, "assertion": refused})[0] == 400
+
+
+@pytest.fixture(scope="module")
+def gcs_requester_pays(tmp_path_factory):
+    yield from gcsserver.started(tmp_path_factory, "gcs-requester-pays", BUCKET, hmac=TEST_HMAC,
+                                 user_project=gcsserver.TEST_USER_PROJECT)
+
+
+def test_a_requester_pays_bucket_takes_requests_that_name_a_project(gcs_requester_pays):
+    """A bucket started with --user-project answers 400 UserProjectMissing to a request that does
+    not name the project (as GCS does for a requester-pays bucket); GDAL with GS_USER_PROJECT
+    names it on each request (signed with the HMAC key) and writes, reads and deletes."""
+    content = os.urandom(1000)
+    uri = f"/vsigs/{BUCKET}/pays/a.bin"
+    config = gcs_requester_pays.config()
+    with gdal_config(config):
+        write_read_delete(uri, content)
+    del config["GS_USER_PROJECT"]
+    with gdal_config(config), _quiet():
+        gdal.VSICurlClearCache()
+        try:
+            out = gdal.VSIFOpenL(uri, "wb")
+            gdal.VSIFWriteL(content, 1, len(content), out)
+            refused = gdal.VSIFCloseL(out) != 0
+        except RuntimeError:  # GDAL's Python exceptions on
+            refused = True
+        assert refused
+    status, _, body = request(gcs_requester_pays, "GET", f"/{BUCKET}/pays/a.bin")
+    assert status == 400 and b"UserProjectMissing" in body

@@ -10,11 +10,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "base/error.hpp"
 #include "cpl_conv.h"
+#include "cpl_error.h"
 #include "cpl_http.h"
+#include "cpl_json.h"
 #include "cpl_multiproc.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
@@ -26,22 +29,25 @@ namespace {
 constexpr const char* k_prefix = "/vsigs/";
 
 // The headers of a request to the object `name` ("bucket/key"): with `bearer` (an Authorization
-// header) when there is one, else signed when there is a key. `goog` holds its x-goog- headers,
-// names in lower case, sorted.
-std::vector<std::string> signed_headers(
-    const GcsCredentials& credentials, const std::string& bearer, const std::string& verb,
-    const std::string& content_type, const std::string& name,
-    const std::vector<std::pair<std::string, std::string>>& goog) {
+// header) when there is one, else signed when there is a key. `goog` holds its x-goog- headers
+// (names in lower case), to which GS_USER_PROJECT's is added.
+std::vector<std::string> signed_headers(const GcsCredentials& credentials,
+                                        const std::string& bearer, const std::string& verb,
+                                        const std::string& content_type, const std::string& name,
+                                        std::map<std::string, std::string> goog) {
   const std::string date = http_date();
   std::vector<std::string> headers = {"Date: " + date, "Content-Type: " + content_type};
-  std::string canonical;
+  if (!credentials.user_project.empty()) {
+    goog["x-goog-user-project"] = credentials.user_project;
+  }
+  std::string canonical;  // sorted by name, as the map holds them
   for (const auto& [header, value] : goog) {
     headers.push_back(header + ": " + value);
     canonical += header + ":" + value + "\n";
   }
   if (!bearer.empty()) {
     headers.push_back(bearer);
-  } else if (!credentials.access_key_id.empty()) {
+  } else if (credentials.kind == GcsCredentials::Kind::k_hmac) {
     const std::string to_sign =
         gcs_string_to_sign(verb, "", content_type, date, canonical, "/" + encode_url_path(name));
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -69,23 +75,16 @@ bool exists(const std::string& file) {
   return !file.empty() && VSIStatL(file.c_str(), &info) == 0;
 }
 
-// Whether GDAL signs its requests for `path` with a token from the machine's metadata server:
-// on (potentially) a Compute Engine machine, when none of the credentials GDAL tries before it
-// is there. IDEM looks for more of them than some GDAL releases read (gcloud's application
-// default credentials), so that it never signs with the machine's account where GDAL would
-// have used another.
-bool gcs_metadata_server_is_gdals(const std::string& path) {
-  for (const char* name :
-       {"GS_OAUTH2_REFRESH_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "GS_OAUTH2_PRIVATE_KEY",
-        "GS_OAUTH2_PRIVATE_KEY_FILE", "GS_OAUTH2_CLIENT_EMAIL", "CPL_GS_CREDENTIALS_FILE"}) {
-    if (!std::string(VSIGetPathSpecificOption(path.c_str(), name, "")).empty()) {
-      return false;
-    }
-  }
+// Whether GDAL would sign with a token from the machine's metadata server, once none of its other
+// credentials was found: on (potentially) a Compute Engine machine. A gcloud application default
+// credentials file or a BOTO_CONFIG file, which no GDAL release up to 3.13 reads but a later one
+// could read first, makes IDEM leave the upload to GDAL rather than risk signing as another
+// account.
+bool gcs_metadata_server_is_gdals() {
   const std::string home = CPLGetConfigOption("HOME", "");
   const std::string boto = CPLGetConfigOption("BOTO_CONFIG", "");
   const std::string gcloud = CPLGetConfigOption("CLOUDSDK_CONFIG", "");
-  if (exists(boto) || (!home.empty() && exists(home + "/.boto")) ||
+  if (exists(boto) ||
       (!gcloud.empty() && exists(gcloud + "/application_default_credentials.json")) ||
       (!home.empty() && exists(home + "/.config/gcloud/application_default_credentials.json"))) {
     return false;
@@ -94,14 +93,99 @@ bool gcs_metadata_server_is_gdals(const std::string& path) {
          CPLIsMachinePotentiallyGCEInstance();
 }
 
-// "Authorization: Bearer <token>" from the machine's metadata server, as GDAL asks it
-// (CPL_GCE_CREDENTIALS_URL), or "" when it gave none.
-std::string metadata_server_authorization() {
-  const CPLStringList token(GOA2GetAccessTokenFromCloudEngineVM(nullptr));
-  const char* access_token = token.FetchNameValue("access_token");
-  return access_token != nullptr && access_token[0] != '\0'
-             ? std::string("Authorization: Bearer ") + access_token
-             : std::string();
+// A private key as GDAL reads it: "\n" written out in a JSON or configuration value is a new line.
+std::string private_key_text(const std::string& key) {
+  CPLString text(key);
+  text.replaceAll("\\n", "\n").replaceAll("\n\n", "\n").replaceAll("\r", "");
+  return std::string(text);
+}
+
+constexpr const char* k_default_scope = "https://www.googleapis.com/auth/devstorage.read_write";
+
+// A client's id and secret, both or none (GDAL refuses one without the other): false for one.
+bool client_pair(const std::string& id, const std::string& secret) {
+  return id.empty() == secret.empty();
+}
+
+// The credentials of a JSON file named by GOOGLE_APPLICATION_CREDENTIALS: a service account's
+// key or an authorized user's refresh token (gcloud's format), as GDAL reads it.
+std::optional<GcsCredentials> json_credentials(GcsCredentials credentials, const std::string& file,
+                                               const std::string& scope) {
+  CPLJSONDocument document;
+  {
+    const CPLErrorStateBackuper state;
+    const CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    if (!document.Load(file)) {
+      return std::nullopt;
+    }
+  }
+  const CPLJSONObject root = document.GetRoot();
+  const std::string type = root.GetString("type");
+  credentials.source = "GOOGLE_APPLICATION_CREDENTIALS (" + type + ")";
+  if (type == "service_account") {
+    credentials.kind = GcsCredentials::Kind::k_service_account;
+    credentials.private_key = private_key_text(root.GetString("private_key"));
+    credentials.client_email = root.GetString("client_email");
+    credentials.scope = scope;
+    return credentials;
+  }
+  if (type == "authorized_user") {
+    credentials.kind = GcsCredentials::Kind::k_refresh_token;
+    credentials.refresh_token = root.GetString("refresh_token");
+    credentials.client_id = root.GetString("client_id");
+    credentials.client_secret = root.GetString("client_secret");
+    return credentials;
+  }
+  return std::nullopt;
+}
+
+// The credentials of a .boto file as GDAL reads it ([Credentials] gs_access_key_id,
+// gs_secret_access_key, gs_oauth2_refresh_token; [OAuth2] client_id, client_secret): a refresh
+// token before an HMAC key. nullopt when it holds neither (or cannot be read).
+std::optional<GcsCredentials> boto_credentials(GcsCredentials credentials,
+                                               const std::string& file) {
+  std::map<std::string, std::string> values;  // "section/key" in lower case -> value
+  VSILFILE* in = VSIFOpenL(file.c_str(), "rb");
+  if (in == nullptr) {
+    return std::nullopt;
+  }
+  std::string section;
+  while (const char* line = CPLReadLineL(in)) {
+    if (line[0] == '[') {
+      section = line;
+      continue;
+    }
+    char* raw_key = nullptr;
+    const char* value = CPLParseNameValue(line, &raw_key);
+    if (raw_key != nullptr && value != nullptr) {
+      values[section + "/" + CPLString(raw_key).tolower()] = CPLString(value).Trim();
+    }
+    CPLFree(raw_key);
+  }
+  VSIFCloseL(in);
+  credentials.source = file;
+  credentials.refresh_token = values["[Credentials]/gs_oauth2_refresh_token"];
+  if (!credentials.refresh_token.empty()) {
+    credentials.kind = GcsCredentials::Kind::k_refresh_token;
+    // The configuration's client first, else the file's; each both or none.
+    credentials.client_id = CPLGetConfigOption("GS_OAUTH2_CLIENT_ID", "");
+    credentials.client_secret = CPLGetConfigOption("GS_OAUTH2_CLIENT_SECRET", "");
+    if (credentials.client_id.empty() && credentials.client_secret.empty()) {
+      credentials.client_id = values["[OAuth2]/client_id"];
+      credentials.client_secret = values["[OAuth2]/client_secret"];
+    }
+    if (!client_pair(credentials.client_id, credentials.client_secret)) {
+      return std::nullopt;
+    }
+    return credentials;
+  }
+  credentials.access_key_id = values["[Credentials]/gs_access_key_id"];
+  credentials.secret = values["[Credentials]/gs_secret_access_key"];
+  if (credentials.access_key_id.empty() || credentials.secret.empty()) {
+    return std::nullopt;
+  }
+  credentials.kind = GcsCredentials::Kind::k_hmac;
+  return credentials;
 }
 
 bool finished(const HttpAnswer& answer) {
@@ -120,34 +204,143 @@ std::string origin_of(const std::string& url) {
 }  // namespace
 
 std::optional<GcsCredentials> gcs_signing_credentials(const std::string& path) {
-  const auto option = [&path](const char* name, const char* fallback) {
-    return std::string(VSIGetPathSpecificOption(path.c_str(), name, fallback));
+  const auto option = [&path](const char* name) {
+    return std::string(VSIGetPathSpecificOption(path.c_str(), name, ""));
   };
-  if (!option("GS_USER_PROJECT", "").empty() || user_http_headers_set(path)) {
+  if (user_http_headers_set(path)) {
     return std::nullopt;
   }
   GcsCredentials credentials;
-  credentials.endpoint = option("CPL_GS_ENDPOINT", "https://storage.googleapis.com/");
-  if (credentials.endpoint.empty() || credentials.endpoint.back() != '/') {
+  credentials.endpoint = option("CPL_GS_ENDPOINT");
+  if (credentials.endpoint.empty()) {
+    credentials.endpoint = "https://storage.googleapis.com/";
+  }
+  if (credentials.endpoint.back() != '/') {
     credentials.endpoint += '/';
   }
-  if (CPLTestBool(option("GS_NO_SIGN_REQUEST", "NO").c_str())) {
+  credentials.user_project = option("GS_USER_PROJECT");
+  if (CPLTestBool(VSIGetPathSpecificOption(path.c_str(), "GS_NO_SIGN_REQUEST", "NO"))) {
+    credentials.source = "GS_NO_SIGN_REQUEST";
     return credentials;
   }
-  credentials.secret = option("GS_SECRET_ACCESS_KEY", "");
-  credentials.access_key_id = option("GS_ACCESS_KEY_ID", "");
+  credentials.secret = option("GS_SECRET_ACCESS_KEY");
   if (!credentials.secret.empty()) {
+    credentials.access_key_id = option("GS_ACCESS_KEY_ID");
     if (credentials.access_key_id.empty()) {
+      return std::nullopt;
+    }
+    credentials.kind = GcsCredentials::Kind::k_hmac;
+    credentials.source = "GS_SECRET_ACCESS_KEY";
+    return credentials;
+  }
+  credentials.secret.clear();
+  credentials.refresh_token = option("GS_OAUTH2_REFRESH_TOKEN");
+  if (!credentials.refresh_token.empty()) {
+    credentials.kind = GcsCredentials::Kind::k_refresh_token;
+    credentials.source = "GS_OAUTH2_REFRESH_TOKEN";
+    credentials.client_id = option("GS_OAUTH2_CLIENT_ID");
+    credentials.client_secret = option("GS_OAUTH2_CLIENT_SECRET");
+    if (!client_pair(credentials.client_id, credentials.client_secret)) {
       return std::nullopt;
     }
     return credentials;
   }
-  credentials.access_key_id.clear();
-  if (gcs_metadata_server_is_gdals(path)) {
-    credentials.metadata_server = true;
+  std::string scope = option("GS_OAUTH2_SCOPE");
+  if (scope.empty()) {
+    scope = k_default_scope;
+  }
+  const std::string json_file = option("GOOGLE_APPLICATION_CREDENTIALS");
+  if (!json_file.empty()) {
+    return json_credentials(credentials, json_file, scope);
+  }
+  credentials.private_key = option("GS_OAUTH2_PRIVATE_KEY");
+  const std::string key_file = option("GS_OAUTH2_PRIVATE_KEY_FILE");
+  if (!credentials.private_key.empty() || !key_file.empty()) {
+    credentials.source = "GS_OAUTH2_PRIVATE_KEY";
+    if (!key_file.empty()) {
+      credentials.source = "GS_OAUTH2_PRIVATE_KEY_FILE";
+      VSILFILE* in = VSIFOpenL(key_file.c_str(), "rb");
+      if (in == nullptr) {
+        return std::nullopt;
+      }
+      std::vector<char> text(32768);  // what GDAL reads of it
+      text.resize(VSIFReadL(text.data(), 1, text.size(), in));
+      VSIFCloseL(in);
+      credentials.private_key.assign(text.begin(), text.end());
+    }
+    credentials.private_key = private_key_text(credentials.private_key);
+    credentials.client_email = option("GS_OAUTH2_CLIENT_EMAIL");
+    if (credentials.client_email.empty()) {
+      return std::nullopt;
+    }
+    credentials.kind = GcsCredentials::Kind::k_service_account;
+    credentials.scope = scope;
+    return credentials;
+  }
+  credentials.private_key.clear();
+  const char* home = CPLGetConfigOption("HOME", nullptr);
+  const std::string boto = CPLGetConfigOption(
+      "CPL_GS_CREDENTIALS_FILE", (std::string(home != nullptr ? home : "") + "/.boto").c_str());
+  if (exists(boto)) {
+    if (auto from_file = boto_credentials(credentials, boto)) {
+      return from_file;
+    }
+  }
+  if (gcs_metadata_server_is_gdals()) {
+    credentials.kind = GcsCredentials::Kind::k_metadata_server;
+    credentials.source = "the machine's metadata server";
     return credentials;
   }
   return std::nullopt;
+}
+
+std::string gcs_bearer_authorization(const GcsCredentials& credentials) {
+  std::string token;
+  std::string failure;
+  {
+    // GDAL's messages stay quiet here; the error below says what failed.
+    const CPLErrorStateBackuper state;
+    const CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    CPLErrorReset();
+    switch (credentials.kind) {
+      case GcsCredentials::Kind::k_unsigned:
+      case GcsCredentials::Kind::k_hmac:
+        return std::string();
+      case GcsCredentials::Kind::k_refresh_token: {
+        // GOA2GetAccessToken takes the client from GOA2_CLIENT_ID and GOA2_CLIENT_SECRET (else
+        // GDAL's own), set here for this thread as GDAL passes its client itself.
+        std::optional<CPLConfigOptionSetter> id;
+        std::optional<CPLConfigOptionSetter> secret;
+        if (!credentials.client_id.empty()) {
+          id.emplace("GOA2_CLIENT_ID", credentials.client_id.c_str(), false);
+          secret.emplace("GOA2_CLIENT_SECRET", credentials.client_secret.c_str(), false);
+        }
+        char* got = GOA2GetAccessToken(credentials.refresh_token.c_str(), k_default_scope);
+        token = got != nullptr ? got : "";
+        CPLFree(got);
+        break;
+      }
+      case GcsCredentials::Kind::k_service_account: {
+        const CPLStringList got(GOA2GetAccessTokenFromServiceAccount(
+            credentials.private_key.c_str(), credentials.client_email.c_str(),
+            credentials.scope.c_str(), nullptr, nullptr));
+        token = got.FetchNameValueDef("access_token", "");
+        break;
+      }
+      case GcsCredentials::Kind::k_metadata_server: {
+        const CPLStringList got(GOA2GetAccessTokenFromCloudEngineVM(nullptr));
+        token = got.FetchNameValueDef("access_token", "");
+        break;
+      }
+    }
+    failure = CPLGetLastErrorMsg();
+  }
+  if (token.empty()) {
+    throw Error(ErrorKind::k_io,
+                "no OAuth2 access token for the GCS upload (credentials: " + credentials.source +
+                    ")" + (failure.empty() ? std::string() : ": " + failure));
+  }
+  return "Authorization: Bearer " + token;
 }
 
 int64_t gcs_chunk_size() {
@@ -173,11 +366,10 @@ HttpAnswer gcs_resumable_upload(const GcsCredentials& credentials, const std::st
   // The session: the object's name, type and condition are given here, the bytes to its URI.
   const std::string content_type = "application/octet-stream";
   std::string bearer;
-  if (credentials.metadata_server) {
-    bearer = metadata_server_authorization();
-    if (bearer.empty()) {
-      return HttpAnswer{0, "", "the machine's metadata server gave no access token", {}};
-    }
+  try {
+    bearer = gcs_bearer_authorization(credentials);
+  } catch (const Error& error) {
+    return HttpAnswer{0, "", error.what(), {}};
   }
   HttpBody no_body;
   HttpAnswer answer = http_send(

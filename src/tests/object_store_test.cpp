@@ -122,15 +122,13 @@ TEST(StorePreconditions, GcsUploadsAreConditionalInGdalsOnePutOrInIdemsResumable
   const char* path = "/vsigs/b/k.tif";
   const int64_t one_put_max = int64_t{5120} << 20;
   {
-    // Credentials IDEM cannot sign with (OAuth2 here): GDAL's one PUT, up to its largest chunk.
-    const ConfigGuard oauth({{"GS_NO_SIGN_REQUEST", nullptr},
-                             {"GS_SECRET_ACCESS_KEY", nullptr},
-                             {"GS_ACCESS_KEY_ID", nullptr},
-                             {"GS_OAUTH2_REFRESH_TOKEN", "token"}});
+    // Credentials IDEM cannot tell as GDAL would (headers of the user's, which may hold GDAL's
+    // Authorization): GDAL's one PUT, up to its largest chunk.
+    const ConfigGuard header_file(
+        {{"GS_NO_SIGN_REQUEST", "YES"}, {"GDAL_HTTP_HEADER_FILE", "/nonexistent/headers"}});
     EXPECT_FALSE(gcs_signing_credentials(path).has_value());
     EXPECT_TRUE(conditional_upload_applies(path, int64_t{200} << 20));
     EXPECT_FALSE(conditional_upload_applies(path, one_put_max));
-    EXPECT_TRUE(conditional_delete_applies(path));
   }
   {
     const ConfigGuard hmac({{"GS_NO_SIGN_REQUEST", nullptr},
@@ -144,10 +142,10 @@ TEST(StorePreconditions, GcsUploadsAreConditionalInGdalsOnePutOrInIdemsResumable
     EXPECT_TRUE(conditional_upload_applies(path, one_put_max));
     EXPECT_TRUE(conditional_upload_applies(path, int64_t{5} << 40));
     {
-      // Requester pays: GDAL adds a header IDEM's requests do not carry.
+      // Requester pays: IDEM's requests name the project as GDAL's do.
       const ConfigGuard user_project({{"GS_USER_PROJECT", "project"}});
-      EXPECT_FALSE(gcs_signing_credentials(path).has_value());
-      EXPECT_FALSE(conditional_upload_applies(path, one_put_max));
+      EXPECT_EQ(gcs_signing_credentials(path)->user_project, "project");
+      EXPECT_TRUE(conditional_upload_applies(path, one_put_max));
     }
     {
       const ConfigGuard no_id({{"GS_ACCESS_KEY_ID", nullptr}});
@@ -178,17 +176,11 @@ TEST(StorePreconditions, GcsUploadsAreConditionalInGdalsOnePutOrInIdemsResumable
                            {"CLOUDSDK_CONFIG", nullptr}});
     const auto credentials = gcs_signing_credentials(path);
     ASSERT_TRUE(credentials.has_value());
-    EXPECT_TRUE(credentials->metadata_server);
+    EXPECT_EQ(credentials->kind, GcsCredentials::Kind::k_metadata_server);
     EXPECT_EQ(credentials->access_key_id, "");
     EXPECT_TRUE(conditional_upload_applies(path, one_put_max));
-    // Any credentials GDAL tries before the metadata server: not IDEM's to sign with.
-    for (const char* name :
-         {"GS_OAUTH2_REFRESH_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "GS_OAUTH2_PRIVATE_KEY",
-          "GS_OAUTH2_PRIVATE_KEY_FILE", "GS_OAUTH2_CLIENT_EMAIL"}) {
-      const ConfigGuard other({{name, "x"}});
-      EXPECT_FALSE(gcs_signing_credentials(path).has_value()) << name;
-    }
-    // A .boto file (BOTO_CONFIG, or in HOME) is GDAL's before the metadata server too.
+    // A file a later GDAL could read before the metadata server (BOTO_CONFIG; GDAL up to 3.13
+    // reads ~/.boto or CPL_GS_CREDENTIALS_FILE only): IDEM leaves the upload to GDAL.
     const std::string boto = std::string(CPLGenerateTempFilename("boto")) + ".cfg";
     VSILFILE* file = VSIFOpenL(boto.c_str(), "wb");
     ASSERT_NE(file, nullptr);
@@ -224,6 +216,162 @@ TEST(StorePreconditions, GcsUploadsAreConditionalInGdalsOnePutOrInIdemsResumable
                          "x-goog-if-generation-match:0\nx-goog-resumable:start\n", "/b/k.tif"),
       "POST\n\napplication/octet-stream\nSun, 06 Dec 2026 GMT\n"
       "x-goog-if-generation-match:0\nx-goog-resumable:start\n/b/k.tif");
+}
+
+// A file holding `text`, removed at the end of the test.
+class TextFile {
+ public:
+  TextFile(const char* suffix, const std::string& text)
+      : m_path(std::string(CPLGenerateTempFilename("idem_gcs")) + suffix) {
+    VSILFILE* file = VSIFOpenL(m_path.c_str(), "wb");
+    if (file != nullptr) {
+      VSIFWriteL(text.data(), 1, text.size(), file);
+      VSIFCloseL(file);
+    }
+  }
+  ~TextFile() { VSIUnlink(m_path.c_str()); }
+  TextFile(const TextFile&) = delete;
+  TextFile& operator=(const TextFile&) = delete;
+  const char* path() const { return m_path.c_str(); }
+
+ private:
+  std::string m_path;
+};
+
+TEST(StorePreconditions, GcsCredentialsAreGdalsInGdalsOrder) {
+  const char* path = "/vsigs/b/k.tif";
+  using Kind = GcsCredentials::Kind;
+  // None of GDAL's credentials, and not a Compute Engine machine.
+  const ConfigGuard none(
+      {{"GS_NO_SIGN_REQUEST", "NO"}, {"HOME", "/nonexistent"}, {"CPL_GCE_SKIP", "YES"}});
+  EXPECT_FALSE(gcs_signing_credentials(path).has_value());
+  const std::string pem = "-----BEGIN PRIVATE KEY-----\\nMIIB\\n-----END PRIVATE KEY-----\\n";
+  const std::string key_text = "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n";
+  {
+    const ConfigGuard refresh({{"GS_OAUTH2_REFRESH_TOKEN", "1//refresh"},
+                               {"GS_OAUTH2_CLIENT_ID", "client"},
+                               {"GS_OAUTH2_CLIENT_SECRET", "shh"}});
+    auto credentials = gcs_signing_credentials(path);
+    ASSERT_TRUE(credentials.has_value());
+    EXPECT_EQ(credentials->kind, Kind::k_refresh_token);
+    EXPECT_EQ(credentials->refresh_token, "1//refresh");
+    EXPECT_EQ(credentials->client_id, "client");
+    EXPECT_EQ(credentials->client_secret, "shh");
+    {
+      // An HMAC key comes before it in GDAL's order.
+      const ConfigGuard hmac({{"GS_SECRET_ACCESS_KEY", "secret"}, {"GS_ACCESS_KEY_ID", "ID"}});
+      EXPECT_EQ(gcs_signing_credentials(path)->kind, Kind::k_hmac);
+    }
+    {
+      // GDAL refuses a client's id without its secret: so does IDEM (GDAL's PUT then fails).
+      const ConfigGuard half({{"GS_OAUTH2_CLIENT_SECRET", nullptr}});
+      EXPECT_FALSE(gcs_signing_credentials(path).has_value());
+    }
+  }
+  {
+    const TextFile service(".json", R"({"type": "service_account", "private_key": ")" + pem +
+                                        R"(", "client_email": "sa@p.iam.gserviceaccount.com"})");
+    const TextFile user(".json",
+                        R"({"type": "authorized_user", "client_id": "cid", "client_secret": "cs",)"
+                        R"( "refresh_token": "1//user"})");
+    const TextFile other(".json", R"({"type": "external_account"})");
+    const TextFile broken(".json", "{not json");
+    {
+      const ConfigGuard json({{"GOOGLE_APPLICATION_CREDENTIALS", service.path()},
+                              {"GS_OAUTH2_SCOPE", "https://www.googleapis.com/auth/x"}});
+      auto credentials = gcs_signing_credentials(path);
+      ASSERT_TRUE(credentials.has_value());
+      EXPECT_EQ(credentials->kind, Kind::k_service_account);
+      EXPECT_EQ(credentials->private_key, key_text);  // "\n" as GDAL reads it
+      EXPECT_EQ(credentials->client_email, "sa@p.iam.gserviceaccount.com");
+      EXPECT_EQ(credentials->scope, "https://www.googleapis.com/auth/x");
+      // A refresh token comes before it.
+      const ConfigGuard refresh({{"GS_OAUTH2_REFRESH_TOKEN", "1//refresh"}});
+      EXPECT_EQ(gcs_signing_credentials(path)->kind, Kind::k_refresh_token);
+    }
+    {
+      const ConfigGuard json({{"GOOGLE_APPLICATION_CREDENTIALS", user.path()}});
+      auto credentials = gcs_signing_credentials(path);
+      ASSERT_TRUE(credentials.has_value());
+      EXPECT_EQ(credentials->kind, Kind::k_refresh_token);
+      EXPECT_EQ(credentials->refresh_token, "1//user");
+      EXPECT_EQ(credentials->client_id, "cid");
+      EXPECT_EQ(credentials->client_secret, "cs");
+    }
+    for (const char* unusable : {other.path(), broken.path(), "/nonexistent/key.json"}) {
+      // GDAL stops at a file it cannot use; IDEM does not look further either.
+      const ConfigGuard json({{"GOOGLE_APPLICATION_CREDENTIALS", unusable},
+                              {"GS_OAUTH2_PRIVATE_KEY", pem.c_str()},
+                              {"GS_OAUTH2_CLIENT_EMAIL", "sa@p"}});
+      EXPECT_FALSE(gcs_signing_credentials(path).has_value()) << unusable;
+    }
+  }
+  {
+    const TextFile key(".pem", key_text);
+    const ConfigGuard key_file({{"GS_OAUTH2_PRIVATE_KEY_FILE", key.path()}});
+    EXPECT_FALSE(gcs_signing_credentials(path).has_value());  // no GS_OAUTH2_CLIENT_EMAIL
+    const ConfigGuard email({{"GS_OAUTH2_CLIENT_EMAIL", "sa@p"}});
+    auto credentials = gcs_signing_credentials(path);
+    ASSERT_TRUE(credentials.has_value());
+    EXPECT_EQ(credentials->kind, Kind::k_service_account);
+    EXPECT_EQ(credentials->private_key, key_text);
+    EXPECT_EQ(credentials->scope, "https://www.googleapis.com/auth/devstorage.read_write");
+  }
+  {
+    const TextFile hmac(".boto",
+                        "[Boto]\nx = y\n[Credentials]\ngs_access_key_id = GOOGID\n"
+                        "gs_secret_access_key = s3cret \n");
+    const TextFile refresh(".boto",
+                           "[Credentials]\ngs_oauth2_refresh_token = 1//boto\n"
+                           "gs_access_key_id = GOOGID\ngs_secret_access_key = s\n"
+                           "[OAuth2]\nclient_id = fid\nclient_secret = fs\n");
+    const TextFile empty(".boto", "[Credentials]\n");
+    {
+      const ConfigGuard file({{"CPL_GS_CREDENTIALS_FILE", hmac.path()}});
+      auto credentials = gcs_signing_credentials(path);
+      ASSERT_TRUE(credentials.has_value());
+      EXPECT_EQ(credentials->kind, Kind::k_hmac);
+      EXPECT_EQ(credentials->access_key_id, "GOOGID");
+      EXPECT_EQ(credentials->secret, "s3cret");
+    }
+    {
+      const ConfigGuard file({{"CPL_GS_CREDENTIALS_FILE", refresh.path()}});
+      auto credentials = gcs_signing_credentials(path);
+      ASSERT_TRUE(credentials.has_value());
+      EXPECT_EQ(credentials->kind, Kind::k_refresh_token);
+      EXPECT_EQ(credentials->refresh_token, "1//boto");
+      EXPECT_EQ(credentials->client_id, "fid");
+      // The configuration's client before the file's.
+      const ConfigGuard client({{"GS_OAUTH2_CLIENT_ID", "cid"}, {"GS_OAUTH2_CLIENT_SECRET", "cs"}});
+      EXPECT_EQ(gcs_signing_credentials(path)->client_id, "cid");
+    }
+    {
+      // A file without credentials: on to the metadata server, as GDAL goes.
+      const ConfigGuard file({{"CPL_GS_CREDENTIALS_FILE", empty.path()}});
+      EXPECT_FALSE(gcs_signing_credentials(path).has_value());
+      const ConfigGuard gce({{"CPL_GCE_SKIP", "NO"}, {"CPL_GCE_CHECK_LOCAL_FILES", "NO"}});
+      EXPECT_EQ(gcs_signing_credentials(path)->kind, Kind::k_metadata_server);
+    }
+  }
+  {
+    // Tokens are asked of the endpoints GDAL's configuration names; one that answers nothing
+    // gives an error naming the credentials' source, never the token or secret.
+    const ConfigGuard refresh({{"GS_OAUTH2_REFRESH_TOKEN", "1//do-not-print"},
+                               {"GOA2_AUTH_URL_TOKEN", "http://127.0.0.1:9/token"},
+                               {"GDAL_HTTP_TIMEOUT", "5"}});
+    auto credentials = gcs_signing_credentials(path);
+    ASSERT_TRUE(credentials.has_value());
+    try {
+      gcs_bearer_authorization(*credentials);
+      ADD_FAILURE() << "no token endpoint answered, yet a token came";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("GS_OAUTH2_REFRESH_TOKEN"), std::string::npos) << message;
+      EXPECT_EQ(message.find("do-not-print"), std::string::npos) << message;
+    }
+    credentials->kind = Kind::k_hmac;
+    EXPECT_EQ(gcs_bearer_authorization(*credentials), "");
+  }
 }
 
 TEST(AzureSharedKey, TheAccountComesFromTheConnectionStringOrTheAccountOptions) {

@@ -25,12 +25,23 @@ What it follows, from GCS's XML API reference:
 - with `--bearer TOKEN`, every request but those to a session's URI must carry `Authorization:
   Bearer TOKEN`, which the store gives as the Compute Engine metadata server does (`GET
   /computeMetadata/v1/instance/service-accounts/default/token` with `Metadata-Flavor: Google`);
+- with `--bearer TOKEN` and `--oauth-refresh REFRESH_TOKEN:CLIENT_ID:CLIENT_SECRET`, the store
+  also gives the token as Google's OAuth2 token endpoint does for a refresh token (`POST /token`,
+  form `grant_type=refresh_token&refresh_token=...&client_id=...&client_secret=...`, answered
+  `{"access_token", "expires_in", "token_type"}`, or 400 `{"error": "invalid_grant"}` for other
+  values); with `--service-account EMAIL:MODULUS` (hex, exponent 65537), for a service account's
+  signed JWT (`grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion=JWT`: an RS256
+  JWT whose signature the key's modulus verifies, `iss` the account's email, `aud` the token
+  endpoint's URL, a `scope`, and an `exp` not past);
+- with `--user-project PROJECT` the bucket is a requester-pays one: every request but those to a
+  session's URI must carry `x-goog-user-project: PROJECT` (else 400 UserProjectMissing);
 - with `--hmac ACCESS_KEY:SECRET`, every request but those to a session's URI must be signed as
   GCS's XML API documents for HMAC keys and GDAL's /vsigs/ signs: `Authorization: GOOG1
   ACCESS_KEY:base64(HMAC-SHA1(SECRET, VERB\nContent-MD5\nContent-Type\nDate\n` + the x-goog-
   headers, lower-case `name:value\n`, sorted + the path))`; otherwise 403 SignatureDoesNotMatch.
 
-Started as `python3 serve_gcs.py [--address ADDR] [--hmac KEY:SECRET | --bearer TOKEN]
+Started as `python3 serve_gcs.py [--address ADDR] [--hmac KEY:SECRET | --bearer TOKEN
+[--oauth-refresh R:ID:SECRET] [--service-account EMAIL:MODULUS]] [--user-project PROJECT]
 [--session-host HOST]
 PORT LOG BUCKET...` (`--session-host`: sessions are handed out at that host, not the one asked,
 for a test that a client does not follow them elsewhere) (PORT 0 picks one;
@@ -66,6 +77,10 @@ SESSIONS = {}  # resumable upload id -> {"bucket", "key", "condition", "chunks",
 HMAC_KEY = None  # (access key, secret) when requests must be signed
 BEARER = None  # the access token requests must carry, which the metadata server gives
 TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+OAUTH_PATH = "/token"  # the OAuth2 token endpoint's
+OAUTH_REFRESH = None  # (refresh token, client id, client secret) the token endpoint takes
+SERVICE_ACCOUNT = None  # (email, RSA modulus) whose signed JWTs the token endpoint takes
+USER_PROJECT = None  # the project every request must name (a requester-pays bucket)
 SESSION_HOST = None  # the host sessions are handed out at, for a test (else the request's)
 CHUNK_MULTIPLE = 256 << 10
 GENERATIONS = itertools.count(int(time.time() * 1_000_000))
@@ -153,11 +168,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         documents; with --bearer, whether it does not carry the token (then answered 403
         here). Requests to a resumable session's URI are not signed: the session's URI is its
         credential."""
-        if HMAC_KEY is None and BEARER is None:
-            return False
         parsed = urllib.parse.urlsplit(self.path)
         if ("upload_id" in urllib.parse.parse_qs(parsed.query) or parsed.path.startswith("/_idem/")
-                or parsed.path == TOKEN_PATH):
+                or parsed.path in (TOKEN_PATH, OAUTH_PATH)):
+            return False
+        if USER_PROJECT is not None and self.headers.get("x-goog-user-project") != USER_PROJECT:
+            self.body()  # read before answering
+            self.answer(400, error_xml("UserProjectMissing", "Bucket is a requester pays bucket "
+                                       "but no user project provided."),
+                        {"Content-Type": "application/xml"}, head=head)
+            return True
+        if HMAC_KEY is None and BEARER is None:
             return False
         if BEARER is not None:
             if self.headers.get("Authorization", "") == f"Bearer {BEARER}":
@@ -359,7 +380,51 @@ class Handler(http.server.BaseHTTPRequestHandler):
             WRITES[bucket, key] = WRITES.get((bucket, key), 0) + 1
             return self.answer(200, b"", self.object_headers(obj))
 
+    def oauth_token(self):
+        """Google's OAuth2 token endpoint, for a refresh token or a service account's JWT."""
+        form = dict(urllib.parse.parse_qsl(self.body().decode()))
+        grant = form.get("grant_type")
+        if grant == "refresh_token" and OAUTH_REFRESH is not None:
+            granted = (form.get("refresh_token"), form.get("client_id"),
+                       form.get("client_secret")) == OAUTH_REFRESH
+        elif grant == "urn:ietf:params:oauth:grant-type:jwt-bearer" and SERVICE_ACCOUNT:
+            granted = self.jwt_holds(form.get("assertion", ""))
+        else:
+            granted = False
+        if not granted:
+            return self.answer(400, json.dumps({"error": "invalid_grant"}).encode(),
+                               {"Content-Type": "application/json"})
+        token = {"access_token": BEARER, "expires_in": 3599, "token_type": "Bearer"}
+        return self.answer(200, json.dumps(token).encode(), {"Content-Type": "application/json"})
+
+    def jwt_holds(self, assertion):
+        """Whether `assertion` is a JWT signed with RS256 by the service account's key (RSASSA-
+        PKCS1-v1_5 with SHA-256: the signature to the power 65537 modulo the key's modulus is
+        the padded DER DigestInfo of the SHA-256 of "header.claims") for this endpoint."""
+        def decode(part):
+            part = part.replace("-", "+").replace("_", "/")
+            return base64.b64decode(part + "=" * (-len(part) % 4))
+        try:
+            header, claims, signature = assertion.split(".")
+            if json.loads(decode(header)).get("alg") != "RS256":
+                return False
+            claims_json = json.loads(decode(claims))
+            email, modulus = SERVICE_ACCOUNT
+            size = (modulus.bit_length() + 7) // 8
+            got = pow(int.from_bytes(decode(signature), "big"), 65537, modulus)
+            digest = hashlib.sha256(f"{header}.{claims}".encode()).digest()
+            info = bytes.fromhex("3031300d060960864801650304020105000420") + digest
+            wanted = b"\x00\x01" + b"\xff" * (size - len(info) - 3) + b"\x00" + info
+            endpoint = f"http://{self.headers.get('Host')}{OAUTH_PATH}"
+            return (got.to_bytes(size, "big") == wanted and claims_json.get("iss") == email
+                    and claims_json.get("aud") == endpoint and claims_json.get("scope")
+                    and claims_json.get("exp", 0) > time.time())
+        except (ValueError, TypeError, AttributeError):
+            return False
+
     def do_POST(self):
+        if urllib.parse.urlsplit(self.path).path == OAUTH_PATH and BEARER is not None:
+            return self.oauth_token()
         if self.signature_fails():
             return
         bucket, key, query = self.target()
@@ -436,7 +501,7 @@ def main():
     global LOG
     args = sys.argv[1:]
     address = "127.0.0.1"
-    global HMAC_KEY, BEARER, SESSION_HOST
+    global HMAC_KEY, BEARER, SESSION_HOST, OAUTH_REFRESH, SERVICE_ACCOUNT, USER_PROJECT
     while args[0].startswith("--"):
         if args[0] == "--address":
             address = args[1]
@@ -444,6 +509,13 @@ def main():
             HMAC_KEY = tuple(args[1].split(":", 1))
         elif args[0] == "--bearer":
             BEARER = args[1]
+        elif args[0] == "--oauth-refresh":
+            OAUTH_REFRESH = tuple(args[1].split(":", 2))
+        elif args[0] == "--service-account":
+            email, _, modulus = args[1].rpartition(":")
+            SERVICE_ACCOUNT = (email, int(modulus, 16))
+        elif args[0] == "--user-project":
+            USER_PROJECT = args[1]
         elif args[0] == "--session-host":
             SESSION_HOST = args[1]
         args = args[2:]
