@@ -8,7 +8,8 @@ Writes the `tile-cost` section of bench/RESULTS.md.
 
 Run by bench/run (step pool); alone: /usr/bin/python3 bench/pool_bench.py (Release build in
 build-release). Knobs: IDEM_BENCH_POOL_TILES (tiles per level, 400), IDEM_BENCH_POOL_ROUNDS (3),
-IDEM_BENCH_PROCESS_ROUNDS (20)."""
+IDEM_BENCH_PROCESS_ROUNDS (20), IDEM_BENCH_WORKER_TILES (200: the tiles of the worker's loop
+whose driver steps are reported)."""
 
 import multiprocessing
 import os
@@ -27,6 +28,7 @@ from osgeo import gdal  # noqa: E402
 TILES = int(os.environ.get("IDEM_BENCH_POOL_TILES", "400"))
 ROUNDS = int(os.environ.get("IDEM_BENCH_POOL_ROUNDS", "3"))
 PROCESS_ROUNDS = int(os.environ.get("IDEM_BENCH_PROCESS_ROUNDS", "20"))
+WORKER_TILES = int(os.environ.get("IDEM_BENCH_WORKER_TILES", "200"))
 ZOOM = 15
 
 
@@ -192,6 +194,56 @@ def steps_of_one_tile(src, bounds):
     return lines
 
 
+# A pool worker's loop, alone: the tiles given as JSON on stdin made one after another by
+# gdal.Warp from a source opened once, then made again (every one a skip).
+WORKER_LOOP = ("import json, sys\n"
+               "from osgeo import gdal\n"
+               "gdal.UseExceptions()\n"
+               "src = gdal.Open(sys.argv[1])\n"
+               "jobs = json.load(sys.stdin)\n"
+               "for _ in range(2):\n"
+               "    for dst, bounds in jobs:\n"
+               "        gdal.Warp('/vsiidem/' + dst, src, format='IDEM', dstSRS='EPSG:3857',\n"
+               "                  resampleAlg='bilinear', outputBounds=bounds, width=256,\n"
+               "                  height=256, dstAlpha=True, creationOptions=['FORMAT=PNG'])\n"
+               "    sys.stderr.write('IDEM: --- rerun ---\\n')\n")
+
+
+def worker_steps(src, tiles):
+    """The driver's steps in one pool worker's loop (CPL_DEBUG=IDEM `timing:` lines), median per
+    tile: new tiles durable and with IDEM_FSYNC=NO, then their skips."""
+    import json
+    work = os.path.join(B.WORK, "pool", "worker")
+    columns = {}
+    for name, extra in (("new tile, durable", {}), ("new tile, `IDEM_FSYNC=NO`",
+                                                    {"IDEM_FSYNC": "NO"})):
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        jobs = [(os.path.join(work, f"{x}_{y}.png"), list(bounds)) for _, x, y, bounds in tiles]
+        env = B.env_with(IDEM_LEDGER=os.path.join(work, "ledger.sqlite"), CPL_DEBUG="IDEM",
+                         **extra)
+        stderr = subprocess.run([sys.executable, "-c", WORKER_LOOP, src],
+                                input=json.dumps(jobs), env=env, capture_output=True, text=True,
+                                check=True).stderr
+        first, rerun = stderr.split("IDEM: --- rerun ---", 1)
+        for column, text in ((name, first), ("skip", rerun)):
+            steps = columns.setdefault(column, {})
+            if column == "skip" and steps:
+                continue  # the skips of the durable level
+            for step, ms in B.TIMING.findall(text):
+                steps.setdefault(step, []).append(float(ms))
+    names = [n for n in columns if n != "skip"] + ["skip"]
+    lines = ["| step | " + " | ".join(f"{n} (ms)" for n in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for step in list(dict.fromkeys(s for c in columns.values() for s in c)):
+        cells = [f"{B.med(columns[n][step]):.2f}" if step in columns[n] else "–" for n in names]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    sums = [sum(B.med(v) for s, v in columns[n].items() if s != "materialise") for n in names]
+    lines.append("| **sum, without materialise** | " +
+                 " | ".join(f"{v:.2f}" for v in sums) + " |")
+    return lines, len(tiles)
+
+
 # One tile through IDEM in this process, for callgrind: the tile is made (new) or found done
 # (skip) by gdal.Warp from an open source, as in the pool.
 ONE_TILE = ("import sys\n"
@@ -233,13 +285,16 @@ def callgrind_rows(src, bounds):
                         *args], env=env, check=True, capture_output=True)
         total = inclusive_instructions(out, "idem_create_copy")
         work_done = inclusive_instructions(out, "idem::materialise(")
-        counts[name] = (total, work_done)
-    new_total, new_work = counts["new"]
+        hashing = inclusive_instructions(out, "idem::Sha256::update(")
+        counts[name] = (total, work_done, hashing)
+    new_total, new_work, new_hashing = counts["new"]
     return [f"callgrind (valgrind), one tile in a new Python process (the ledger file and the "
             f"source's digest made by an earlier one): the driver's CreateCopy of a new tile executes {new_total / 1e6:.1f} M "
             f"instructions, of which {new_work / 1e6:.1f} M are the warp and the PNG encoding "
             f"(materialise), so IDEM's own work is **{(new_total - new_work) / 1e6:.2f} M "
-            f"instructions**; a skip executes **{counts['skip'][0] / 1e6:.2f} M**."]
+            f"instructions**; a skip executes **{counts['skip'][0] / 1e6:.2f} M**. Of IDEM's own, "
+            f"{new_hashing / 1e6:.2f} M are SHA-256 (`idem::Sha256::update`: the key and the "
+            "output's fingerprint)."]
 
 
 def main():
@@ -251,6 +306,7 @@ def main():
     bounds = tiles[len(tiles) // 2][3]
     process_lines, results = process_rows(src, bounds)
     step_lines = steps_of_one_tile(src, bounds)
+    worker_lines, worker_count = worker_steps(src, tiles[:WORKER_TILES])
     callgrind_lines = callgrind_rows(src, bounds)
     plain = statistics.median(results["plain `gdalwarp -of GTiff`"]) * 1000
     vrt = statistics.median(results["`gdalwarp -of VRT` (the warp set up and written as VRT, "
@@ -307,6 +363,15 @@ def main():
         "The driver's steps (CPL_DEBUG=IDEM `timing:` lines, median of 9 tiles):",
         "",
         *step_lines,
+        "",
+        f"The same steps in a pool worker's loop: one process making {worker_count} of the "
+        "level's tiles one after another with `gdal.Warp` from a source opened once (the "
+        "ledger already open, GDAL warm), then making them again (each a skip); median per "
+        "tile. `heartbeat+commit` holds the fsyncs of the tile, its `.aux.xml` and their "
+        "directory; the ms outside the steps are gdal.Warp's own (the warped VRT it builds "
+        "before it calls the driver), paid by plain `gdal.Warp` too:",
+        "",
+        *worker_lines,
         "",
         *callgrind_lines,
     ]
