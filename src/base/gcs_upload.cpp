@@ -127,6 +127,9 @@ std::optional<GcsCredentials> json_credentials(GcsCredentials credentials, const
     credentials.private_key = private_key_text(root.GetString("private_key"));
     credentials.client_email = root.GetString("client_email");
     credentials.scope = scope;
+    if (credentials.private_key.empty() || credentials.client_email.empty()) {
+      return std::nullopt;  // GDAL refuses a service account without either
+    }
     return credentials;
   }
   if (type == "authorized_user") {
@@ -141,9 +144,11 @@ std::optional<GcsCredentials> json_credentials(GcsCredentials credentials, const
 
 // The credentials of a .boto file as GDAL reads it ([Credentials] gs_access_key_id,
 // gs_secret_access_key, gs_oauth2_refresh_token; [OAuth2] client_id, client_secret): a refresh
-// token before an HMAC key. nullopt when it holds neither (or cannot be read).
-std::optional<GcsCredentials> boto_credentials(GcsCredentials credentials,
-                                               const std::string& file) {
+// token before an HMAC key. nullopt when it holds neither (or cannot be read): GDAL then goes on
+// to the metadata server. `refused`: it holds a refresh token with a client's id but not its
+// secret (or the reverse), which GDAL refuses without going on.
+std::optional<GcsCredentials> boto_credentials(GcsCredentials credentials, const std::string& file,
+                                               bool& refused) {
   std::map<std::string, std::string> values;  // "section/key" in lower case -> value
   VSILFILE* in = VSIFOpenL(file.c_str(), "rb");
   if (in == nullptr) {
@@ -174,10 +179,8 @@ std::optional<GcsCredentials> boto_credentials(GcsCredentials credentials,
       credentials.client_id = values["[OAuth2]/client_id"];
       credentials.client_secret = values["[OAuth2]/client_secret"];
     }
-    if (!client_pair(credentials.client_id, credentials.client_secret)) {
-      return std::nullopt;
-    }
-    return credentials;
+    refused = !client_pair(credentials.client_id, credentials.client_secret);
+    return refused ? std::nullopt : std::make_optional(credentials);
   }
   credentials.access_key_id = values["[Credentials]/gs_access_key_id"];
   credentials.secret = values["[Credentials]/gs_secret_access_key"];
@@ -270,7 +273,7 @@ std::optional<GcsCredentials> gcs_signing_credentials(const std::string& path) {
     }
     credentials.private_key = private_key_text(credentials.private_key);
     credentials.client_email = option("GS_OAUTH2_CLIENT_EMAIL");
-    if (credentials.client_email.empty()) {
+    if (credentials.client_email.empty() || credentials.private_key.empty()) {
       return std::nullopt;
     }
     credentials.kind = GcsCredentials::Kind::k_service_account;
@@ -282,7 +285,8 @@ std::optional<GcsCredentials> gcs_signing_credentials(const std::string& path) {
   const std::string boto = CPLGetConfigOption(
       "CPL_GS_CREDENTIALS_FILE", (std::string(home != nullptr ? home : "") + "/.boto").c_str());
   if (exists(boto)) {
-    if (auto from_file = boto_credentials(credentials, boto)) {
+    bool refused = false;
+    if (auto from_file = boto_credentials(credentials, boto, refused); from_file || refused) {
       return from_file;
     }
   }

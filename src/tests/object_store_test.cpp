@@ -275,6 +275,7 @@ TEST(StorePreconditions, GcsCredentialsAreGdalsInGdalsOrder) {
                         R"({"type": "authorized_user", "client_id": "cid", "client_secret": "cs",)"
                         R"( "refresh_token": "1//user"})");
     const TextFile other(".json", R"({"type": "external_account"})");
+    const TextFile keyless(".json", R"({"type": "service_account", "client_email": "sa@p.iam"})");
     const TextFile broken(".json", "{not json");
     {
       const ConfigGuard json({{"GOOGLE_APPLICATION_CREDENTIALS", service.path()},
@@ -298,7 +299,8 @@ TEST(StorePreconditions, GcsCredentialsAreGdalsInGdalsOrder) {
       EXPECT_EQ(credentials->client_id, "cid");
       EXPECT_EQ(credentials->client_secret, "cs");
     }
-    for (const char* unusable : {other.path(), broken.path(), "/nonexistent/key.json"}) {
+    for (const char* unusable :
+         {other.path(), keyless.path(), broken.path(), "/nonexistent/key.json"}) {
       // GDAL stops at a file it cannot use; IDEM does not look further either.
       const ConfigGuard json({{"GOOGLE_APPLICATION_CREDENTIALS", unusable},
                               {"GS_OAUTH2_PRIVATE_KEY", pem.c_str()},
@@ -326,6 +328,9 @@ TEST(StorePreconditions, GcsCredentialsAreGdalsInGdalsOrder) {
                            "gs_access_key_id = GOOGID\ngs_secret_access_key = s\n"
                            "[OAuth2]\nclient_id = fid\nclient_secret = fs\n");
     const TextFile empty(".boto", "[Credentials]\n");
+    const TextFile half_client(".boto",
+                               "[Credentials]\ngs_oauth2_refresh_token = 1//boto\n"
+                               "[OAuth2]\nclient_id = fid\n");
     {
       const ConfigGuard file({{"CPL_GS_CREDENTIALS_FILE", hmac.path()}});
       auto credentials = gcs_signing_credentials(path);
@@ -351,6 +356,14 @@ TEST(StorePreconditions, GcsCredentialsAreGdalsInGdalsOrder) {
       EXPECT_FALSE(gcs_signing_credentials(path).has_value());
       const ConfigGuard gce({{"CPL_GCE_SKIP", "NO"}, {"CPL_GCE_CHECK_LOCAL_FILES", "NO"}});
       EXPECT_EQ(gcs_signing_credentials(path)->kind, Kind::k_metadata_server);
+    }
+    {
+      // A refresh token whose client has an id but no secret: GDAL refuses the file and stops
+      // there; IDEM does not sign with the machine's account instead.
+      const ConfigGuard file({{"CPL_GS_CREDENTIALS_FILE", half_client.path()},
+                              {"CPL_GCE_SKIP", "NO"},
+                              {"CPL_GCE_CHECK_LOCAL_FILES", "NO"}});
+      EXPECT_FALSE(gcs_signing_credentials(path).has_value());
     }
   }
   {
