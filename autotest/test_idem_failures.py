@@ -286,10 +286,10 @@ def test_idem_full_disk_keeps_the_previous_output(sqlite_ledger, source, mount_p
 
 
 def test_a_png_tile_needs_no_room_for_a_scratch_geotiff(sqlite_ledger, source, mount_point):
-    """A CreateCopy-only format (PNG) is copied from a GeoTIFF IDEM warps first; for a tile that
-    GeoTIFF is kept in memory, not written beside the output. On a disk with room for the PNG
-    (as plain gdalwarp needs) but not for the 256 KB of uncompressed pixels, the tile is made,
-    identical to plain gdalwarp's, and nothing else is left there."""
+    """A CreateCopy-only format (PNG) is copied from the warped VRT, as gdalwarp copies it: no
+    uncompressed GeoTIFF of the tile is written beside the output. On a disk with room for the
+    PNG (as plain gdalwarp needs) but not for the 256 KB of uncompressed pixels, the tile is
+    made, identical to plain gdalwarp's, and nothing else is left there."""
     mount_or_skip(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount_point)])
     tile = ("-dstalpha", "-ts", "256", "256", "-co", "FORMAT=PNG")
     out = mount_point / "t.png"

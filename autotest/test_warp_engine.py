@@ -258,14 +258,29 @@ def test_warp_engine_cog_matches_direct_warp(data_dir, tmp_path, case):
         assert_same_pixels(out, gdalwarp_cog, overviews=True)
 
 
-def test_warp_engine_png_matches_direct_gtiff(data_dir, tmp_path):
-    # PNG has no Create: the warp goes through a temporary GTiff, so its pixels are those of a
-    # direct warp (gdalwarp -of PNG itself would read through the VRT, docs/internals.md §8).
-    args = WARP_CASES["cubic"]
-    vrt = warp_vrt(data_dir, tmp_path, args)
+# A 256x256 tile of an XYZ pyramid, where a warp copied from the warped VRT and a warp done first
+# give other pixels.
+PNG_TILE = T_3857 + ["-r", "bilinear", "-dstalpha", "-te", "1601605", "5148142", "1612061",
+                     "5158597", "-ts", "256", "256"]
+
+
+def test_warp_engine_png_is_copied_from_the_warped_vrt(data_dir, tmp_path):
+    # PNG has no Create: GDAL writes a warp into it as PNG's CreateCopy from the warped VRT,
+    # block by block (docs/internals.md §14), and so does IDEM: the pixels of gdalwarp -of PNG,
+    # which are not those of a warp done first (§8), as gdalwarp -of GTiff does.
+    vrt = warp_vrt(data_dir, tmp_path, PNG_TILE)
     out = tmp_path / "idem.png"
     materialise(vrt, out, "-of", "PNG", "-scratch", tmp_path)
-    assert_same_pixels_ignoring_georef(out, warp_direct(data_dir, tmp_path, args))
+    direct_png = warp_direct(data_dir, tmp_path, PNG_TILE, fmt="PNG", name="direct.png")
+    assert_same_pixels_ignoring_georef(out, direct_png)
+    warped_first = warp_direct(data_dir, tmp_path, PNG_TILE)
+    assert count_differing(out, warped_first) > 0, "the case no longer tells the two ways apart"
+
+
+def count_differing(actual_path, expected_path):
+    actual = gdal.Open(str(actual_path)).ReadAsArray()
+    expected = gdal.Open(str(expected_path)).ReadAsArray()
+    return int(np.count_nonzero(actual != expected))
 
 
 def assert_same_pixels_ignoring_georef(actual_path, expected_path):
@@ -317,7 +332,7 @@ def _progress(log):
     return [float(line) for line in log.read_text().split()]
 
 
-@pytest.mark.parametrize("fmt", ["GTiff", "COG"])
+@pytest.mark.parametrize("fmt", ["GTiff", "COG", "PNG"])
 def test_warp_engine_progress_reaches_one(data_dir, tmp_path, fmt):
     vrt = warp_vrt(data_dir, tmp_path, WARP_CASES["bilinear"])
     log = tmp_path / "progress.txt"
@@ -328,7 +343,8 @@ def test_warp_engine_progress_reaches_one(data_dir, tmp_path, fmt):
     assert any(0.1 < v < 0.9 for v in values), "no intermediate progress"
 
 
-@pytest.mark.parametrize("fmt,cancel_at", [("GTiff", 0.3), ("COG", 0.2), ("COG", 0.8)])
+@pytest.mark.parametrize("fmt,cancel_at", [("GTiff", 0.3), ("COG", 0.2), ("COG", 0.8),
+                                           ("PNG", 0.5)])
 def test_warp_engine_cancelled_by_progress(data_dir, tmp_path, fmt, cancel_at):
     vrt = warp_vrt(data_dir, tmp_path, WARP_CASES["bilinear"])
     out = tmp_path / "out" / "idem.tif"

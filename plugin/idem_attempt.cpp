@@ -168,9 +168,12 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
                                      : report.options_adopted ? "ADOPTED"
                                                               : "DESERIALISED");
     debug_report_set("WARP_RUN_BY", report.ran_gdalwarp        ? "GDALWARP"
+                                    : report.copied_vrt        ? "VRT_COPY"
                                     : report.ran_vrt_operation ? "VRT_OPERATION"
                                                                : "OWN_OPERATION");
-    debug_report_set("WARP_SOURCE", report.kept_source ? "KEPT" : "OPENED");
+    debug_report_set("WARP_SOURCE", report.kept_source  ? "KEPT"
+                                    : report.copied_vrt ? "VRT"
+                                                        : "OPENED");
   }
   // GDAL 3.6 has no GDALDataset::Close(): flush, close, and look for errors raised doing so
   // (a full disk shows up here).

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,7 @@
 #include "gdal_priv.h"
 #include "gdalwarp_rules.hpp"
 #include "gdalwarper.h"
+#include "key/work_key.hpp"
 #include "vrtdataset.h"
 
 namespace idem {
@@ -86,13 +88,18 @@ class WarpOptionsOwner {
 // the transformer; neither depends on which dataset objects it reads and writes.
 class OperationDatasets {
  public:
-  OperationDatasets(GDALWarpOperation* operation, const GDALWarpOptions& ours)
+  // `source_only`: the operation keeps its own output and progress (the warped VRT's blocks, read
+  // by a CreateCopy from it) and reads `ours.hSrcDS` only.
+  OperationDatasets(GDALWarpOperation* operation, const GDALWarpOptions& ours,
+                    bool source_only = false)
       // GetOptions() hands out the operation's own (non-const) copy of its options, read-only.
       : m_theirs(const_cast<GDALWarpOptions*>(operation->GetOptions())), m_saved(*m_theirs) {
     m_theirs->hSrcDS = ours.hSrcDS;
-    m_theirs->hDstDS = ours.hDstDS;
-    m_theirs->pfnProgress = ours.pfnProgress;
-    m_theirs->pProgressArg = ours.pProgressArg;
+    if (!source_only) {
+      m_theirs->hDstDS = ours.hDstDS;
+      m_theirs->pfnProgress = ours.pfnProgress;
+      m_theirs->pProgressArg = ours.pProgressArg;
+    }
   }
   ~OperationDatasets() {
     m_theirs->hSrcDS = m_saved.hSrcDS;
@@ -471,6 +478,39 @@ GDALDatasetUniquePtr create_copy(GDALDriver* driver, const std::string& path, GD
   return output;
 }
 
+// A warp into a CreateCopy-only format other than COG, written as GDAL writes it with that format
+// named directly: the format's CreateCopy reads the warped VRT block by block (docs/internals.md
+// §14), whose pixels are not those of a warp done first (§8) but are the direct call's. The VRT's
+// warp operation reads the dataset the key opened (its digest is in the key) in place of the
+// caller's handle, which it gets back afterwards; blocks the VRT computed before from that handle
+// are dropped first, so that none is copied.
+GDALDatasetUniquePtr copy_warped_vrt(GDALDataset* vrt, PreparedWarp& warp, GDALDriver* driver,
+                                     const std::string& path, CSLConstList creation_options,
+                                     const ProgressRelay& relay, GDALProgressFunc progress,
+                                     void* progress_data) {
+  const auto drop_computed_blocks = [vrt] {
+    for (int band = 1; band <= vrt->GetRasterCount(); ++band) {
+      vrt->GetRasterBand(band)->FlushCache(false);
+    }
+  };
+  GDALWarpOperation* operation = warp.kept_source() ? warp.initialized_operation() : nullptr;
+  std::optional<OperationDatasets> swapped;
+  if (operation != nullptr) {
+    drop_computed_blocks();
+    swapped.emplace(operation, *warp.options().get(), true);
+    warp.set_ran_by_vrt_operation();
+  }
+  CPLDebug(k_debug_category, "CreateCopy %s (%s) from the warped VRT%s", path.c_str(),
+           driver->GetDescription(),
+           operation != nullptr ? ", reading the dataset opened for the key" : "");
+  GDALDatasetUniquePtr output =
+      create_copy(driver, path, vrt, creation_options, relay, progress, progress_data);
+  if (operation != nullptr) {
+    drop_computed_blocks();  // computed from the key's dataset: the caller's VRT reads its own
+  }
+  return output;
+}
+
 // Up to this many bytes of pixels, the GeoTIFF a CreateCopy-only format is copied from is kept
 // in memory (/vsimem/, this process's own): a 256x256 tile then costs no file created, written,
 // read back and deleted. Larger ones go beside the output, on its disk.
@@ -547,6 +587,17 @@ GDALDatasetUniquePtr materialise_unchecked(const MaterialiseRequest& request,
                        relay, stage.function(), stage.data());
   }
 
+  if (warp_copies_from_vrt(driver->GetDescription())) {
+    if (request.report != nullptr) {
+      request.report->copied_vrt = true;
+      // The caller's VRT reads the key's dataset only through its own, adopted operation.
+      request.report->kept_source = warp->kept_source() && warp->initialized_operation() != nullptr;
+    }
+    ScaledProgress stage(0.0, 1.0, relay);
+    return reported(copy_warped_vrt(request.source, *warp, driver, request.output_path,
+                                    request.creation_options.List(), relay, stage.function(),
+                                    stage.data()));
+  }
   // COG gained a Create in GDAL 3.13 that drops band descriptions; gdalwarp writes a COG from a
   // GeoTIFF it warped first, on every release, and so does IDEM (docs/internals.md §5).
   if (can_create && !EQUAL(driver->GetDescription(), "COG")) {

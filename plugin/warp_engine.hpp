@@ -45,6 +45,7 @@ struct MaterialiseReport {
   bool ran_vrt_operation = false;  // the warped VRT's own warp operation ran the warp
   bool kept_source = false;        // the warp read the dataset the key opened
   bool ran_gdalwarp = false;       // GDALWarp() ran it (COG grid options, gdalwarp's mosaic)
+  bool copied_vrt = false;  // the format's CreateCopy read the warped VRT (warp_copies_from_vrt)
 };
 
 struct MaterialiseRequest {

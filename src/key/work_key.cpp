@@ -173,6 +173,16 @@ std::string compute_key(const std::string& namespace_name, const std::string& ca
   return sha256_hex(namespace_name + ":v" + std::to_string(k_algo_version) + ":" + canonical_json);
 }
 
+bool warp_copies_from_vrt(const std::string& format) {
+  GDALDriver* driver = GetGDALDriverManager()->GetDriverByName(format.c_str());
+  if (driver == nullptr || EQUAL(driver->GetDescription(), "COG") ||
+      EQUAL(driver->GetDescription(), "VRT")) {
+    return false;
+  }
+  return driver->GetMetadataItem(GDAL_DCAP_CREATE) == nullptr &&
+         driver->GetMetadataItem(GDAL_DCAP_CREATECOPY) != nullptr;
+}
+
 bool cog_grid_options_in(const std::vector<std::pair<std::string, std::string>>& options) {
   // The first occurrence wins, as for the driver (CSLFetchNameValue).
   bool tiling_scheme_seen = false;
@@ -247,6 +257,12 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     }
     work.set("vrt", std::move(vrt));
     description.vrt_xml = xml;
+    // Written as the direct call writes it: copied from the warped VRT (docs/internals.md §14).
+    if (description.is_warp && !options.gdalwarp_arguments &&
+        warp_copies_from_vrt(options.format)) {
+      description.copies_warped_vrt = true;
+      work.set("warp_written", JsonValue::string("vrt_copy"));
+    }
     if (options.gdalwarp_arguments) {
       work.set(description.is_warp ? "gdalwarp_warp" : "gdalwarp_mosaic",
                string_array(*options.gdalwarp_arguments));

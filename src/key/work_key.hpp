@@ -70,6 +70,8 @@ struct WorkDescription {
   std::string vrt_canonical;
   // Written by GDALWarp() with gdalwarp's options (KeyOptions::gdalwarp_arguments).
   bool runs_gdalwarp = false;
+  // A warp written as a CreateCopy from the warped VRT (warp_copies_from_vrt()).
+  bool copies_warped_vrt = false;
 };
 
 // Whether `src` is the GTiff gdalwarp warped several sources into before calling the driver of
@@ -79,6 +81,13 @@ bool looks_materialised(GDALDataset* src, const std::string& destination);
 // Whether COG creation options make the COG driver choose the grid itself: TARGET_SRS, or a
 // TILING_SCHEME other than CUSTOM (the other grid options act only with one of those).
 bool cog_grid_options_in(const std::vector<std::pair<std::string, std::string>>& options);
+
+// Whether GDAL writes a warp into `format` as a CreateCopy from the warped VRT, reading its pixels
+// block by block through the VRT: a format whose driver has CreateCopy and no Create, COG aside
+// (docs/internals.md §14). A warp into such a format through IDEM is written the same way, so its
+// pixels are those of the direct call (`gdalwarp -of PNG`, `gdal.Warp(format="PNG")`); keyed
+// ("warp_written": "vrt_copy") apart from the outputs of earlier releases, which warped first.
+bool warp_copies_from_vrt(const std::string& format);
 
 // The canonical form describe_work() gives a warped VRT made in memory from `xml` (the sources
 // identified as `options` says), as text: two VRTs that describe the same work compare equal.
