@@ -3,7 +3,9 @@
 """The cost of a tile (issue 46): XYZ PNG tiles (256x256, bilinear, alpha) made by `gdal.Warp`
 in a 2-process `multiprocessing.Pool`, plain against IDEM (durable, and IDEM_FSYNC=NO) and the
 rerun of a finished level; and the same tile made by one `gdalwarp` process, against the floors
-GDAL itself sets (`gdalwarp --version`, and `-of VRT`: the same warp set up, nothing computed).
+GDAL itself sets (`gdalwarp --version`, and `-of VRT`: the same warp set up, nothing computed);
+the driver's steps in a worker's loop; and callgrind's instruction counts per tile, plain and
+through IDEM, which compare across machines where wall-clock ratios do not.
 Writes the `tile-cost` section of bench/RESULTS.md.
 
 Run by bench/run (step pool); alone: /usr/bin/python3 bench/pool_bench.py (Release build in
@@ -255,6 +257,45 @@ ONE_TILE = ("import sys\n"
             "          width=256, height=256, dstAlpha=True, creationOptions=['FORMAT=PNG'])\n")
 
 
+# Tiles made one after another by gdal.Warp from a source opened once, plain (PNG) or through
+# IDEM, for callgrind: the tiles given as JSON on stdin.
+TILE_LOOP = ("import json, sys\n"
+             "from osgeo import gdal\n"
+             "gdal.UseExceptions()\n"
+             "src = gdal.Open(sys.argv[1])\n"
+             "idem = sys.argv[2] == 'idem'\n"
+             "for dst, bounds in json.load(sys.stdin):\n"
+             "    gdal.Warp('/vsiidem/' + dst if idem else dst, src,\n"
+             "              format='IDEM' if idem else 'PNG', dstSRS='EPSG:3857',\n"
+             "              resampleAlg='bilinear', outputBounds=bounds, width=256, height=256,\n"
+             "              dstAlpha=True, creationOptions=['FORMAT=PNG'] if idem else [])\n")
+LOOP_TILES = 11  # the first of them pays what a process pays once (PROJ, the ledger's open)
+
+
+def instructions_per_tile(src, tiles):
+    """Instructions callgrind counts inside gdal.Warp per tile in a worker's loop, plain and
+    through IDEM: the calls of LOOP_TILES tiles less those of the first alone, per tile."""
+    import json
+    per_tile = {}
+    for mode in ("plain", "idem"):
+        counts = []
+        for count in (1, LOOP_TILES):
+            work = os.path.join(B.WORK, "pool", "callgrind", f"{mode}{count}")
+            shutil.rmtree(work, ignore_errors=True)
+            os.makedirs(work)
+            jobs = [(os.path.join(work, f"{x}_{y}.png"), list(bounds))
+                    for _, x, y, bounds in tiles[:count]]
+            out = os.path.join(work, "loop.callgrind")
+            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                            "--toggle-collect=GDALWarp", sys.executable, "-c", TILE_LOOP, src,
+                            mode], input=json.dumps(jobs), text=True, check=True,
+                           capture_output=True,
+                           env=B.env_with(IDEM_LEDGER=os.path.join(work, "ledger.sqlite")))
+            counts.append(inclusive_instructions(out, "GDALWarp"))
+        per_tile[mode] = (counts[1] - counts[0]) / (LOOP_TILES - 1)
+    return per_tile
+
+
 def inclusive_instructions(out_file, function):
     """Instructions (Ir) callgrind counted in `function` and what it called."""
     text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", out_file],
@@ -265,7 +306,7 @@ def inclusive_instructions(out_file, function):
     return 0
 
 
-def callgrind_rows(src, bounds):
+def callgrind_rows(src, bounds, tiles):
     """Instructions of IDEM's own work for one tile: all of the driver's CreateCopy less the
     warp and PNG encoding it runs (what plain gdal.Warp does too), and all of a skip."""
     if shutil.which("valgrind") is None:
@@ -288,7 +329,15 @@ def callgrind_rows(src, bounds):
         hashing = inclusive_instructions(out, "idem::Sha256::update(")
         counts[name] = (total, work_done, hashing)
     new_total, new_work, new_hashing = counts["new"]
-    return [f"callgrind (valgrind), one tile in a new Python process (the ledger file and the "
+    per_tile = instructions_per_tile(src, tiles)
+    extra = per_tile["idem"] - per_tile["plain"]
+    loop = (f"In a worker's loop ({LOOP_TILES - 1} tiles after a first, made one after another by "
+            f"`gdal.Warp` from a source opened once, all of each call counted): plain "
+            f"{per_tile['plain'] / 1e6:.1f} M instructions per tile, IDEM "
+            f"{per_tile['idem'] / 1e6:.1f} M, **{extra / 1e6:.2f} M more = "
+            f"{per_tile['idem'] / per_tile['plain']:.3f}x by instructions** (the kernel's work, "
+            "the fsyncs, renames and directories, is not counted: callgrind sees user space only).")
+    return [loop, "", f"callgrind (valgrind), one tile in a new Python process (the ledger file and the "
             f"source's digest made by an earlier one): the driver's CreateCopy of a new tile executes {new_total / 1e6:.1f} M "
             f"instructions, of which {new_work / 1e6:.1f} M are the warp and the PNG encoding "
             f"(materialise), so IDEM's own work is **{(new_total - new_work) / 1e6:.2f} M "
@@ -307,7 +356,7 @@ def main():
     process_lines, results = process_rows(src, bounds)
     step_lines = steps_of_one_tile(src, bounds)
     worker_lines, worker_count = worker_steps(src, tiles[:WORKER_TILES])
-    callgrind_lines = callgrind_rows(src, bounds)
+    callgrind_lines = callgrind_rows(src, bounds, tiles)
     plain = statistics.median(results["plain `gdalwarp -of GTiff`"]) * 1000
     vrt = statistics.median(results["`gdalwarp -of VRT` (the warp set up and written as VRT, "
                                     "nothing computed)"]) * 1000
