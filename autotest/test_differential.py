@@ -116,6 +116,12 @@ def sources(tmp_path_factory):
     paths["mosaic_optfile"] = root / "mosaic.optfile"
     gdal.BuildVRT(str(root / "mosaic.vrt"), [str(paths["src"]), str(paths["src_b"])]).FlushCache()
     paths["mosaic"] = root / "mosaic.vrt"
+    # A warped VRT of a 256x256 tile of src, written to a file (docs/keys.md, "gdal_translate of a
+    # warped VRT").
+    gdal.Warp(str(root / "warped.vrt"), str(paths["src"]), format="VRT", dstSRS="EPSG:3857",
+              resampleAlg="bilinear", dstAlpha=True, width=256, height=256,
+              outputBounds=[1670672.4, 5158073.7, 1674313.8, 5161715.0]).FlushCache()
+    paths["warped"] = root / "warped.vrt"
     # UInt16 RGBA whose bands are 15-bit (NBITS=15), read through a VRT (whose bands carry no
     # NBITS, so gdalwarp takes their alpha maximum from the type).
     ds = gtiff.Create(str(root / "nbits.tif"), size, size, 4, gdal.GDT_UInt16,
