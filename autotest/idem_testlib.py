@@ -25,6 +25,10 @@ BUILD_DIR = os.environ.get("IDEM_BUILD_DIR", os.path.join(ROOT, "build"))
 # IDEM_TEST_INSTALLED=1: the installed package (`make deb`), found where GDAL finds plugins and on
 # PATH, instead of the build; GDAL_DRIVER_PATH is then left unset.
 INSTALLED = os.environ.get("IDEM_TEST_INSTALLED") == "1"
+# How long Prefect's ephemeral API server may take to answer its first request (Prefect's own
+# default is 20 s, which a slow or loaded machine exceeds: the flow then fails before any task).
+# Prefect polls until the server answers, so a faster start is not slowed by this cap.
+PREFECT_STARTUP_SECONDS = 300
 PLUGIN_DIR = None if INSTALLED else os.path.join(BUILD_DIR, "gdalplugins")
 GDAL_IDEM = (shutil.which("gdal-idem") or "gdal-idem") if INSTALLED else os.path.join(
     BUILD_DIR, "src", "gdal-idem")

@@ -70,7 +70,8 @@ import sys
 import pytest
 from osgeo import gdal
 
-from idem_testlib import BUILD_DIR, GDAL_IDEM, INSTALLED, PLUGIN_DIR, ROOT, make_source
+from idem_testlib import (BUILD_DIR, GDAL_IDEM, INSTALLED, PLUGIN_DIR, PREFECT_STARTUP_SECONDS,
+                          ROOT, make_source)
 
 VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
 
@@ -201,6 +202,7 @@ def sandbox(tmp_path, sample_sources):
         "PREFECT_HOME": str(tmp_path / ".prefect"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_LOGGING_LEVEL": "WARNING",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": str(PREFECT_STARTUP_SECONDS),
         "DAGSTER_HOME": str(tmp_path / ".dagster"),
         "DO_NOT_TRACK": "1",
     })

@@ -18,8 +18,8 @@ import uuid
 import pytest
 from osgeo import gdal
 
-from idem_testlib import (GDAL_IDEM, ROOT, assert_same_pixels, env_with, file_state,
-                          make_ledger, make_source, run, temp_dirs_beside,
+from idem_testlib import (GDAL_IDEM, PREFECT_STARTUP_SECONDS, ROOT, assert_same_pixels, env_with,
+                          file_state, make_ledger, make_source, run, temp_dirs_beside,
                           wait_until_leases_expired)
 
 VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
@@ -81,6 +81,7 @@ def batch_env(tmp_path, ledger, batch_dir, **extra):
     return env_with(IDEM_LEDGER=ledger.dsn, IDEM_STALE_SECONDS=LEASE, BATCH_DIR=batch_dir,
                     PYTHONPATH=ORCHESTRATED, PREFECT_HOME=tmp_path / "prefect",
                     PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="WARNING",
+                    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=PREFECT_STARTUP_SECONDS,
                     DAGSTER_HOME=tmp_path / "dagster", DO_NOT_TRACK="1", **extra)
 
 

@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from idem_testlib import (INSTALLED, ROOT, env_with, kill9, lonlat_corners, make_source, run,  # noqa: F401
-                          sqlite_ledger, start_paused)
+from idem_testlib import (INSTALLED, PREFECT_STARTUP_SECONDS, ROOT, env_with, kill9,  # noqa: F401
+                          lonlat_corners, make_source, run, sqlite_ledger, start_paused)
 
 VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
 SCRIPT = os.path.join(ROOT, "autotest", "orchestrated", "package_flows.py")
@@ -33,6 +33,7 @@ def batch(tmp_path, sqlite_ledger):
     env = env_with(IDEM_LEDGER=sqlite_ledger.dsn, IDEM_STALE_SECONDS=LEASE, BATCH_DIR=tmp_path,
                    TILES=TILES, PREFECT_HOME=tmp_path / "prefect-home",
                    PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="WARNING",
+                   PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=PREFECT_STARTUP_SECONDS,
                    DAGSTER_HOME=tmp_path / "dagster-home", DO_NOT_TRACK="1", IDEM_VERBOSE=None)
     (tmp_path / "dagster-home").mkdir()
     (tmp_path / "dagster-home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
