@@ -260,7 +260,6 @@ WorkDescription describe_work(GDALDataset* src, const KeyOptions& options) {
     // Written as the direct call writes it: copied from the warped VRT (docs/internals.md §14).
     if (description.is_warp && !options.gdalwarp_arguments &&
         warp_copies_from_vrt(options.format)) {
-      description.copies_warped_vrt = true;
       work.set("warp_written", JsonValue::string("vrt_copy"));
     }
     if (options.gdalwarp_arguments) {

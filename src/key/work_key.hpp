@@ -70,8 +70,6 @@ struct WorkDescription {
   std::string vrt_canonical;
   // Written by GDALWarp() with gdalwarp's options (KeyOptions::gdalwarp_arguments).
   bool runs_gdalwarp = false;
-  // A warp written as a CreateCopy from the warped VRT (warp_copies_from_vrt()).
-  bool copies_warped_vrt = false;
 };
 
 // Whether `src` is the GTiff gdalwarp warped several sources into before calling the driver of

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,20 +77,28 @@ std::vector<std::string> list_directory(const std::string& dir) {
   return *names;
 }
 
-// A file, or every file and directory of a directory dataset (Zarr), synced to disk.
-void fsync_tree(const std::string& path) {
+// Calls `on_file` on a regular file, or on every regular file of a directory dataset (Zarr), and
+// `on_directory` on each directory after its entries. Never through a link (lstat): a link or
+// anything else that is not a regular file or a directory is left alone.
+void walk_tree(const std::string& path, const std::function<void(const std::string&)>& on_file,
+               const std::function<void(const std::string&)>& on_directory) {
   struct stat info {};
   if (::lstat(path.c_str(), &info) != 0) {
     return;
   }
   if (S_ISDIR(info.st_mode)) {
     for (const auto& name : directory_entries(path).value_or(std::vector<std::string>())) {
-      fsync_tree(join_path(path, name));
+      walk_tree(join_path(path, name), on_file, on_directory);
     }
-    fsync_path(path);
+    on_directory(path);
   } else if (S_ISREG(info.st_mode)) {
-    fsync_path(path);
+    on_file(path);
   }
+}
+
+// A file, or every file and directory of a directory dataset, synced to disk.
+void fsync_tree(const std::string& path) {
+  walk_tree(path, fsync_path, fsync_path);
 }
 
 // Starts writing a file, or every file of a directory dataset, to disk without waiting for it: the
@@ -98,24 +107,16 @@ void fsync_tree(const std::string& path) {
 // each waited for a commit of its own (about 0.1-0.2 ms of a PNG tile with its .aux.xml,
 // bench/RESULTS.md section 9). A hint only: the fsyncs report what fails.
 void start_writeback_tree(const std::string& path) {
-  struct stat info {};
-  if (::lstat(path.c_str(), &info) != 0) {
-    return;
-  }
-  if (S_ISDIR(info.st_mode)) {
-    for (const auto& name : directory_entries(path).value_or(std::vector<std::string>())) {
-      start_writeback_tree(join_path(path, name));
-    }
-    return;
-  }
-  if (!S_ISREG(info.st_mode)) {
-    return;
-  }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd >= 0) {
-    ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-    ::close(fd);
-  }
+  walk_tree(
+      path,
+      [](const std::string& file) {
+        const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd >= 0) {
+          ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+          ::close(fd);
+        }
+      },
+      [](const std::string&) {});
 }
 
 // Best effort, never throws: the temporary directory this attempt made (or an abandoned one of
