@@ -756,8 +756,11 @@ if pid == 0:
 gdal.Warp("/vsiidem/" + {str(tmp_path)!r} + "/" + name + ".tif",
           {src!r}, format="IDEM", dstSRS="EPSG:3857")
 idem = gdal.GetDriverByName("IDEM")
-print(name, idem.GetMetadataItem("LEDGER_CONNECTIONS", "_DEBUG_"),
-      idem.GetMetadataItem("LEDGER_CONNECTIONS_OPENED_AHEAD", "_DEBUG_"), flush=True)
+# One write(2) of a line shorter than PIPE_BUF: the two processes' lines never interleave (print
+# writes its words one by one when Python's output is unbuffered).
+os.write(1, " ".join([name, idem.GetMetadataItem("LEDGER_CONNECTIONS", "_DEBUG_"),
+                      idem.GetMetadataItem("LEDGER_CONNECTIONS_OPENED_AHEAD", "_DEBUG_")])
+         .encode() + b"\\n")
 if pid == 0:
     os._exit(0)
 _, status = os.waitpid(pid, 0)
