@@ -5,7 +5,7 @@ PYTHON ?= /usr/bin/python3
 JOBS ?= $(shell nproc)
 PLUGIN_DIR = $(abspath $(BUILD_DIR))/gdalplugins
 
-.PHONY: all deps build test unit-test py-test format format-check tidy test-matrix test-matrix-ci package-test deb demo install bench clean
+.PHONY: all deps build test unit-test py-test format format-check tidy test-matrix matrix-prepare test-matrix-ci package-test deb demo install bench clean
 
 all: build
 
@@ -53,16 +53,27 @@ package-test: build
 
 # The whole suite and the package test again on the other Debian releases, each with its own GDAL
 # (trixie: 3.10, testing: 3.13), in debootstrap chroots kept in /var/cache/gdal-idem/chroots
-# (scripts/debian-chroot). Of the orchestrator tests (minutes of Prefect, Dagster and Dask), two
-# run there (IDEM_TEST_ORCHESTRATORS=smoke); the recipes run them all on each release. Of the
-# many-hosts tests, the baseline and the cut-off worker (IDEM_TEST_HOSTS=smoke).
+# (scripts/debian-chroot). The pytest suite runs there as the matrix's share
+# (IDEM_TEST_SHARE=smoke, autotest/conftest.py): every test but the slow ones marked whole_only,
+# which run in Debian 12's `make test` (of the orchestrator tests, two stay; the recipes run
+# Prefect, Dagster and Dask on each release; of the many-hosts tests, the baseline and the
+# cut-off workers).
 MATRIX_SUITES ?= trixie testing
 test-matrix:
 	@for suite in $(MATRIX_SUITES); do \
 	  echo "test-matrix: Debian $$suite"; \
 	  scripts/debian-chroot $$suite bash -c \
-	    'IDEM_TEST_ORCHESTRATORS=smoke IDEM_TEST_HOSTS=smoke make test BUILD_DIR=/build/idem && \
+	    'IDEM_TEST_SHARE=smoke make test BUILD_DIR=/build/idem && \
 	     scripts/package-test /build/idem' || exit 1; \
+	done
+
+# The chroots of test-matrix made and the build done in each, nothing tested: `test-matrix` then
+# starts at its tests. CI (.ci/run) runs it in the background, at the lowest CPU priority, while
+# Debian 12's tests run.
+matrix-prepare:
+	@for suite in $(MATRIX_SUITES); do \
+	  echo "matrix-prepare: Debian $$suite"; \
+	  scripts/debian-chroot $$suite make build BUILD_DIR=/build/idem || exit 1; \
 	done
 
 # CI's share of the matrix (.ci/run): on each newer GDAL, the build (warnings are errors), every

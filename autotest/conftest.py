@@ -161,8 +161,30 @@ def pytest_sessionfinish(session, exitstatus):
         drop_test_databases()
 
 
+# The share of the suite the test matrix's other Debian releases run (IDEM_TEST_SHARE=smoke,
+# Makefile `test-matrix`): every test but those marked `whole_only`, which run in Debian 12's
+# `make test` only. A test is marked so when it takes many seconds and what it does through GDAL
+# is done there by a quicker test too: of a slow family, one member stays in the share.
+SHARE = os.environ.get("IDEM_TEST_SHARE", "whole")
+
+
+def pytest_collection_modifyitems(config, items):
+    if SHARE == "whole":
+        return
+    if SHARE != "smoke":
+        raise pytest.UsageError(f"IDEM_TEST_SHARE={SHARE!r}: use 'whole' (the default) or "
+                                "'smoke' (the test matrix's share)")
+    skip = pytest.mark.skip(reason="IDEM_TEST_SHARE=smoke: this slow test runs in Debian 12's "
+                                   "make test (the whole suite)")
+    for item in items:
+        if item.get_closest_marker("whole_only"):
+            item.add_marker(skip)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "golden: the golden key corpus (autotest/data)")
+    config.addinivalue_line("markers", "whole_only: a slow test left out of the test matrix's "
+                                       "share (IDEM_TEST_SHARE=smoke)")
     # The workers the tests start say what each call did (IDEM_VERBOSE, docs/configuration.md):
     # a documented line on stderr, which many tests read ("IDEM: skipped ..."). test_messages.py
     # checks the default, where a skip prints nothing.

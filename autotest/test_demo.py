@@ -22,6 +22,10 @@ from osgeo import gdal, ogr
 
 from idem_testlib import BUILD_DIR, PLUGIN_DIR, ROOT
 
+# A minute and more: the test matrix's share (IDEM_TEST_SHARE=smoke) leaves it to Debian 12's run;
+# the differential and warp engine tests check the demo's warps on each GDAL there.
+pytestmark = pytest.mark.whole_only
+
 DEMO_TIMEOUT = 900  # generous: the claim is 3 minutes on 2 idle cores; CI machines are shared
 
 

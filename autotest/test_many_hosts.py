@@ -35,11 +35,8 @@ GRID = (4, 3)  # 12 tiles
 _why_not = hosts.missing()
 pytestmark = pytest.mark.skipif(_why_not is not None, reason=f"no hosts here: {_why_not}")
 
-# IDEM_TEST_HOSTS=smoke (the test matrix's other Debian releases): the baseline and the cut-off
-# worker only. A mark, not a fixture: it skips before the hosts are built.
-full_only = pytest.mark.skipif(os.environ.get("IDEM_TEST_HOSTS") == "smoke",
-                               reason="IDEM_TEST_HOSTS=smoke: the full set runs in Debian 12's "
-                                      "make test")
+# The test matrix's share (IDEM_TEST_SHARE=smoke, conftest.py) runs the baseline and the cut-off
+# workers only. A mark, not a fixture: the others are skipped before the hosts are built.
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +294,7 @@ def test_a_worker_cut_off_past_its_lease_on_gcs(gcs_case):
     cut_off_past_the_lease(gcs_case)
 
 
-@full_only
+@pytest.mark.whole_only
 def test_a_worker_cut_off_past_its_lease_on_azure(azure_case):
     """The same against Azure (/vsiaz/, Azurite): w1's Put Blobs carry If-None-Match: * and are
     refused; no blob's ETag changed once w1 went on (an Azure write always changes it)."""
@@ -362,12 +359,12 @@ def _fault_mid_batch(case, name, fault, pause_at="before_complete"):
     return per_tile
 
 
-@full_only
+@pytest.mark.whole_only
 def test_postgresql_restarted_mid_batch(case):
     _fault_mid_batch(case, "PostgreSQL restarted", lambda: case.net.db.restart_postgres("fast"))
 
 
-@full_only
+@pytest.mark.whole_only
 def test_postgresql_crash_mid_batch(case):
     """An immediate stop: the server dies without a shutdown checkpoint and recovers from its
     WAL when it starts again."""
@@ -375,12 +372,12 @@ def test_postgresql_crash_mid_batch(case):
                      lambda: case.net.db.restart_postgres("immediate"))
 
 
-@full_only
+@pytest.mark.whole_only
 def test_pgbouncer_restarted_mid_batch(bounced_case):
     _fault_mid_batch(bounced_case, "PgBouncer restarted", bounced_case.net.db.restart_pgbouncer)
 
 
-@full_only
+@pytest.mark.whole_only
 def test_twenty_percent_loss_on_a_worker_link_for_30_seconds(case):
     """w1 loses a fifth of its packets, both ways, for 30 s, running the batch (and then
     rerunning it) all that time."""
@@ -395,7 +392,7 @@ def test_twenty_percent_loss_on_a_worker_link_for_30_seconds(case):
     case.assert_converged()
 
 
-@full_only
+@pytest.mark.whole_only
 def test_a_worker_whose_clock_runs_two_hours_ahead(case):
     """w3's clock is 2 h ahead (libfaketime). Leases are on the ledger's clock, so its claims
     last as long as anyone's; its object-store requests are signed with its own time."""

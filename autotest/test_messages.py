@@ -117,6 +117,7 @@ def tile_commands(source, root, tiles, quiet):
     return str(script)
 
 
+@pytest.mark.whole_only
 def test_a_rerun_of_50_tiles_prints_no_warning(tmp_path, sqlite_ledger):
     """The done-when of the quiet skip: rerunning 50 tiles through gdalwarp prints no warning,
     and under -q nothing at all; with IDEM_VERBOSE=YES each says it skipped, on stderr."""

@@ -31,21 +31,16 @@ LEASE = 5  # IDEM_STALE_SECONDS of the batches: under the retry delay, so a retr
 GRID = 8   # 8 x 8 = 64 tiles
 
 
-# IDEM_TEST_ORCHESTRATORS=smoke (the test matrix's other Debian releases, Makefile): these two
-# tests only, one per way a task is retried (Prefect's retries, Dask's rescheduling); the
-# recipes of docs/recipes.md still run Prefect, Dagster and Dask there. Default: every test.
-SMOKE = {"test_prefect_retry_after_the_source_is_republished_gets_a_new_key",
-         "test_dask_local_cluster_reschedules_the_tile_of_a_killed_worker"}
+# The test matrix's share (IDEM_TEST_SHARE=smoke, conftest.py) runs two of these tests, one per way
+# a task is retried (Prefect's retries, Dask's rescheduling); the recipes of docs/recipes.md still
+# run Prefect, Dagster and Dask there. The others are marked whole_only.
 
 
 @pytest.fixture(autouse=True)
-def _venv(request):
+def _venv():
     if not os.path.exists(VENV_PYTHON):
         pytest.fail("the tests' Python venv is missing: run `make deps` "
                     "(scripts/install-deps makes tools/pyenv/venv)")
-    if os.environ.get("IDEM_TEST_ORCHESTRATORS") == "smoke" and \
-            request.node.originalname not in SMOKE:
-        pytest.skip("IDEM_TEST_ORCHESTRATORS=smoke: the full set runs in Debian 12's make test")
 
 
 def make_batch(tmp_path, kill=(), republish=(), grid=GRID):
@@ -158,6 +153,7 @@ def assert_run_again_changes_nothing(ledger, batch_dir, names, script, *args, en
     assert row_identities(ledger) == rows_before
 
 
+@pytest.mark.whole_only
 def test_prefect_retries_gdalwarp_tiles_killed_at_their_first_attempt(tmp_path):
     ledger = make_ledger("postgresql", tmp_path)
     killed = {f"{i}_{i}" for i in range(GRID)} | {f"{i}_{GRID - 1 - i}" for i in range(GRID)}
@@ -173,6 +169,7 @@ def test_prefect_retries_gdalwarp_tiles_killed_at_their_first_attempt(tmp_path):
                                      env=env)
 
 
+@pytest.mark.whole_only
 def test_two_prefect_flows_racing_on_the_same_tiles_warp_each_tile_once(tmp_path):
     ledger = make_ledger("postgresql", tmp_path)
     batch_dir, names = make_batch(tmp_path)
@@ -198,6 +195,7 @@ def test_two_prefect_flows_racing_on_the_same_tiles_warp_each_tile_once(tmp_path
     assert_batch_done(ledger, batch_dir, names, set(), tmp_path / "plain")
 
 
+@pytest.mark.whole_only
 def test_prefect_flow_of_gdal_warp_tasks_killed_and_run_again_converges(tmp_path):
     """gdal.Warp in the flow's own process (Prefect's thread pool): the warp of a tile reaching
     the pause point kills the whole flow run (SIGKILL), with other tiles in flight; the flow is
@@ -244,6 +242,7 @@ def test_prefect_retry_after_the_source_is_republished_gets_a_new_key(tmp_path):
     assert temp_dirs_beside(batch_dir / "tiles" / "0_0.tif") == []
 
 
+@pytest.mark.whole_only
 def test_prefect_dask_task_runner_survives_a_worker_killed_mid_warp(tmp_path):
     """gdal.Warp in the worker processes of prefect-dask's DaskTaskRunner (3 workers): a tile's
     first attempt kills its worker at the pause point; Dask restarts it and runs the task
@@ -256,6 +255,7 @@ def test_prefect_dask_task_runner_survives_a_worker_killed_mid_warp(tmp_path):
     assert_batch_done(ledger, batch_dir, names, {"6_1"}, tmp_path / "plain")
 
 
+@pytest.mark.whole_only
 def test_dagster_retry_policy_on_the_multiprocess_executor(tmp_path):
     """One op run per row of tiles (each in its own process), under a RetryPolicy: a killed
     warp fails the op, and its retry skips the row's completed tiles."""

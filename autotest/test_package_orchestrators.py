@@ -62,6 +62,7 @@ def completed(ledger, layer):
             if r["layer"] == layer}
 
 
+@pytest.mark.whole_only
 def test_prefect_task_runs_say_built_skipped_rebuilt(batch):
     batch_dir, env, ledger = batch
     kill_a_worker_on(batch_dir, "prefect", env)
