@@ -51,13 +51,13 @@ tidy: build
 package-test: build
 	scripts/package-test $(BUILD_DIR)
 
-# The whole suite and the package test again on the other Debian releases, each with its own GDAL
+# The suite and the package test again on the other Debian releases, each with its own GDAL
 # (trixie: 3.10, testing: 3.13), in debootstrap chroots kept in /var/cache/gdal-idem/chroots
-# (scripts/debian-chroot). The pytest suite runs there as the matrix's share
+# (scripts/debian-chroot). Every C++ test runs there, and the pytest suite's matrix share
 # (IDEM_TEST_SHARE=smoke, autotest/conftest.py): every test but the slow ones marked whole_only,
-# which run in Debian 12's `make test` (of the orchestrator tests, two stay; the recipes run
-# Prefect, Dagster and Dask on each release; of the many-hosts tests, the baseline and the
-# cut-off workers).
+# which run in Debian 12's `make test` only (two of the orchestrator tests stay, and the recipes
+# run Prefect, Dagster and Dask on each release; of the many-hosts tests, the baseline and the
+# cut-off workers; of the tests taking every ledger kind, SQLite and PostgreSQL).
 MATRIX_SUITES ?= trixie testing
 test-matrix:
 	@for suite in $(MATRIX_SUITES); do \

@@ -446,7 +446,11 @@ def make_ledger(backend, tmp_path):
     return Ledger("postgresql", dsn, lambda: psycopg.connect(dsn))
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "pgbouncer"])
+# Every ledger kind. The test matrix's share (IDEM_TEST_SHARE=smoke) leaves out PgBouncer here
+# (a minute in all); test_pgbouncer_harness.py, test_claim_durability.py and test_idem_driver.py
+# run it there.
+@pytest.fixture(params=["sqlite", "postgresql",
+                        pytest.param("pgbouncer", marks=pytest.mark.whole_only)])
 def ledger(request, tmp_path):
     return make_ledger(request.param, tmp_path)
 
