@@ -146,7 +146,9 @@ TEST_P(LedgerConformance, ClaimUnlessCompletedRunsItsMeanwhileWhileTheServerAnsw
     std::string waiting;
     const ClaimResult claimed = m_ledger->claim_unless_completed(request, [&] {
       ++runs;
-      for (int i = 0; i < 100 && waiting.empty(); ++i) {
+      // Until the statement waits for the table's lock: on its way there it can wait briefly
+      // for one of the server's own locks (an LWLock), more often on a loaded machine.
+      for (int i = 0; i < 1000 && waiting != "Lock"; ++i) {
         waiting = pg_exec(m_admin.get(),
                           "SELECT wait_event_type FROM pg_stat_activity "
                           "WHERE application_name = 'gdal-idem' AND state = 'active' "
