@@ -55,9 +55,9 @@ package-test: build
 # (trixie: 3.10, testing: 3.13), in debootstrap chroots kept in /var/cache/gdal-idem/chroots
 # (scripts/debian-chroot). Every C++ test runs there, and the pytest suite's matrix share
 # (IDEM_TEST_SHARE=smoke, autotest/conftest.py): every test but the slow ones marked whole_only,
-# which run in Debian 12's `make test` only (two of the orchestrator tests stay, and the recipes
-# run Prefect, Dagster and Dask on each release; of the many-hosts tests, the baseline and the
-# cut-off workers; of the tests taking every ledger kind, SQLite and PostgreSQL).
+# which run in Debian 12's `make test` only (of the orchestrator tests, Prefect's retry and Dask's
+# rescheduling stay, with the package's Prefect and Dagster tests; of the many-hosts tests, the
+# baseline and the cut-off worker; of the tests taking every ledger kind, SQLite and PostgreSQL).
 MATRIX_SUITES ?= trixie testing
 test-matrix:
 	@for suite in $(MATRIX_SUITES); do \

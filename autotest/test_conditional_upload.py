@@ -318,8 +318,9 @@ def multipart_uploads(server, key):
 
 
 @pytest.mark.parametrize("before", ["no-object", "older-output"])
-@pytest.mark.parametrize("store", [("moto", "AUTO"), ("moto", "NO")], indirect=True,
-                         ids=["moto", "moto-unconditional"])
+@pytest.mark.parametrize("store", [("moto", "AUTO"),
+                                   pytest.param(("moto", "NO"), marks=pytest.mark.whole_only)],
+                         indirect=True, ids=["moto", "moto-unconditional"])
 def test_zombie_multipart_upload_is_refused_at_its_completion(store, scene, tmp_path, before):
     """The zombie test for an object GDAL uploads in parts. A (K1) stops before its upload,
     having seen no object (If-None-Match: *) or an older completion's (If-Match on its ETag); its
@@ -406,8 +407,9 @@ def test_a_zombies_take_back_never_deletes_a_successors_object(store, scene, tmp
     assert completed(case, "K1") == []
 
 
-@pytest.mark.parametrize("store", [("azurite", "AUTO"), ("adls", "AUTO")], indirect=True,
-                         ids=["azurite", "adls"])
+@pytest.mark.parametrize("store", [("azurite", "AUTO"),
+                                   pytest.param(("adls", "AUTO"), marks=pytest.mark.whole_only)],
+                         indirect=True, ids=["azurite", "adls"])
 @pytest.mark.parametrize("block_mib", [None, "1"], ids=["put-blob", "block-list"])
 def test_azure_zombie_with_a_blob_larger_than_gdals_chunk(store, scene, tmp_path, block_mib):
     """On /vsiaz/ IDEM sends a conditional upload itself, in one Put Blob, or (over

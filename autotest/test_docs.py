@@ -263,10 +263,11 @@ def has_postgres():
     return bool(os.environ.get("IDEM_TEST_PG_DSN"))
 
 
-# Docs whose commands take a minute and more, left out of the test matrix's share
-# (IDEM_TEST_SHARE=smoke): docs/comparison.md races Prefect flows (Prefect is run in the share by
-# docs/recipes.md and test_orchestrators.py).
-WHOLE_ONLY_DOCS = {os.path.join("docs", "comparison.md")}
+# Docs whose commands take most of a minute, left out of the test matrix's share
+# (IDEM_TEST_SHARE=smoke): docs/comparison.md races Prefect flows, docs/recipes.md runs Prefect,
+# Dagster and Dask batches (the share runs them through test_orchestrators.py and
+# test_package_orchestrators.py).
+WHOLE_ONLY_DOCS = {os.path.join("docs", "comparison.md"), os.path.join("docs", "recipes.md")}
 
 
 @pytest.mark.parametrize("doc", [pytest.param(doc, marks=pytest.mark.whole_only)

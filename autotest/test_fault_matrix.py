@@ -228,8 +228,10 @@ def combinations(storage):
     return list(itertools.product(points, FAULTS, NEIGHBOURS, [True, False]))
 
 
-# The test matrix's share runs the local matrix; the S3 one (a minute) runs in Debian 12's.
-@pytest.mark.parametrize("storage", ["local", pytest.param("s3", marks=pytest.mark.whole_only)])
+# A minute or two: Debian 12's make test runs it; the test matrix's share (IDEM_TEST_SHARE=smoke)
+# kills workers at the same points through test_idem_failures.py and test_invariants.py.
+@pytest.mark.whole_only
+@pytest.mark.parametrize("storage", ["local", "s3"])
 def test_fault_matrix(storage, s3, matrix_source, direct_k1, tmp_path):  # noqa: F811
     cases = combinations(storage)
     before = dict(COUNTS)

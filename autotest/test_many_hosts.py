@@ -36,7 +36,7 @@ _why_not = hosts.missing()
 pytestmark = pytest.mark.skipif(_why_not is not None, reason=f"no hosts here: {_why_not}")
 
 # The test matrix's share (IDEM_TEST_SHARE=smoke, conftest.py) runs the baseline and the cut-off
-# workers only. A mark, not a fixture: the others are skipped before the hosts are built.
+# worker only. A mark, not a fixture: the others are skipped before the hosts are built.
 
 
 @pytest.fixture(scope="module")
@@ -288,6 +288,7 @@ def test_a_worker_cut_off_past_its_lease(case):
     cut_off_past_the_lease(case)
 
 
+@pytest.mark.whole_only
 def test_a_worker_cut_off_past_its_lease_on_gcs(gcs_case):
     """The same against GCS (/vsigs/): w1's uploads carry the generation it saw
     (x-goog-if-generation-match: 0) and are refused; one write landed per key."""

@@ -32,8 +32,8 @@ GRID = 8   # 8 x 8 = 64 tiles
 
 
 # The test matrix's share (IDEM_TEST_SHARE=smoke, conftest.py) runs two of these tests, one per way
-# a task is retried (Prefect's retries, Dask's rescheduling); the recipes of docs/recipes.md still
-# run Prefect, Dagster and Dask there. The others are marked whole_only.
+# a task is retried (Prefect's retries, Dask's rescheduling), and test_package_orchestrators.py's
+# Prefect and Dagster tests. The others are marked whole_only.
 
 
 @pytest.fixture(autouse=True)
