@@ -418,7 +418,8 @@ def gdal_at_least(version):
 
 @pytest.mark.parametrize("program, fmt, arguments, notes", CASES)
 def test_differential(request, sources, tmp_path, program, fmt, arguments, notes):
-    # Notes: "since=3.7", and "known: why" or "known from 3.10: why" (seen from that GDAL on).
+    # Notes: "since=3.7", and "known: why", "known from 3.10: why" (seen from that GDAL on) or
+    # "known before 3.13: why" (seen on older GDALs only).
     known = False
     for note in (n.strip() for n in notes.split(";")):
         if note.startswith("since=") and not gdal_at_least(note[len("since="):]):
@@ -427,6 +428,8 @@ def test_differential(request, sources, tmp_path, program, fmt, arguments, notes
             known = True
         elif note.startswith("known from "):
             known = gdal_at_least(note[len("known from "):].split(":")[0])
+        elif note.startswith("known before "):
+            known = not gdal_at_least(note[len("known before "):].split(":")[0])
     if gdal.GetDriverByName(fmt) is None:
         pytest.skip(f"this GDAL has no {fmt} driver")
     case = request.node.callspec.id
