@@ -53,19 +53,18 @@ package-test: build
 
 # The suite and the package test again on the other Debian releases, each with its own GDAL
 # (trixie: 3.10, testing: 3.13), in debootstrap chroots kept in /var/cache/gdal-idem/chroots
-# (scripts/debian-chroot). Every C++ test runs there, and the pytest suite's matrix share
+# (scripts/test-matrix, scripts/debian-chroot): the chroots and builds first, one after another,
+# then every release's tests at once, each in a network namespace of its own (MATRIX_JOBS=1: one
+# after another). Every C++ test runs there, and the pytest suite's matrix share
 # (IDEM_TEST_SHARE=smoke, autotest/conftest.py): every test but the slow ones marked whole_only,
 # which run in Debian 12's `make test` only (of the orchestrator tests, Prefect's retry and Dask's
 # rescheduling stay, with the package's Prefect and Dagster tests; of the many-hosts tests, the
 # baseline and the cut-off worker; of the tests taking every ledger kind, SQLite and PostgreSQL).
+# The package test there installs the package, runs its smoke test and the Python package's tests
+# (the driver's tests against the installed plugin run on Debian 12).
 MATRIX_SUITES ?= trixie testing
 test-matrix:
-	@for suite in $(MATRIX_SUITES); do \
-	  echo "test-matrix: Debian $$suite"; \
-	  scripts/debian-chroot $$suite bash -c \
-	    'IDEM_TEST_SHARE=smoke make test BUILD_DIR=/build/idem && \
-	     scripts/package-test /build/idem' || exit 1; \
-	done
+	scripts/test-matrix $(MATRIX_SUITES)
 
 # The chroots of test-matrix made and the build done in each, nothing tested: `test-matrix` then
 # starts at its tests. CI (.ci/run) runs it in the background, at the lowest CPU priority, while
