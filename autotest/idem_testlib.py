@@ -34,6 +34,24 @@ GDAL_IDEM = (shutil.which("gdal-idem") or "gdal-idem") if INSTALLED else os.path
     BUILD_DIR, "src", "gdal-idem")
 
 
+def gdal_at_least(version):
+    """Whether the GDAL these tests run on is at least `version` ("3.10"): the one spelling of
+    the version conditions of the tests."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return int(gdal.VersionInfo("VERSION_NUM")) >= major * 1000000 + minor * 10000
+
+
+def share_keeps(values, kept):
+    """Parameters of a family of tests for pytest.mark.parametrize: every one of `values` runs in
+    the whole suite (Debian 12), and only those in `kept` in the test matrix's share
+    (IDEM_TEST_SHARE=smoke, conftest.py); the others are marked whole_only. `kept` names the
+    members whose path the others share, so that the share still covers it."""
+    missing = [value for value in kept if value not in values]
+    assert not missing, f"share_keeps: {missing} are not among the values"
+    return [value if value in kept else pytest.param(value, marks=pytest.mark.whole_only)
+            for value in values]
+
+
 def set_driver_path(env):
     """Points `env` at the plugin under test: the build's, or (installed) GDAL's own path."""
     if PLUGIN_DIR is None:
@@ -449,8 +467,8 @@ def make_ledger(backend, tmp_path):
 # Every ledger kind. The test matrix's share (IDEM_TEST_SHARE=smoke) leaves out PgBouncer here
 # (a minute in all); test_pgbouncer_harness.py, test_claim_durability.py and test_idem_driver.py
 # run it there.
-@pytest.fixture(params=["sqlite", "postgresql",
-                        pytest.param("pgbouncer", marks=pytest.mark.whole_only)])
+@pytest.fixture(params=share_keeps(["sqlite", "postgresql", "pgbouncer"],
+                                    kept=["sqlite", "postgresql"]))
 def ledger(request, tmp_path):
     return make_ledger(request.param, tmp_path)
 

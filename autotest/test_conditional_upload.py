@@ -17,7 +17,8 @@ import types
 import pytest
 from osgeo import gdal, osr
 
-from idem_testlib import GDAL_IDEM, gdal_config, make_source, read_pixels, run, wait_until
+from idem_testlib import (GDAL_IDEM, gdal_config, make_source, read_pixels, run, share_keeps,
+                          wait_until)
 from idem_testlib import start_paused as start_worker_paused
 from azuriteserver import AzuriteServer, azure_config
 from faultproxy import FaultProxy
@@ -170,14 +171,11 @@ def zombie_after_newer_work(case, command=warp, while_stopped=None):
 
 
 # The test matrix's share runs one store of each kind (S3, GCS, Azure), conditional.
-@pytest.mark.parametrize("store", [("moto", "AUTO"),
-                                   pytest.param(("moto", "NO"), marks=pytest.mark.whole_only),
-                                   pytest.param(("s3rver", "AUTO"), marks=pytest.mark.whole_only),
-                                   ("gcs", "AUTO"),
-                                   pytest.param(("gcs", "NO"), marks=pytest.mark.whole_only),
-                                   ("azurite", "AUTO"),
-                                   pytest.param(("azurite", "NO"), marks=pytest.mark.whole_only),
-                                   pytest.param(("adls", "AUTO"), marks=pytest.mark.whole_only)],
+@pytest.mark.parametrize("store", share_keeps(
+                             [("moto", "AUTO"), ("moto", "NO"), ("s3rver", "AUTO"), ("gcs", "AUTO"),
+                              ("gcs", "NO"), ("azurite", "AUTO"), ("azurite", "NO"),
+                              ("adls", "AUTO")],
+                             kept=[("moto", "AUTO"), ("gcs", "AUTO"), ("azurite", "AUTO")]),
                          indirect=True,
                          ids=["moto", "moto-unconditional", "s3rver", "gcs", "gcs-unconditional",
                               "azurite", "azurite-unconditional", "adls"])
@@ -318,8 +316,8 @@ def multipart_uploads(server, key):
 
 
 @pytest.mark.parametrize("before", ["no-object", "older-output"])
-@pytest.mark.parametrize("store", [("moto", "AUTO"),
-                                   pytest.param(("moto", "NO"), marks=pytest.mark.whole_only)],
+@pytest.mark.parametrize("store", share_keeps([("moto", "AUTO"), ("moto", "NO")],
+                                               kept=[("moto", "AUTO")]),
                          indirect=True, ids=["moto", "moto-unconditional"])
 def test_zombie_multipart_upload_is_refused_at_its_completion(store, scene, tmp_path, before):
     """The zombie test for an object GDAL uploads in parts. A (K1) stops before its upload,
@@ -407,8 +405,8 @@ def test_a_zombies_take_back_never_deletes_a_successors_object(store, scene, tmp
     assert completed(case, "K1") == []
 
 
-@pytest.mark.parametrize("store", [("azurite", "AUTO"),
-                                   pytest.param(("adls", "AUTO"), marks=pytest.mark.whole_only)],
+@pytest.mark.parametrize("store", share_keeps([("azurite", "AUTO"), ("adls", "AUTO")],
+                                               kept=[("azurite", "AUTO")]),
                          indirect=True, ids=["azurite", "adls"])
 @pytest.mark.parametrize("block_mib", [None, "1"], ids=["put-blob", "block-list"])
 def test_azure_zombie_with_a_blob_larger_than_gdals_chunk(store, scene, tmp_path, block_mib):
@@ -467,11 +465,10 @@ def test_gcs_zombie_with_an_object_over_gdals_chunk(store, scene, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "store", [("gcs", "AUTO")] + [
-        # The ways of signing in: GDAL's upload is the same, so the test matrix's share runs one.
-        pytest.param(store, marks=pytest.mark.whole_only)
-        for store in [("gcs-hmac", "AUTO"), ("gcs-gce", "AUTO"), ("gcs-refresh", "AUTO"),
-                      ("gcs-service-account", "AUTO"), ("gcs-requester-pays", "AUTO")]],
+    # The ways of signing in: GDAL's upload is the same, so the test matrix's share runs one.
+    "store", share_keeps([("gcs", "AUTO"), ("gcs-hmac", "AUTO"), ("gcs-gce", "AUTO"),
+                          ("gcs-refresh", "AUTO"), ("gcs-service-account", "AUTO"),
+                          ("gcs-requester-pays", "AUTO")], kept=[("gcs", "AUTO")]),
     indirect=True, ids=["unsigned", "hmac", "gce", "refresh-token", "service-account",
                         "requester-pays"])
 def test_gcs_zombie_with_a_resumable_upload(store, scene, tmp_path):

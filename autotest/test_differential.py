@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from osgeo import gdal, osr
 
-from idem_testlib import env_with, make_ledger, run
+from idem_testlib import env_with, gdal_at_least, make_ledger, run
 
 gdal.UseExceptions()
 
@@ -29,7 +29,6 @@ CASES_FILE = pathlib.Path(__file__).resolve().parent / "data" / "differential_ca
 EXTENSIONS = {"GTiff": "tif", "COG": "tif", "PNG": "png", "JPEG": "jpg", "GPKG": "gpkg",
               "netCDF": "nc", "ENVI": "img", "HFA": "img", "Zarr": "zarr", "JP2OpenJPEG": "jp2",
               "MRF": "mrf", "RST": "rst"}
-GDAL_VERSION = int(gdal.VersionInfo("VERSION_NUM"))
 # Where the summary is gathered (conftest.py prints it at the end of the session).
 RESULTS = os.environ.get("IDEM_DIFFERENTIAL_RESULTS")
 
@@ -408,12 +407,6 @@ def record(result):
     if RESULTS:
         with open(RESULTS, "a") as f:
             f.write(json.dumps(result) + "\n")
-
-
-def gdal_at_least(version):
-    """Whether the running GDAL is at least `version` ("3.10")."""
-    major, minor = version.split(".")
-    return GDAL_VERSION >= int(major) * 1000000 + int(minor) * 10000
 
 
 @pytest.mark.parametrize("program, fmt, arguments, notes", CASES)

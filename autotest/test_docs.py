@@ -68,10 +68,9 @@ import subprocess
 import sys
 
 import pytest
-from osgeo import gdal
 
 from idem_testlib import (BUILD_DIR, GDAL_IDEM, INSTALLED, PLUGIN_DIR, PREFECT_STARTUP_SECONDS,
-                          ROOT, make_source)
+                          ROOT, gdal_at_least, make_source, share_keeps)
 
 VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
 
@@ -270,8 +269,8 @@ def has_postgres():
 WHOLE_ONLY_DOCS = {os.path.join("docs", "comparison.md"), os.path.join("docs", "recipes.md")}
 
 
-@pytest.mark.parametrize("doc", [pytest.param(doc, marks=pytest.mark.whole_only)
-                                 if doc in WHOLE_ONLY_DOCS else doc for doc in DOCS])
+@pytest.mark.parametrize("doc", share_keeps(DOCS, kept=[doc for doc in DOCS
+                                                        if doc not in WHOLE_ONLY_DOCS]))
 def test_docs_commands_run(doc, tmp_path, sample_sources):
     blocks = [b for b in parse_blocks(doc) if b.tag in RUN_TAGS]
     if not blocks:
@@ -298,10 +297,7 @@ def run_blocks(blocks, tmp_path, env, skipped_pg, s3_servers):
         block_env = env
         needs = block.directive("needs")
         if needs and needs[0].startswith("gdal "):
-            wanted = [int(part) for part in needs[0].split()[1].split(".")]
-            major, minor = int(gdal.VersionInfo("VERSION_NUM")) // 1000000, \
-                int(gdal.VersionInfo("VERSION_NUM")) // 10000 % 100
-            if [major, minor] < wanted[:2]:
+            if not gdal_at_least(needs[0].split()[1]):
                 continue
         if block.directive("needs") == ["postgres"]:
             if not has_postgres():

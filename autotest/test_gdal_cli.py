@@ -9,12 +9,12 @@ import subprocess
 import pytest
 from osgeo import gdal
 
-from idem_testlib import (assert_same_pixels, env_with, file_state, make_source,  # noqa: F401
-                          run, sqlite_ledger, temp_dirs_beside)
+from idem_testlib import (assert_same_pixels, env_with, file_state, gdal_at_least,  # noqa: F401
+                          make_source, run, sqlite_ledger, temp_dirs_beside)
 
 
 def _has_gdal_raster_command():
-    if int(gdal.VersionInfo("VERSION_NUM")) < 3110000:
+    if not gdal_at_least("3.11"):
         return False
     try:
         proc = subprocess.run(["gdal", "raster", "--help"], capture_output=True, text=True,
@@ -105,7 +105,7 @@ def test_gdal_reproject_changed_option_rebuilds(sqlite_ledger, source, tmp_path)
     assert_same_pixels(out, direct)
 
 
-@pytest.mark.skipif(int(gdal.VersionInfo("VERSION_NUM")) < 3130000,
+@pytest.mark.skipif(not gdal_at_least("3.13"),
                     reason="GDAL warns about unknown configuration options from 3.13 on")
 def test_idem_configuration_options_are_known_to_gdal_once_the_plugin_is_loaded():
     code = ("from osgeo import gdal\n"

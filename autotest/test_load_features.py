@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from osgeo import ogr, osr
 
-from idem_testlib import GDAL_IDEM, env_with, pg_fresh_database, run
+from idem_testlib import GDAL_IDEM, env_with, pg_fresh_database, run, share_keeps
 from idem_testlib import start_paused as start_worker_paused
 
 ogr.UseExceptions()
@@ -248,9 +248,7 @@ REPLACE_POINTS = ["during_load", "before_swap", "swap_begun", "swap_dropped", "s
 
 
 # The test matrix's share (IDEM_TEST_SHARE=smoke, conftest.py) kills one point of each swap.
-@pytest.mark.parametrize("point", [
-    point if point == "swap_renamed" else pytest.param(point, marks=pytest.mark.whole_only)
-    for point in REPLACE_POINTS])
+@pytest.mark.parametrize("point", share_keeps(REPLACE_POINTS, kept=["swap_renamed"]))
 def test_load_replace_killed_then_rerun_holds_the_source_exactly_once(tmp_path, db, point):
     bundle = make_bundle(tmp_path / "roads.shp", 3000, seed=1)
     load(db, db, bundle, "roads")
@@ -269,9 +267,8 @@ def test_load_replace_killed_then_rerun_holds_the_source_exactly_once(tmp_path, 
     assert "skipped" in load(db, db, bundle, "roads").stdout
 
 
-@pytest.mark.parametrize("point", [
-    "swap_deleted", pytest.param("swap_inserted", marks=pytest.mark.whole_only),
-    pytest.param("before_commit", marks=pytest.mark.whole_only)])
+@pytest.mark.parametrize("point", share_keeps(["swap_deleted", "swap_inserted", "before_commit"],
+                                             kept=["swap_deleted"]))
 def test_load_append_killed_then_rerun_replaces_the_bundle_rows_once(tmp_path, db, point):
     a = make_bundle(tmp_path / "a.shp", 700, seed=1)
     b = make_bundle(tmp_path / "b.shp", 800, seed=2)

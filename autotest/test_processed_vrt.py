@@ -8,11 +8,11 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import (assert_translation_rebuilt_after, env_with,  # noqa: F401
-                          make_source, sqlite_ledger)
+                          gdal_at_least, make_source, sqlite_ledger)
 
 gdal.UseExceptions()
 
-pytestmark = pytest.mark.skipif(int(gdal.VersionInfo("VERSION_NUM")) < 3090000,
+pytestmark = pytest.mark.skipif(not gdal_at_least("3.9"),
                                 reason="VRTProcessedDataset came with GDAL 3.9")
 
 PROCESSED = """<VRTDataset subClass="VRTProcessedDataset">

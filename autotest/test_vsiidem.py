@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from osgeo import gdal
 
-from idem_testlib import wait_until
+from idem_testlib import gdal_at_least, wait_until
 
 gdal.UseExceptions()
 
@@ -534,7 +534,7 @@ def _source_with_a_corrupt_tile(path):
     return str(path)
 
 
-@pytest.mark.skipif(int(gdal.VersionInfo("VERSION_NUM")) < 3120000,
+@pytest.mark.skipif(not gdal_at_least("3.12"),
                     reason="drivers tell a file system that they gave up on a file from GDAL 3.12 "
                            "(CancelCreation); before, a driver that closes a failed file publishes "
                            "it, as plain GDAL leaves it (docs/vsiidem.md)")

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 from osgeo import gdal, osr
 
+from idem_testlib import gdal_at_least
+
 gdal.UseExceptions()
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -251,7 +253,7 @@ def test_warp_engine_cog_matches_direct_warp(data_dir, tmp_path, case):
     run(["gdal_translate", "-q", "-of", "COG", *co, direct, direct_cog])
     assert_same_pixels(out, direct)
     assert_same_pixels(out, direct_cog, overviews=True)
-    if int(gdal.VersionInfo("VERSION_NUM")) >= 3130000:
+    if gdal_at_least("3.13"):
         # GDAL 3.13's gdalwarp -of COG warps once: its output is a reference too.
         gdalwarp_cog = warp_direct(data_dir, tmp_path, args, fmt="COG", creation=creation,
                                    name="gdalwarp_cog.tif")
@@ -274,7 +276,7 @@ def test_warp_engine_png_is_copied_from_the_warped_vrt(data_dir, tmp_path):
     direct_png = warp_direct(data_dir, tmp_path, PNG_TILE, fmt="PNG", name="direct.png")
     assert_same_pixels_ignoring_georef(out, direct_png)
     if gdal.GetDriverByName("PNG").GetMetadataItem(gdal.DCAP_CREATE) is None and \
-            int(gdal.VersionInfo("VERSION_NUM")) < 3130000:
+            not gdal_at_least("3.13"):
         # (A GDAL whose PNG driver had a Create would warp into it directly, and so would IDEM.
         # GDAL 3.13's warper gives this tile the same pixels both ways.)
         warped_first = warp_direct(data_dir, tmp_path, PNG_TILE)
