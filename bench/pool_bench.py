@@ -15,6 +15,7 @@ whose driver steps are reported)."""
 
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -64,7 +65,9 @@ def _init_worker():
 
 
 def run_level(src, tiles, root, idem, env):
-    """Seconds to make every tile of `tiles` under `root` in a 2-process pool."""
+    """Seconds to make every tile of `tiles` under `root` in a 2-process pool, and the count of
+    tiles timed. The pool's workers are this process's only children meanwhile: their CPU time
+    is read from RUSAGE_CHILDREN once the pool has ended (cpu_of_level)."""
     jobs = []
     for z, x, y, bounds in tiles:
         folder = os.path.join(root, str(z), str(x))
@@ -84,12 +87,36 @@ def run_level(src, tiles, root, idem, env):
         os.environ.update(saved)
 
 
+def machine_times():
+    """The CPU time of all the machine's cores since boot, in seconds: (in all, idle or waiting
+    for I/O)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum(fields) / tick, (fields[3] + fields[4]) / tick
+
+
+def cpu_of_level(*args):
+    """run_level(*args) with the CPU time its workers took, user and system apart, and the time
+    the machine's cores were idle meanwhile (waiting on a lock, a sync or the disk), in seconds.
+    The workers' CPU time covers their whole lives: the start of the pool and its first two
+    tiles are in it for every variant alike."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    machine_before = machine_times()
+    seconds, count = run_level(*args)
+    machine_after = machine_times()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return seconds, count, (after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime,
+                            machine_after[1] - machine_before[1])
+
+
 def pool_rows(src, tiles):
     ledger = os.path.join(B.WORK, "pool", "ledger.sqlite")
     variants = [("plain `gdal.Warp` (PNG)", False, {}),
                 ("IDEM, durable (default)", True, {}),
                 ("IDEM, `IDEM_FSYNC=NO`", True, {"IDEM_FSYNC": "NO"})]
     times = {name: [] for name, _, _ in variants}
+    cpu = {name: [] for name, _, _ in variants}
     reruns = []
     count = 0
     for _ in range(ROUNDS):
@@ -99,8 +126,9 @@ def pool_rows(src, tiles):
             os.makedirs(root)
             env = {"GDAL_DRIVER_PATH": B.PLUGIN_DIR, "IDEM_LEDGER": ledger, **extra}
             B.drop_caches_dirty()
-            seconds, count = run_level(src, tiles, root, idem, env)
+            seconds, count, used = cpu_of_level(src, tiles, root, idem, env)
             times[name].append(seconds)
+            cpu[name].append(used)
             if idem and not extra:
                 B.drop_caches_dirty()
                 reruns.append(run_level(src, tiles, root, idem, env)[0])
@@ -117,6 +145,23 @@ def pool_rows(src, tiles):
     lines.append(f"| IDEM rerun of the finished level (every tile skipped) | {B.spread(reruns)} | "
                  f"{statistics.median(reruns) * 1000 / count:.2f} | – | "
                  f"{B.spread([r / p for r, p in zip(reruns, plain)], '{:.3f}')} |")
+    lines += ["", "Where the wall time over plain goes: the CPU time of the pool's two workers "
+              "(getrusage of the ended pool; user space and the kernel apart) and the time the "
+              "machine's cores stood idle while the level ran (/proc/stat: a worker waiting on "
+              "a lock, a sync or the disk), per tile, and their differences from plain's in the "
+              "same round:", "",
+              "| variant | user, ms per tile | system, ms per tile | idle, ms per tile | "
+              "user over plain | system over plain | idle over plain |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    plain_cpu = cpu[variants[0][0]]
+    for name, _, _ in variants:
+        cells = [B.spread([used[i] * 1000 / count for used in cpu[name]]) for i in range(3)]
+        if name == variants[0][0]:
+            cells += ["–"] * 3
+        else:
+            cells += [B.spread([(used[i] - base[i]) * 1000 / count
+                                for used, base in zip(cpu[name], plain_cpu)]) for i in range(3)]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines, times, reruns, count
 
 
