@@ -10,8 +10,8 @@ import os
 import pytest
 from osgeo import gdal
 
-from idem_testlib import (GDAL_IDEM, ROOT, env_with, lonlat_corners, make_source, run,  # noqa: F401
-                          sqlite_ledger)
+from idem_testlib import (GDAL_IDEM, ROOT, env_with, gdal_at_least, lonlat_corners,  # noqa: F401
+                          make_source, run, sqlite_ledger)
 
 VENV_PYTHON = os.path.join(ROOT, "tools", "pyenv", "venv", "bin", "python")
 R = 20037508.342789244
@@ -318,7 +318,7 @@ def test_an_assets_bands_are_what_its_file_holds(outputs, sqlite_ledger):
     assert described["scene_copy.tif"] == {"data_type": "uint8", "nodata": None}
 
 
-@pytest.mark.skipif(int(gdal.VersionInfo()) < 3100000,
+@pytest.mark.skipif(not gdal_at_least("3.10"),
                     reason="GDAL 3.6's STACIT reads projection v1's proj:epsg; the catalog "
                            "writes STAC 1.1's proj:code, which GDAL 3.10 and later read")
 def test_gdal_stacit_mosaics_a_collections_items(outputs, sqlite_ledger):
