@@ -87,13 +87,11 @@ def run_level(src, tiles, root, idem, env):
         os.environ.update(saved)
 
 
-def machine_times():
-    """The CPU time of all the machine's cores since boot, in seconds: (in all, idle or waiting
-    for I/O)."""
+def machine_idle_seconds():
+    """How long the machine's cores have been idle or waiting for I/O since boot, added up."""
     with open("/proc/stat") as stat:
         fields = [int(x) for x in stat.readline().split()[1:]]
-    tick = os.sysconf("SC_CLK_TCK")
-    return sum(fields) / tick, (fields[3] + fields[4]) / tick
+    return (fields[3] + fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_of_level(*args):
@@ -102,12 +100,12 @@ def cpu_of_level(*args):
     The workers' CPU time covers their whole lives: the start of the pool and its first two
     tiles are in it for every variant alike."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    machine_before = machine_times()
+    idle_before = machine_idle_seconds()
     seconds, count = run_level(*args)
-    machine_after = machine_times()
+    idle = machine_idle_seconds() - idle_before
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return seconds, count, (after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime,
-                            machine_after[1] - machine_before[1])
+                            idle)
 
 
 def pool_rows(src, tiles):
