@@ -40,6 +40,7 @@ format-check: deps
 	clang-format --dry-run --Werror $(CXX_SOURCES)
 	scripts/spdx
 	scripts/file-sizes
+	scripts/code-rules
 
 # clang-tidy (.clang-tidy) on the C++ outside the tests: every file, or with TIDY_BASE=REV the
 # files changed since REV (scripts/tidy). CI runs it on every file.

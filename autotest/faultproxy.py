@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: MIT
 """A forwarding HTTP proxy, in the test's process, that answers chosen requests with a transient
-failure (503) instead of passing them on, or after passing them on (the answer lost): the real
+failure (503, or another status) instead of passing them on, or after passing them on (the
+answer lost): the real
 store behind it (Azurite, the GCS store) sees only what gets through, so a client's retry is
 observed on the store's own state, not assumed. The request's Host reaches the store as
 X-Forwarded-Host, so that a URL the store hands out (a GCS session's) leads back here."""
 
 import http.client
+import socket
 import http.server
 import threading
 
@@ -16,16 +18,18 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", 
 class FaultProxy:
     def __init__(self, upstream_port):
         self.upstream_port = upstream_port
-        self.faults = []  # [predicate(method, path) -> bool, times left, after forwarding]
+        # [predicate(method, path) -> bool, times left, after forwarding, status answered]
+        self.faults = []
         self.log = []  # (method, path, status) of every request, in order
         self.lock = threading.Lock()
         self.server = None
 
-    def fail(self, predicate, times, after_forwarding=False):
-        """Answer the next `times` requests for which predicate(method, path) holds with 503:
-        without passing them on, or (`after_forwarding`) once the store has carried them out."""
+    def fail(self, predicate, times, after_forwarding=False, status=503):
+        """Answer the next `times` requests for which predicate(method, path) holds with
+        `status` (503 unless told: 403, 429, 500...): without passing them on, or
+        (`after_forwarding`) once the store has carried them out."""
         with self.lock:
-            self.faults.append([predicate, times, after_forwarding])
+            self.faults.append([predicate, times, after_forwarding, status])
         return self
 
     def faults_left(self):
@@ -33,12 +37,12 @@ class FaultProxy:
             return sum(fault[1] for fault in self.faults)
 
     def _take_fault(self, method, path):
-        """None, or whether the fault to inject comes after forwarding."""
+        """None, or (whether the fault to inject comes after forwarding, its status)."""
         with self.lock:
             for fault in self.faults:
                 if fault[1] > 0 and fault[0](method, path):
                     fault[1] -= 1
-                    return fault[2]
+                    return fault[2], fault[3]
         return None
 
     def start(self):
@@ -54,8 +58,8 @@ class FaultProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 fault = proxy._take_fault(self.command, self.path)
-                if fault is False:
-                    self._inject()
+                if fault is not None and not fault[0]:
+                    self._inject(fault[1])
                     return
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port,
                                                       timeout=120)
@@ -66,10 +70,12 @@ class FaultProxy:
                 upstream.request(self.command, self.path, body=body or None, headers=headers)
                 answer = upstream.getresponse()
                 data = answer.read()
-                if fault:
+                if fault is not None:
                     upstream.close()
-                    self._inject()
+                    self._inject(fault[1])
                     return
+                with proxy.lock:  # before the answer: a client that has it finds it logged
+                    proxy.log.append((self.command, self.path, answer.status))
                 self.send_response(answer.status, answer.reason)
                 for name, value in answer.getheaders():
                     if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
@@ -82,15 +88,13 @@ class FaultProxy:
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 upstream.close()
-                with proxy.lock:
-                    proxy.log.append((self.command, self.path, answer.status))
 
-            def _inject(self):
-                self.send_response(503, "Service Unavailable (injected)")
+            def _inject(self, status):
+                with proxy.lock:
+                    proxy.log.append((self.command, self.path, status))
+                self.send_response(status, "Injected fault")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-                with proxy.lock:
-                    proxy.log.append((self.command, self.path, 503))
 
             do_GET = do_PUT = do_DELETE = do_HEAD = do_POST = _relay
 
@@ -108,3 +112,10 @@ class FaultProxy:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+
+
+def unused_port():
+    """A loopback port nothing listens on (a connection to it is refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

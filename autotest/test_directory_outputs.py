@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: MIT
 """Directory datasets (Zarr) as IDEM outputs (docs/vsiidem.md, "Directory datasets"): a rerun
-skips and leaves every file of the directory as it was, a changed file under it makes the rerun
-rebuild the whole directory, and a rerun that fails loses nothing. From GDAL 3.11, GDAL's
+skips and leaves every file of the directory as it was, a directory IDEM did not publish (or one
+changed since its completion) is refused and kept whole, and a rerun that fails loses nothing. From GDAL 3.11, GDAL's
 pre-delete removes the files of an existing directory dataset before calling the driver:
 /vsiidem/ defers those unlinks and the IDEM call resolves them."""
 
 import os
+import shutil
 
 import pytest
 from osgeo import gdal
@@ -62,16 +63,29 @@ def test_a_rerun_skips_and_leaves_every_file(zarr_output, sqlite_ledger):
     assert temp_dirs_beside(out) == []
 
 
-def test_a_changed_file_under_it_makes_the_rerun_rebuild(zarr_output, sqlite_ledger):
+@pytest.mark.parametrize("change", ["touched", "added"])
+def test_a_changed_directory_is_refused_and_kept_whole(zarr_output, sqlite_ledger, change):
+    """A directory IDEM published that changed since its completion (a chunk rewritten, a file
+    added: someone's work now) is not replaced: the rerun is refused before any claim, naming the
+    directory, and loses nothing, as plain GDAL refuses to write over an existing dataset. Once
+    the directory is removed, the rerun builds it again, and the next one skips."""
     src, out, direct = zarr_output
-    chunk = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
-                 if not n.startswith("."))
-    os.utime(chunk, ns=(0, 0))
+    if change == "touched":
+        chunk = next(os.path.join(d, n) for d, _, names in os.walk(out) for n in names
+                     if not n.startswith("."))
+        os.utime(chunk, ns=(0, 0))
+    else:
+        (out / "notes.txt").write_text("someone's notes")
+    before = tree(out)
+    proc = translate(src, out, sqlite_ledger)
+    assert proc.returncode != 0
+    assert str(out) in proc.stderr and "remove it" in proc.stderr
+    assert tree(out) == before
+    assert temp_dirs_beside(out) == []
+    shutil.rmtree(out)
     proc = translate(src, out, sqlite_ledger)
     assert proc.returncode == 0, proc.stderr
-    assert os.stat(chunk).st_mtime_ns != 0
     assert {k: v[2] for k, v in tree(out).items()} == {k: v[2] for k, v in tree(direct).items()}
-    assert temp_dirs_beside(out) == []
     # The rebuilt directory is the one the ledger records: the next rerun skips.
     again = tree(out)
     assert translate(src, out, sqlite_ledger).returncode == 0
@@ -134,3 +148,27 @@ def test_object_storage_refuses_it_before_any_claim(tmp_path, sqlite_ledger):
             assert list(cpl_tmpdir.iterdir()) == []
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("store", ["zgroup", "arrays"])
+def test_a_store_idem_never_made_is_refused_and_kept(tmp_path, sqlite_ledger, store):
+    """A Zarr output onto an existing store that no completion recorded (a .zgroup is enough for
+    GDAL to call it Zarr; someone's arrays and files in it) is refused before any claim, as plain
+    GDAL refuses ("already exists"), and every file of the store stays as it was."""
+    src = make_source(tmp_path / "src.tif", size=64)
+    out = tmp_path / "theirs.zarr"
+    if store == "zgroup":
+        out.mkdir()
+        (out / ".zgroup").write_text('{"zarr_format": 2}')
+        (out / "README").write_text("someone's store")
+    else:
+        plain = run(["gdal_translate", "-q", "-of", "Zarr", src, str(out)])
+        assert plain.returncode == 0, plain.stderr
+        (out / "notes.txt").write_text("someone's notes")
+    before = tree(out)
+    proc = translate(src, out, sqlite_ledger)
+    assert proc.returncode != 0
+    assert str(out) in proc.stderr
+    assert tree(out) == before
+    assert temp_dirs_beside(out) == []
+    assert sqlite_ledger.rows() == []

@@ -19,8 +19,9 @@ from osgeo import gdal
 
 from idem_testlib import (GDAL_IDEM, env_with, make_ledger, make_source, read_pixels, run,
                           sqlite_ledger, ledger, warp_cmd)  # noqa: F401
+from faultproxy import FaultProxy, unused_port
 from s3server import S3Server
-from idem_testlib import gdal_at_least, kill9, start_paused
+from idem_testlib import gdal_at_least, gdal_config, kill9, start_paused
 
 BUCKET = "idem-test"
 
@@ -370,6 +371,54 @@ def test_s3_verify_forget_on_objects(s3, sqlite_ledger, source, local_tmp, prefi
     assert ("DELETE", f"/{prefix}/v1.tif", "204") in s3.requests_since(mark)
     assert not object_exists(uris[1]) and object_exists(uris[2])
     assert {r["output_uri"] for r in sqlite_ledger.completed()} == {uris[2]}
+
+
+def test_s3_forget_keeps_a_rewritten_object_and_says_so(s3, sqlite_ledger, source, local_tmp,
+                                                        prefix):
+    """forget --delete-output removes an object only while it is the one recorded: one rewritten
+    since is kept, reported, and the command exits 1 (it found a problem), not 0."""
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    uri = f"/vsis3/{prefix}/v.tif"
+    run(warp_cmd(source, "/vsiidem/" + uri, "-ts", "64", "64"), env=env, check=True)
+    with gdal_config(s3.config()):
+        other = gdal.VSIFOpenL(uri, "wb")
+        gdal.VSIFWriteL(os.urandom(300), 1, 300, other)
+        assert gdal.VSIFCloseL(other) == 0
+    mark = s3.mark()
+    proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "--json", "forget", "--output", uri,
+                "--delete-output"], env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (output,) = json.loads(proc.stdout)["outputs"]
+    assert output["deleted"] == [] and "not the object recorded" in output["kept_because"]
+    assert [r for r in s3.writes_since(mark) if r[0] == "DELETE"] == []
+    assert object_exists(uri)
+
+
+@pytest.mark.parametrize("outage", ["503", "403", "refused"])
+def test_s3_forget_keeps_an_object_its_store_cannot_be_asked_about(s3, sqlite_ledger, source,
+                                                                   local_tmp, prefix, outage):
+    """When the store cannot be asked (its answers 503 or 403, or the connection refused), the
+    recorded object is neither deleted nor taken for gone: forget says it was kept and exits 1.
+    "Could not look" is never "missing"."""
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    uri = f"/vsis3/{prefix}/v.tif"
+    run(warp_cmd(source, "/vsiidem/" + uri, "-ts", "64", "64"), env=env, check=True)
+    proxy = FaultProxy(s3.port).start()
+    try:
+        if outage == "refused":
+            endpoint = f"127.0.0.1:{unused_port()}"
+        else:
+            proxy.fail(lambda method, path: True, 1000, status=int(outage))
+            endpoint = f"127.0.0.1:{proxy.port}"
+        proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "--json", "forget", "--output",
+                    uri, "--delete-output"],
+                   env=dict(env, AWS_S3_ENDPOINT=endpoint, GDAL_HTTP_MAX_RETRY="0"))
+    finally:
+        proxy.stop()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (output,) = json.loads(proc.stdout)["outputs"]
+    assert output["deleted"] == [] and "could not be asked" in output["kept_because"]
+    assert object_exists(uri)
 
 
 def test_s3_bad_bucket_or_credentials_fail_cleanly(s3, sqlite_ledger, source, local_tmp, prefix):

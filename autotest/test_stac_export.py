@@ -203,9 +203,12 @@ def test_the_export_never_follows_or_deletes_what_it_did_not_write(outputs, sqli
     export(sqlite_ledger, catalog)
     items = catalog / "default-tiles" / "items"
     (items / "notes.json").write_text("{}")
-    # The temporary file of an item an interrupted export left is removed; nothing else is.
+    # The temporary files of items an interrupted export left (this release's naming, and an
+    # earlier one's) are removed; nothing else is.
     left = items / (sorted(os.listdir(items))[0] + ".idem-tmp-a1B2c3")
     left.write_text("half")
+    left_now = items / (".idem-tmp-0123456789ab." + sorted(os.listdir(items))[0])
+    left_now.write_text("half")
     victim = tmp_path / "victim.json"
     victim.write_text("keep me")
     os.symlink(victim, items / ("f" * 64 + ".json"))
@@ -215,7 +218,8 @@ def test_the_export_never_follows_or_deletes_what_it_did_not_write(outputs, sqli
     (elsewhere / "items" / ("e" * 64 + ".json")).write_text("keep me too")
     os.symlink(elsewhere, catalog / "linked")
     export(sqlite_ledger, catalog)
-    assert (items / "notes.json").read_text() == "{}" and not left.exists()
+    assert (items / "notes.json").read_text() == "{}"
+    assert not left.exists() and not left_now.exists()
     assert os.path.islink(items / ("f" * 64 + ".json")) and victim.read_text() == "keep me"
     assert (elsewhere / "items" / ("e" * 64 + ".json")).read_text() == "keep me too"
     assert (elsewhere / "collection.json").exists()

@@ -7,13 +7,12 @@
 #include <cstdlib>
 #include <set>
 
-#include "base/azure_blob.hpp"
 #include "base/error.hpp"
-#include "base/gcs_upload.hpp"
 #include "base/gdal_compat.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "key/tile_grid.hpp"
+#include "store/object_store.hpp"
 
 namespace idem {
 
@@ -119,9 +118,7 @@ IdemOptions parse_options(CSLConstList creation_options) {
   }
   options.fail_when_busy = on_busy == "FAIL";
   options.durable = CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES"));
-  conditional_writes_enabled();  // a bad IDEM_CONDITIONAL_WRITE is refused before any work
-  azure_block_size();            // and a bad IDEM_AZURE_BLOCK_SIZE
-  gcs_chunk_size();              // or IDEM_GCS_CHUNK_SIZE
+  validate_store_options();  // a bad IDEM_CONDITIONAL_WRITE (and the like) before any work
   options.dry_run = CPLTestBool(CPLGetConfigOption("IDEM_DRY_RUN", "NO"));
   options.digest_policy =
       parse_source_digest_policy(CPLGetConfigOption("IDEM_SOURCE_DIGEST", "AUTO"));

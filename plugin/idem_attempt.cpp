@@ -15,7 +15,6 @@
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
-#include "base/object_store.hpp"
 #include "base/paths.hpp"
 #include "base/progress.hpp"
 #include "cpl_conv.h"
@@ -29,12 +28,15 @@
 #include "key/work_key.hpp"
 #include "ledger/ledger.hpp"
 #include "output_datasets.hpp"
+#include "store/object_store.hpp"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
 #include "work/atomic_output.hpp"
+#include "work/early_sync.hpp"
 #include "work/lease.hpp"
 #include "work/output_check.hpp"
 #include "work/source_watch.hpp"
+#include "work/takeover_recovery.hpp"
 
 namespace idem {
 
@@ -244,8 +246,7 @@ std::vector<std::string> IdemCreator::publish_under_claim(const ClaimResult& cla
       }
       CPLDebug("IDEM", "%s; looking again", refused.what());
     } catch (const Error&) {
-      VSIStatBufL info;
-      if (VSIStatL(output.temp_dir().c_str(), &info) != 0) {
+      if (output.temp_dir_removed()) {
         throw ClaimLost(
             "the claim on this work was lost before publishing: another worker took "
             "it over (lease expired) and removed this attempt's temporary files; "
@@ -340,10 +341,15 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
     // The directory carries the work's mark: a later worker that takes this work over removes
     // it, as this one removes those of the attempts it replaced.
     const std::string owner = m_work.key.substr(0, 16);
-    AtomicOutput output(m_destination, temp_token(token, owner));
+    AtomicOutput output(
+        m_destination, temp_token(token, owner),
+        m_output_dir ? std::optional<DirectoryHandle>(m_output_dir->duplicate()) : std::nullopt);
+    if (m_recorded_tree) {
+      output.allow_replacing_directory(*m_recorded_tree);
+    }
     if (claim.attempt > 1) {
       const int removed =
-          remove_abandoned_temp_dirs(m_destination, owner, output.temp_dir(),
+          remove_abandoned_temp_dirs(output.directory(), owner, output.temp_name(),
                                      recorded_local_files(*m_ledger, m_destination, true));
       if (removed > 0) {
         CPLDebug("IDEM", "removed %d temporary directories of earlier attempts", removed);

@@ -15,7 +15,6 @@
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
-#include "base/object_store.hpp"
 #include "base/paths.hpp"
 #include "base/progress.hpp"
 #include "cog_warp.hpp"
@@ -31,6 +30,7 @@
 #include "key/work_key.hpp"
 #include "ledger/ledger.hpp"
 #include "output_datasets.hpp"
+#include "store/object_store.hpp"
 #include "vrtdataset.h"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
@@ -141,7 +141,9 @@ void IdemCreator::describe_and_key(GDALDataset* source, GDALDriver* format_drive
   m_work = describe_work(source, key_options);
   digest_cache.report();
   result_report_set("KEY", m_work.key);
-  check_destination(m_destination, destination_rules(source_files));
+  check_destination(m_destination, destination_rules(source_files),
+                    m_output_dir ? &*m_output_dir : nullptr);
+  m_recorded_tree = directory_at_destination();
   if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG") && !m_work.runs_gdalwarp) {
     m_cog = plan_cog_warp(source, m_work, m_kept_sources, [&](const std::string& xml) {
       return canonical_vrt_text(xml, key_options);
@@ -189,6 +191,7 @@ GDALDataset* IdemCreator::claim_skip_or_wait(GDALDataset* source, GDALDriver* fo
     throw DestinationRefused(*m_unwritable);
   }
   bool announced_wait = false;
+  test_pause("before_claim");  // the destination checked (its directory held), nothing claimed
   auto claim_sent = LeaseKeeper::Clock::now();
   return run_claim_loop(
       [&] {
@@ -276,10 +279,37 @@ void IdemCreator::set_destination(const char* filename, GDALDriver* format_drive
   m_given_name = real_path;
   check_destination_is_a_file(filename, m_destination, format_driver);
   check_object_output_is_a_file(m_destination, format_driver);
-  check_destination(m_destination, destination_rules({}));
-  if (!m_options.dry_run) {
-    m_unwritable = check_destination_directory(m_destination);
+  if (!is_object_store_path(m_destination)) {
+    m_output_dir = open_destination_directory(m_destination);
   }
+  check_destination(m_destination, destination_rules({}), m_output_dir ? &*m_output_dir : nullptr);
+  if (!m_options.dry_run) {
+    m_unwritable = check_destination_directory(m_destination, m_output_dir);
+  }
+}
+
+// A directory at the destination (a directory dataset, Zarr) is replaced only when a completion
+// recorded it there and its tree is still the one recorded; its tree then, or nullopt when no
+// directory is there. Anything else is refused before any claim (as plain GDAL refuses to write
+// over an existing dataset).
+std::optional<std::string> IdemCreator::directory_at_destination() const {
+  if (!m_output_dir) {
+    return std::nullopt;
+  }
+  const std::string name = basename_of(m_destination);
+  const std::optional<struct stat> there = m_output_dir->look(name);
+  if (!there || !S_ISDIR(there->st_mode)) {
+    return std::nullopt;
+  }
+  const std::optional<TreeSummary> now = tree_summary_at(*m_output_dir, name);
+  if (now) {
+    for (const LedgerRow& row : m_ledger->rows_on_output(m_destination, RowState::k_completed)) {
+      if (recorded_tree_of(row, m_destination) == now->sha256) {
+        return now->sha256;
+      }
+    }
+  }
+  throw DestinationRefused(describe_foreign_directory(m_destination));
 }
 
 // Invariant I2's rules for this call: its ledger, its sources. A directory at the destination is

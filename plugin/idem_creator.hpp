@@ -28,10 +28,10 @@
 #include <vector>
 
 #include "base/canonical_json.hpp"
+#include "base/directory_handle.hpp"
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
-#include "base/object_store.hpp"
 #include "base/paths.hpp"
 #include "base/progress.hpp"
 #include "cog_warp.hpp"
@@ -49,6 +49,7 @@
 #include "ledger/ledger.hpp"
 #include "ogr_spatialref.h"
 #include "output_datasets.hpp"
+#include "store/object_store.hpp"
 #include "vrtdataset.h"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
@@ -120,12 +121,19 @@ class IdemCreator {
                          const std::vector<std::string>& published);
   void take_back(AtomicOutput& output, const OutputFingerprint& fingerprint);
   std::vector<KnownFile> members_to_retire() const;
+  std::optional<std::string> directory_at_destination() const;
 
   PreDelete& m_pre_delete;
   IdemOptions m_options;
   std::string m_destination;                // absolute real path
   std::string m_given_name;                 // the output as the caller named it, without /vsiidem/
   std::optional<std::string> m_unwritable;  // why the destination's directory takes no file
+  // The handle of a local destination's directory, opened once and checked before any claim:
+  // every act of the attempt is relative to it (docs/concepts.md, "handles, not names").
+  std::optional<DirectoryHandle> m_output_dir;
+  // The tree a completion recorded for the directory dataset at the destination, which the
+  // publish may then replace (nullopt: no directory there).
+  std::optional<std::string> m_recorded_tree;
   bool m_via_vsiidem = false;
   WorkerLedger* m_ledger = nullptr;  // shared_ledger(): lives for the process
   WorkDescription m_work;

@@ -13,7 +13,6 @@
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
-#include "base/object_store.hpp"
 #include "base/paths.hpp"
 #include "base/progress.hpp"
 #include "cpl_conv.h"
@@ -26,6 +25,7 @@
 #include "key/work_key.hpp"
 #include "ledger/ledger.hpp"
 #include "output_datasets.hpp"
+#include "store/object_store.hpp"
 #include "vsiidem.hpp"
 #include "work/atomic_output.hpp"
 #include "work/claim_loop.hpp"
@@ -143,8 +143,12 @@ GDALDataset* IdemCreator::dry_run(const WorkDescription& work) {
   // sidecars (.aux.xml, .ovr...) that the pre-delete recorded with it.
   if (vsiidem_unlink_pending(m_destination)) {
     vsiidem_cancel_unlink(m_destination);
-    const GDALDatasetUniquePtr existing =
-        open_quietly(m_destination, GDAL_OF_RASTER | GDAL_OF_READONLY);
+    GDALDatasetUniquePtr existing;
+    {
+      // Looked at before it is opened: a FIFO planted beside it is never opened.
+      CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+      existing = open_output_for_check(m_destination, nullptr);
+    }
     CPLErrorReset();
     if (existing) {
       keep_dataset_files(existing.get());

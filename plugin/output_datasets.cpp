@@ -2,6 +2,7 @@
 // What the IDEM driver checks and holds around its output (output_datasets.hpp).
 #include "output_datasets.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,11 +16,11 @@
 
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
-#include "base/object_store.hpp"
 #include "base/paths.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "gdal_proxy.h"
+#include "store/object_store.hpp"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
 #include "work/output_check.hpp"
@@ -163,17 +164,17 @@ std::vector<GDALDataset*> band_source_datasets(GDALRasterBand* band) {
 // Refuse before claiming when the output cannot be written, so no claim is left behind: a
 // missing directory at once; an unwritable one is returned, for the caller to refuse unless the
 // work is completed (a skip writes nothing).
-std::optional<std::string> check_destination_directory(const std::string& destination) {
+std::optional<std::string> check_destination_directory(
+    const std::string& destination, const std::optional<DirectoryHandle>& directory_handle) {
   if (is_object_store_path(destination)) {
     return std::nullopt;  // an unwritable bucket fails the upload, which releases the claim
   }
   const std::string directory = dirname_of(destination);
-  struct stat info;
-  if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+  if (!directory_handle) {
     throw DestinationRefused("the destination directory " + directory +
                              " does not exist; create it first (mkdir -p)");
   }
-  if (access(directory.c_str(), W_OK) != 0) {
+  if (::faccessat(directory_handle->fd(), ".", W_OK, AT_EACCESS) != 0) {
     return "the destination directory " + directory + " is not writable (" + std::strerror(errno) +
            "); fix its permissions or write elsewhere";
   }

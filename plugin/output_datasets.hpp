@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/directory_handle.hpp"
 #include "base/paths.hpp"
 #include "gdal_priv.h"
 #include "key/source_identity.hpp"
@@ -36,9 +37,10 @@ struct OutputShape {
 };
 
 // Refuse before claiming when the output cannot be written, so no claim is left behind: throws
-// when the directory is missing; returns why when it is not writable (a skip needs no write
-// access, so the caller refuses only work it would do).
-std::optional<std::string> check_destination_directory(const std::string& destination);
+// when the directory is missing (`directory`, its handle, could not be opened); returns why when
+// it is not writable (a skip needs no write access, so the caller refuses only work it would do).
+std::optional<std::string> check_destination_directory(
+    const std::string& destination, const std::optional<DirectoryHandle>& directory);
 
 // A driver that writes a directory (Zarr) cannot be published to object storage, where no
 // request makes a tree of objects appear at once: refused before any claim.

@@ -11,35 +11,23 @@
 #include "vsiidem.hpp"
 
 #include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <cinttypes>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
-#include "base/object_store.hpp"
 #include "base/paths.hpp"
+#include "base/random_token.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -47,6 +35,7 @@
 #include "cpl_vsi_error.h"
 #include "cpl_vsi_virtual.h"
 #include "gdal_version.h"
+#include "store/object_store.hpp"
 #include "vsiidem_state.hpp"
 #include "vsiidem_write.hpp"
 #include "work/atomic_output.hpp"
@@ -129,7 +118,15 @@ class VsiIdemFilesystemHandler final : public VSIFilesystemHandler {
                                 CSLConstList options);
   VSIVirtualHandle* open_for_write(const std::string& real, const char* access, bool set_error,
                                    CSLConstList options);
-  static bool may_replace(const std::string& real, bool replaces);
+  static VSIVirtualHandle* reopen_in_flight(const std::shared_ptr<InFlight>& entry,
+                                            const std::string& real, const char* access,
+                                            bool set_error, CSLConstList options);
+  static VSIVirtualHandle* update_in_place(const std::string& real, bool set_error,
+                                           CSLConstList options);
+  static VSIVirtualHandle* start_new(VsiIdemState::Locked& shared, const std::string& real,
+                                     const char* access, const VSIStatBufL* existing,
+                                     std::optional<DirectoryHandle> directory, bool set_error,
+                                     CSLConstList options);
 };
 
 // Runs when GDAL tears its file manager down (GDALDestroyDriverManager, at the end of gdalwarp
@@ -157,24 +154,15 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_handle(const char* filename, co
       // pre-delete identifies what is at an output) would block or consume it.
       struct stat there {};
       if (::stat(real.c_str(), &there) == 0 && !S_ISREG(there.st_mode) && !S_ISDIR(there.st_mode)) {
-        errno = EPERM;
-        if (set_error) {
-          VSIError(VSIE_FileError, "%s: not a regular file", filename);
-        }
-        return nullptr;
+        return refuse(nullptr, EPERM, set_error, filename, "not a regular file");
       }
     }
     {
-      auto& shared = state();
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      VsiIdemState::Locked shared = state().lock();
       if (auto entry = shared.live_entry(real)) {
         target = entry->output->temp_path();  // drivers read back their own output
-      } else if (shared.m_pending_unlinks.count(real) != 0 || shared.m_in_flight.count(real)) {
-        errno = ENOENT;
-        if (set_error) {
-          VSIError(VSIE_FileError, "%s: No such file or directory", filename);
-        }
-        return nullptr;
+      } else if (shared.unlink_pending(real) || shared.in_flight().count(real) != 0) {
+        return refuse(nullptr, ENOENT, set_error, filename, "No such file or directory");
       } else if (is_object_store_path(real)) {
         looked_missing = shared.take_missing_look(real);
       }
@@ -188,37 +176,10 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_handle(const char* filename, co
                "%s: missing, as a Stat %lld s or less ago found (open answered without a "
                "request)",
                real.c_str(), static_cast<long long>(k_missing_look_lifetime.count()));
-      errno = ENOENT;
-      if (set_error) {
-        VSIError(VSIE_FileError, "%s: No such file or directory", filename);
-      }
-      return nullptr;
+      return refuse(nullptr, ENOENT, set_error, filename, "No such file or directory");
     }
     return compat::open_handle(handler_for(target), target.c_str(), access, set_error, options);
   });
-}
-
-// Invariant I2 for every path /vsiidem/ writes or deletes, whichever driver asks: never a link, a
-// special file, or the ledger (IDEM_LEDGER) and its companions; and, when the write `replaces`
-// the file (a truncating open, a delete), never a file this process has open, which a plain
-// driver's source is (the close checks again, for sources opened after the create). False
-// (errno EPERM, a CPLError saying why) when refused. A directory is left to the callers (EISDIR).
-bool VsiIdemFilesystemHandler::may_replace(const std::string& real, bool replaces) {
-  if (is_object_store_path(real)) {
-    return true;
-  }
-  try {
-    DestinationRules rules;
-    rules.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
-    rules.directory_dataset = true;
-    rules.replaces = replaces;
-    check_destination(real, rules);
-    return true;
-  } catch (const Error& error) {
-    CPLError(CE_Failure, CPLE_NotSupported, "/vsiidem/: %s", error.what());
-    errno = EPERM;
-    return false;
-  }
 }
 
 VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& real,
@@ -232,95 +193,105 @@ VSIVirtualHandle* VsiIdemFilesystemHandler::open_for_write(const std::string& re
     errno = EROFS;
     return nullptr;
   }
-  auto& shared = state();
-  if (!may_replace(real, truncates(access))) {
+  std::optional<DirectoryHandle> directory;
+  if (!may_write(real, truncates(access), &directory)) {
     // The files GDAL's pre-delete of this dataset asked to remove stay: the write they made
     // room for will not happen (a source of this work among them).
-    std::lock_guard<std::mutex> lock(shared.m_mutex);
-    shared.keep_dataset_of_refused(real);
+    state().lock().keep_dataset_of_refused(real);
     return nullptr;
   }
+  test_pause("vsiidem_create");  // checked (its directory held), nothing made yet
   // Held while the temporary file is set up, so two opens of one path share one entry; released
   // only to look at what is at the path (look_at), after which everything is looked at again.
-  std::unique_lock<std::mutex> lock(shared.m_mutex);
-  const std::optional<FileLook> look = look_at(real, lock, [&] {
-    return shared.m_in_flight.count(real) == 0 && shared.m_pending_unlinks.count(real) == 0;
-  });
-  auto it = shared.m_in_flight.find(real);
-  std::shared_ptr<InFlight> entry = it == shared.m_in_flight.end() ? nullptr : it->second;
-  if (entry && entry->discard && !truncates(access)) {
-    errno = ENOENT;  // unlinked while open: r+ sees no file, a starts a new one below
-    if (std::strchr(access, 'a') == nullptr) {
-      if (set_error) {
-        VSIError(VSIE_FileError, "%s: No such file or directory", real.c_str());
-      }
-      return nullptr;
-    }
+  VsiIdemState::Locked shared = state().lock();
+  const std::optional<FileLook> look = shared.look_at(
+      real, [&] { return shared.in_flight().count(real) == 0 && !shared.unlink_pending(real); });
+  auto it = shared.in_flight().find(real);
+  if (it != shared.in_flight().end()) {
+    return reopen_in_flight(it->second, real, access, set_error, options);
   }
-  if (entry) {
-    const std::string& temp = entry->output->temp_path();
-    if (entry->discard) {
-      // Unlinked while open, now written again: a new, empty file.
-      if (::truncate(temp.c_str(), 0) != 0) {
-        errno = EIO;
-        return nullptr;
-      }
-      entry->discard = false;
-    }
-    VSIVirtualHandle* inner =
-        compat::open_handle(handler_for(temp), temp.c_str(), access, set_error, options);
-    if (inner == nullptr) {
-      return nullptr;
-    }
-    ++entry->writers;
-    return new VsiIdemWriteHandle(inner, real, entry);
-  }
-
-  const bool pending = shared.m_pending_unlinks.count(real) != 0;
   const VSIStatBufL existing = look ? look->info : VSIStatBufL{};
-  const bool exists = !pending && look->exists;
-  if (exists && VSI_ISDIR(existing.st_mode)) {
-    errno = EISDIR;
-    if (set_error) {
-      VSIError(VSIE_FileError, "%s: Is a directory", real.c_str());
-    }
-    return nullptr;
-  }
+  const bool exists = !shared.unlink_pending(real) && look->exists;
   const bool appends = std::strchr(access, 'a') != nullptr;
-  if (!truncates(access) && !appends && !exists) {
-    errno = ENOENT;  // "r+" needs an existing file
-    if (set_error) {
-      VSIError(VSIE_FileError, "%s: No such file or directory", real.c_str());
-    }
-    return nullptr;
+  if (exists && VSI_ISDIR(existing.st_mode)) {
+    return refuse(nullptr, EISDIR, set_error, real, "Is a directory");
   }
-
+  if (!truncates(access) && !appends && !exists) {
+    return refuse(nullptr, ENOENT, set_error, real, "No such file or directory");  // r+
+  }
   if (exists && !truncates(access) && !appends) {
-    // Update of a published file: read through it until the first write.
-    VSIVirtualHandle* inner =
-        compat::open_handle(handler_for(real), real.c_str(), "rb", set_error, options);
-    if (inner == nullptr) {
+    return update_in_place(real, set_error, options);
+  }
+  return start_new(shared, real, access, exists ? &existing : nullptr, std::move(directory),
+                   set_error, options);
+}
+
+// Another handle writes `real` already (`entry`): this one writes the same temporary file.
+VSIVirtualHandle* VsiIdemFilesystemHandler::reopen_in_flight(const std::shared_ptr<InFlight>& entry,
+                                                             const std::string& real,
+                                                             const char* access, bool set_error,
+                                                             CSLConstList options) {
+  const std::string& temp = entry->output->temp_path();
+  if (entry->discard) {
+    if (!truncates(access) && std::strchr(access, 'a') == nullptr) {
+      // Unlinked while open: r+ sees no file.
+      return refuse(nullptr, ENOENT, set_error, real, "No such file or directory");
+    }
+    // Unlinked while open, now written again: a new, empty file.
+    if (::truncate(temp.c_str(), 0) != 0) {
+      errno = EIO;
       return nullptr;
     }
-    return new VsiIdemWriteHandle(inner, real);
+    entry->discard = false;
   }
+  VSIVirtualHandle* inner =
+      compat::open_handle(handler_for(temp), temp.c_str(), access, set_error, options);
+  if (inner == nullptr) {
+    return nullptr;
+  }
+  ++entry->writers;
+  return new VsiIdemWriteHandle(inner, real, entry);
+}
+
+// An update ("r+") of a published file: read through it until the first write, which goes on in
+// a copy (VsiIdemWriteHandle::start_copy).
+VSIVirtualHandle* VsiIdemFilesystemHandler::update_in_place(const std::string& real, bool set_error,
+                                                            CSLConstList options) {
+  VSIVirtualHandle* inner =
+      compat::open_handle(handler_for(real), real.c_str(), "rb", set_error, options);
+  if (inner == nullptr) {
+    return nullptr;
+  }
+  return new VsiIdemWriteHandle(inner, real);
+}
+
+// A new temporary file in `directory` (the handle the destination guard looked through): empty,
+// or a copy of the file there for an append; published when its last handle closes. `existing`:
+// what is at the path (nullptr for nothing).
+VSIVirtualHandle* VsiIdemFilesystemHandler::start_new(VsiIdemState::Locked& shared,
+                                                      const std::string& real, const char* access,
+                                                      const VSIStatBufL* existing,
+                                                      std::optional<DirectoryHandle> directory,
+                                                      bool set_error, CSLConstList options) {
   auto fresh = std::make_shared<InFlight>();
-  fresh->output = std::make_unique<AtomicOutput>(real, random_token());
+  fresh->output = std::make_unique<AtomicOutput>(real, random_hex(16), std::move(directory));
   const std::string& temp = fresh->output->temp_path();
-  if (exists && !truncates(access)) {
+  if (existing != nullptr && !truncates(access)) {
     // Append: work on a copy, published when closed (never the file in place).
-    copy_published(real, temp);
+    copy_published(real, *fresh->output);
   }
   VSIVirtualHandle* inner =
       compat::open_handle(handler_for(temp), temp.c_str(), access, set_error, options);
   if (inner == nullptr) {
     return nullptr;  // `fresh` removes its temporary directory
   }
-  if (exists && local_path(real)) {
-    ::chmod(temp.c_str(), existing.st_mode & 07777);  // a rewrite keeps the file's permissions
+  if (existing != nullptr && local_path(real)) {
+    // A rewrite keeps the file's read and write bits where they are this user's to keep; never
+    // set-user-ID and the like (replacing_file_mode).
+    fresh->output->set_written_mode(replacing_file_mode(existing->st_mode, existing->st_uid));
   }
   fresh->writers = 1;
-  shared.m_in_flight[real] = fresh;
+  shared.in_flight()[real] = fresh;
   CPLDebug(k_debug_category, "writing %s through %s", real.c_str(), temp.c_str());
   return new VsiIdemWriteHandle(inner, real, fresh);
 }
@@ -331,16 +302,12 @@ int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, 
     const std::string real = real_absolute(filename);
     std::string target = real;
     {
-      auto& shared = state();
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      VsiIdemState::Locked shared = state().lock();
       if (auto entry = shared.live_entry(real)) {
         target = entry->output->temp_path();
-      } else if (shared.m_pending_unlinks.count(real) != 0 || shared.m_in_flight.count(real)) {
-        errno = ENOENT;
-        if ((flags & VSI_STAT_SET_ERROR_FLAG) != 0) {
-          VSIError(VSIE_FileError, "%s: No such file or directory", filename);
-        }
-        return -1;
+      } else if (shared.unlink_pending(real) || shared.in_flight().count(real) != 0) {
+        return refuse(-1, ENOENT, (flags & VSI_STAT_SET_ERROR_FLAG) != 0, filename,
+                      "No such file or directory");
       }
     }
     errno = 0;
@@ -349,14 +316,11 @@ int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, 
     if (target == real && is_object_store_path(real) && (flags & VSI_STAT_CACHE_ONLY) == 0) {
       // GDAL reports a missing object with errno 0 (or ENOENT), a failed request with the
       // request's errno: only the former is a look that found it missing.
-      auto& shared = state();
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
-      shared.note_object_look(real, result != 0 && (stat_errno == 0 || stat_errno == ENOENT));
+      state().lock().note_object_look(real,
+                                      result != 0 && (stat_errno == 0 || stat_errno == ENOENT));
     }
     if (result == 0 && target == real) {
-      auto& shared = state();
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
-      shared.note_found(real);
+      state().lock().note_found(real);
     }
     errno = stat_errno;
     return result;
@@ -368,10 +332,8 @@ int VsiIdemFilesystemHandler::Stat(const char* filename, VSIStatBufL* stat_buf, 
 int VsiIdemFilesystemHandler::Unlink(const char* filename) {
   return guarded(-1, [&] {
     const std::string real = real_absolute(filename);
-    auto& shared = state();
     {
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
-      const std::string refused = shared.refused_dataset_of(real);
+      const std::string refused = state().lock().refused_dataset_of(real);
       if (!refused.empty()) {
         CPLError(CE_Failure, CPLE_NotSupported,
                  "/vsiidem/: %s is a file of the dataset %s, whose write or delete was refused; "
@@ -381,31 +343,29 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
         return -1;
       }
     }
-    if (!may_replace(real, true)) {
+    if (!may_write(real, true)) {
       // What may not be written over may not be deleted either (gdal_translate 3.11+ deletes
       // its output itself before it creates it), nor may the files of its dataset.
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
-      shared.keep_dataset_of_refused(real);
+      state().lock().keep_dataset_of_refused(real);
       return -1;
     }
     // An object's identity (its ETag) is asked of the store before the lock is taken.
     const std::optional<ObservedFile> object_seen =
         is_object_store_path(real) ? current_identity(real) : std::nullopt;
-    std::unique_lock<std::mutex> lock(shared.m_mutex);
-    const std::optional<FileLook> look = look_at(real, lock, [&] {
-      return shared.m_publishing.count(real) == 0 && shared.m_pending_unlinks.count(real) == 0;
-    });
+    VsiIdemState::Locked shared = state().lock();
+    const std::optional<FileLook> look = shared.look_at(
+        real, [&] { return shared.publishing().count(real) == 0 && !shared.unlink_pending(real); });
     bool existed = false;
     if (auto entry = shared.live_entry(real)) {
       entry->discard = true;  // never published; an older file there is still deleted below
       existed = true;
     }
-    if (shared.m_publishing.count(real) != 0) {
+    if (shared.publishing().count(real) != 0) {
       // A close is putting a new file there: this unlink comes after it and removes it (the
       // file is looked at when the unlink is carried out, once the close has published).
       shared.defer_unlink(real, std::nullopt);
       existed = true;
-    } else if (shared.m_pending_unlinks.count(real) == 0 && look->exists) {
+    } else if (!shared.unlink_pending(real) && look->exists) {
       if (VSI_ISDIR(look->info.st_mode)) {
         errno = EISDIR;
         return -1;
@@ -426,12 +386,41 @@ int VsiIdemFilesystemHandler::Unlink(const char* filename) {
   });
 }
 
+// A directory is made, or removed, relative to the handle of the directory holding it, which the
+// destination guard looked through: never at the ledger's names, never through another user's
+// link.
 int VsiIdemFilesystemHandler::Mkdir(const char* dirname, long mode) {
-  return guarded(-1, [&] { return VSIMkdir(real_absolute(dirname).c_str(), mode); });
+  return guarded(-1, [&] {
+    const std::string real = real_absolute(dirname);
+    std::optional<DirectoryHandle> directory;
+    if (!may_write(real, false, &directory)) {
+      return -1;
+    }
+    if (!local_path(real)) {
+      return VSIMkdir(real.c_str(), mode);
+    }
+    if (!directory) {
+      return -1;  // errno from the open: the parent is missing
+    }
+    return ::mkdirat(directory->fd(), basename_of(real).c_str(), static_cast<mode_t>(mode));
+  });
 }
 
 int VsiIdemFilesystemHandler::Rmdir(const char* dirname) {
-  return guarded(-1, [&] { return VSIRmdir(real_absolute(dirname).c_str()); });
+  return guarded(-1, [&] {
+    const std::string real = real_absolute(dirname);
+    std::optional<DirectoryHandle> directory;
+    if (!may_write(real, true, &directory)) {
+      return -1;
+    }
+    if (!local_path(real)) {
+      return VSIRmdir(real.c_str());
+    }
+    if (!directory) {
+      return -1;
+    }
+    return remove_empty_directory_at(*directory, basename_of(real));
+  });
 }
 
 // The directory as this process sees it: pending unlinks hidden, files being written shown,
@@ -442,8 +431,7 @@ char** VsiIdemFilesystemHandler::ReadDirEx(const char* dirname, int max_files) {
     CPLStringList listed(VSIReadDirEx(real_dir.c_str(), max_files));
     const bool dir_exists = listed.List() != nullptr;
     const std::string prefix = real_dir == "/" ? "/" : real_dir + "/";
-    auto& shared = state();
-    std::lock_guard<std::mutex> lock(shared.m_mutex);
+    VsiIdemState::Locked shared = state().lock();
     CPLStringList visible;
     std::set<std::string> seen;
     for (int i = 0; i < listed.size(); ++i) {
@@ -452,17 +440,17 @@ char** VsiIdemFilesystemHandler::ReadDirEx(const char* dirname, int max_files) {
         continue;
       }
       const std::string full = prefix + name;
-      if (shared.m_pending_unlinks.count(full) != 0 && !shared.live_entry(full)) {
+      if (shared.unlink_pending(full) && !shared.live_entry(full)) {
         continue;
       }
-      auto in_flight = shared.m_in_flight.find(full);
-      if (in_flight != shared.m_in_flight.end() && in_flight->second->discard) {
+      auto in_flight = shared.in_flight().find(full);
+      if (in_flight != shared.in_flight().end() && in_flight->second->discard) {
         continue;
       }
       seen.insert(name);
       visible.AddString(name.c_str());
     }
-    for (const auto& [path, entry] : shared.m_in_flight) {
+    for (const auto& [path, entry] : shared.in_flight()) {
       if (entry->discard || path.rfind(prefix, 0) != 0) {
         continue;
       }
@@ -474,8 +462,7 @@ char** VsiIdemFilesystemHandler::ReadDirEx(const char* dirname, int max_files) {
     if (!dir_exists && visible.empty()) {
       return nullptr;
     }
-    shared.m_listed_dir = real_dir;
-    shared.m_listed_names = std::move(seen);
+    shared.note_listing(real_dir, std::move(seen));
     return visible.StealList();
   });
 }
@@ -485,20 +472,36 @@ int VsiIdemFilesystemHandler::Rename(const char* old_path,
   return guarded(-1, [&] {
     const std::string real_old = real_absolute(old_path);
     const std::string real_new = real_absolute(new_path);
-    auto& shared = state();
-    std::lock_guard<std::mutex> lock(shared.m_mutex);
-    if (shared.m_in_flight.count(real_old) != 0 || shared.m_publishing.count(real_old) != 0) {
+    // Both ends through the destination guard: what is renamed away leaves its name (never the
+    // ledger's), what is renamed onto is replaced (never a file this process reads); locally,
+    // the rename is made relative to the handles the guard looked through.
+    std::optional<DirectoryHandle> from;
+    std::optional<DirectoryHandle> to;
+    if (!may_write(real_old, false, &from) || !may_write(real_new, true, &to)) {
+      return -1;
+    }
+    VsiIdemState::Locked shared = state().lock();
+    if (shared.in_flight().count(real_old) != 0 || shared.publishing().count(real_old) != 0) {
       errno = EBUSY;  // still being written or published: rename it once that is done
       return -1;
     }
-    if (shared.m_pending_unlinks.count(real_old) != 0) {
+    if (shared.unlink_pending(real_old)) {
       errno = ENOENT;
       return -1;
     }
-    const int result = VSIRename(real_old.c_str(), real_new.c_str());
-    ++shared.m_changes;
+    int result = -1;
+    if (local_path(real_old) && local_path(real_new)) {
+      if (!from || !to) {
+        return -1;
+      }
+      result = ::renameat(from->fd(), basename_of(real_old).c_str(), to->fd(),
+                          basename_of(real_new).c_str());
+    } else {
+      result = VSIRename(real_old.c_str(), real_new.c_str());
+    }
+    shared.note_change();
     if (result == 0) {
-      shared.m_pending_unlinks.erase(real_new);
+      shared.pending_unlinks().erase(real_new);
     }
     return result;
   });
@@ -604,26 +607,20 @@ void install_vsiidem_handler() {
 }
 
 bool vsiidem_unlink_pending(const std::string& real_path) {
-  auto& shared = state();
   const std::string real = vsiidem_absolute_path(real_path);
-  std::lock_guard<std::mutex> lock(shared.m_mutex);
-  return shared.m_pending_unlinks.count(real) != 0;
+  return state().lock().unlink_pending(real);
 }
 
 void vsiidem_cancel_unlink(const std::string& real_path) {
-  auto& shared = state();
   const std::string real = vsiidem_absolute_path(real_path);
-  std::lock_guard<std::mutex> lock(shared.m_mutex);
-  if (shared.m_pending_unlinks.erase(real) != 0) {
+  if (state().lock().pending_unlinks().erase(real) != 0) {
     CPLDebug(k_debug_category, "deferred unlink of %s cancelled", real.c_str());
   }
 }
 
 uint64_t vsiidem_adopt_pre_delete(const std::string& destination) {
-  auto& shared = state();
   const std::string real = vsiidem_absolute_path(destination);
-  std::lock_guard<std::mutex> lock(shared.m_mutex);
-  return shared.adopt(real);
+  return state().lock().adopt(real);
 }
 
 std::vector<std::string> vsiidem_resolve_pre_delete(uint64_t adoption, bool published,
@@ -635,12 +632,8 @@ std::vector<std::string> vsiidem_resolve_pre_delete(uint64_t adoption, bool publ
   for (const std::string& file : files) {
     kept.insert(vsiidem_absolute_path(file));
   }
-  auto& shared = state();
-  std::vector<std::pair<std::string, PendingUnlink>> adopted;
-  {
-    std::lock_guard<std::mutex> lock(shared.m_mutex);
-    adopted = shared.take_adopted(adoption);
-  }
+  const std::vector<std::pair<std::string, PendingUnlink>> adopted =
+      state().lock().take_adopted(adoption);
   std::vector<std::string> failed;
   if (!published) {
     for (const auto& entry : adopted) {
@@ -659,10 +652,7 @@ std::vector<std::string> vsiidem_resolve_pre_delete(uint64_t adoption, bool publ
       continue;
     }
     const int result = remove_observed(path, *pending.observed);
-    {
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
-      ++shared.m_changes;
-    }
+    state().lock().note_change();
     if (result != 0 && errno != ENOENT) {
       failed.push_back(path);
     } else {
@@ -673,9 +663,7 @@ std::vector<std::string> vsiidem_resolve_pre_delete(uint64_t adoption, bool publ
 }
 
 void vsiidem_set_unlink_hook(UnlinkHook hook) {
-  auto& shared = state();
-  std::lock_guard<std::mutex> lock(shared.m_mutex);
-  shared.m_hook = std::move(hook);
+  state().lock().set_hook(std::move(hook));
 }
 
 void vsiidem_set_use_hook(void (*hook)()) {

@@ -3,8 +3,6 @@
 #include "vsiidem_state.hpp"
 
 #include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,15 +10,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cinttypes>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
 #include <system_error>
@@ -29,8 +23,8 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "base/gdal_compat.hpp"
-#include "base/object_store.hpp"
+#include "base/file_copy.hpp"
+#include "base/file_identity.hpp"
 #include "base/paths.hpp"
 #include "base/safe_delete.hpp"
 #include "cpl_conv.h"
@@ -38,10 +32,9 @@
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "cpl_vsi_error.h"
-#include "cpl_vsi_virtual.h"
-#include "gdal_version.h"
+#include "store/object_store.hpp"
 #include "work/atomic_output.hpp"
-#include "work/lease.hpp"
+#include "work/destination_guard.hpp"
 
 namespace idem::vsiidem_detail {
 
@@ -52,15 +45,6 @@ bool is_write_access(const char* access) {
 
 bool truncates(const char* access) {
   return std::strchr(access, 'w') != nullptr;
-}
-
-std::string random_token() {
-  std::random_device device;
-  std::uniform_int_distribution<std::uint32_t> distribution;
-  char text[32];
-  std::snprintf(text, sizeof(text), "%08" PRIx32 "%08" PRIx32, distribution(device),
-                distribution(device));
-  return text;
 }
 
 std::string strip_prefix(const char* vsi_path) {
@@ -103,75 +87,42 @@ bool durable_writes() {
   return CPLTestBool(CPLGetConfigOption("IDEM_FSYNC", "YES"));
 }
 
-void copy_file_contents(const std::string& from, const std::string& to) {
-  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) {
-    throw Error(ErrorKind::k_io, "cannot open " + from + " to update it: " + std::strerror(errno));
+bool may_write(const std::string& real, bool replaces, std::optional<DirectoryHandle>* directory) {
+  if (is_object_store_path(real)) {
+    return true;
   }
-  struct stat info {};
-  ::fstat(in, &info);
-  const int out =
-      ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, info.st_mode & 07777);
-  if (out < 0) {
-    const int error_number = errno;
-    ::close(in);
-    throw Error(ErrorKind::k_io, "cannot create " + to + ": " + std::strerror(error_number));
-  }
-  bool copied = false;
-#ifdef FICLONE
-  copied = ::ioctl(out, FICLONE, in) == 0;
-#endif
-  // Not zero-filled (as copy_vsi_file): only the pages a read touches are faulted in.
-  constexpr size_t k_chunk = 1 << 20;
-  const std::unique_ptr<char[]> buffer(copied ? nullptr : new char[k_chunk]);
-  while (!copied) {
-    const ssize_t got = ::read(in, buffer.get(), k_chunk);
-    if (got == 0) {
-      copied = true;
-      break;
+  try {
+    std::optional<DirectoryHandle> opened = open_destination_directory(real);
+    DestinationRules rules;
+    rules.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
+    rules.directory_dataset = true;
+    rules.replaces = replaces;
+    if (opened) {
+      check_destination(real, rules, &*opened);
     }
-    if (got < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      break;
+    if (directory != nullptr) {
+      *directory = std::move(opened);
     }
-    ssize_t done = 0;
-    while (done < got) {
-      const ssize_t put = ::write(out, buffer.get() + done, static_cast<size_t>(got - done));
-      if (put < 0) {
-        if (errno == EINTR) {
-          continue;
-        }
-        break;
-      }
-      done += put;
-    }
-    if (done < got) {
-      break;
-    }
-  }
-  const int error_number = errno;
-  ::fchmod(out, info.st_mode & 07777);
-  ::close(in);
-  if (::close(out) != 0 || !copied) {
-    throw Error(ErrorKind::k_io, "cannot copy " + from + " to " + to + ": " +
-                                     std::strerror(error_number ? error_number : EIO));
+    return true;
+  } catch (const Error& error) {
+    CPLError(CE_Failure, CPLE_NotSupported, "/vsiidem/: %s", error.what());
+    errno = EPERM;
+    return false;
   }
 }
 
-void copy_published(const std::string& from, const std::string& to) {
-  if (!local_path(from)) {
-    copy_vsi_file(from, to);  // an object: download it
+void copy_published(const std::string& real, const AtomicOutput& output) {
+  if (!local_path(real)) {
+    copy_vsi_file(real, output.temp_path());  // an object: download it
     return;
   }
-  copy_file_contents(from, to);
+  copy_file_contents(output.directory().reach(basename_of(real)), output.temp_path());
 }
 
 ObservedFile local_identity(const VSIStatBufL& info) {
   ObservedFile identity;
   identity.size = static_cast<int64_t>(info.st_size);
-  identity.mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+  identity.mtime_ns = mtime_ns_of(info);
   identity.device = static_cast<uint64_t>(info.st_dev);
   identity.inode = static_cast<uint64_t>(info.st_ino);
   return identity;
@@ -268,9 +219,9 @@ VsiIdemState& state() {
 void flush_at_exit() {
   auto& shared = state();
   {
-    std::lock_guard<std::mutex> lock(shared.m_mutex);
-    shared.own_pending_unlinks();
-    if (shared.m_pending_unlinks.empty()) {
+    VsiIdemState::Locked view = shared.lock();
+    view.own_pending_unlinks();
+    if (view.pending_unlinks().empty()) {
       return;  // all cancelled or carried out: no thread for nothing
     }
   }
@@ -285,29 +236,79 @@ void flush_at_exit() {
 
 // VsiIdemState's members (vsiidem_state.hpp).
 
-void VsiIdemState::defer_unlink(const std::string& real,
-                                const std::optional<ObservedFile>& observed) {
+VsiIdemState::Locked VsiIdemState::lock() {
+  return Locked(*this);
+}
+
+void VsiIdemState::Locked::register_exit_flush() {
+  if (!m_state.m_exit_flush_registered) {
+    m_state.m_exit_flush_registered = std::atexit(flush_at_exit) == 0;
+  }
+}
+
+void VsiIdemState::Locked::note_found(const std::string& real) {
+  auto& found = m_state.m_found_by_stat;
+  if (std::find(found.begin(), found.end(), real) != found.end()) {
+    return;
+  }
+  if (found.size() == VsiIdemState::k_found_by_stat_kept) {
+    found.pop_front();
+  }
+  found.push_back(real);
+}
+
+void VsiIdemState::Locked::note_listing(const std::string& directory, std::set<std::string> names) {
+  m_state.m_listed_dir = directory;
+  m_state.m_listed_names = std::move(names);
+}
+
+bool VsiIdemState::Locked::saw_exist(const std::string& real) const {
+  const size_t slash = real.rfind('/');
+  const std::string dir = slash == 0 ? "/" : real.substr(0, slash);
+  const auto& found = m_state.m_found_by_stat;
+  return (slash != std::string::npos && dir == m_state.m_listed_dir &&
+          m_state.m_listed_names.count(real.substr(slash + 1)) != 0) ||
+         std::find(found.begin(), found.end(), real) != found.end();
+}
+
+std::map<std::string, PendingUnlink> VsiIdemState::Locked::take_unadopted() {
+  own_pending_unlinks();
+  std::map<std::string, PendingUnlink> taken;
+  auto& pending = m_state.m_pending_unlinks;
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (it->second.adoption != 0) {
+      ++it;  // an IDEM call in progress resolves it
+    } else {
+      taken.insert(*it);
+      it = pending.erase(it);
+    }
+  }
+  return taken;
+}
+
+void VsiIdemState::Locked::defer_unlink(const std::string& real,
+                                        const std::optional<ObservedFile>& observed) {
   register_exit_flush();
   own_pending_unlinks();
-  PendingUnlink& pending = m_pending_unlinks[real];
+  PendingUnlink& pending = m_state.m_pending_unlinks[real];
   pending = PendingUnlink{};
-  pending.number = ++m_unlink_count;
+  pending.number = ++m_state.m_unlink_count;
   pending.thread = std::this_thread::get_id();
   pending.observed = observed;
   CPLDebug(k_debug_category, "unlink of %s deferred", real.c_str());
 }
 
-uint64_t VsiIdemState::adopt(const std::string& destination) {
+uint64_t VsiIdemState::Locked::adopt(const std::string& destination) {
   own_pending_unlinks();
   const auto self = std::this_thread::get_id();
-  const auto primary = m_pending_unlinks.find(destination);
-  const bool primary_pending = primary != m_pending_unlinks.end() &&
+  const auto primary = m_state.m_pending_unlinks.find(destination);
+  const bool primary_pending = primary != m_state.m_pending_unlinks.end() &&
                                primary->second.adoption == 0 && primary->second.thread == self;
   const uint64_t since = primary_pending ? primary->second.number : 0;
   const std::string under = destination + "/";
-  const uint64_t adoption = m_adoption_count + 1;
+  const uint64_t adoption = m_state.m_adoption_count + 1;
   bool adopted = false;
-  for (auto& [path, pending] : m_pending_unlinks) {
+  for (auto& [path, pending] : m_state.m_pending_unlinks) {
     if (pending.adoption != 0 || pending.thread != self) {
       continue;
     }
@@ -322,39 +323,40 @@ uint64_t VsiIdemState::adopt(const std::string& destination) {
   if (!adopted) {
     return 0;
   }
-  m_adoption_count = adoption;
+  m_state.m_adoption_count = adoption;
   return adoption;
 }
 
-void VsiIdemState::keep_dataset_of_refused(const std::string& real) {
+void VsiIdemState::Locked::keep_dataset_of_refused(const std::string& real) {
   own_pending_unlinks();
   const auto self = std::this_thread::get_id();
-  for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+  for (auto it = m_state.m_pending_unlinks.begin(); it != m_state.m_pending_unlinks.end();) {
     if (it->second.adoption == 0 && it->second.thread == self &&
         in_dataset_group(real, it->first)) {
       CPLDebug(k_debug_category, "unlink of %s cancelled: the write of %s was refused",
                it->first.c_str(), real.c_str());
-      it = m_pending_unlinks.erase(it);
+      it = m_state.m_pending_unlinks.erase(it);
     } else {
       ++it;
     }
   }
-  if (std::find(m_refused.begin(), m_refused.end(), real) != m_refused.end()) {
+  if (std::find(m_state.m_refused.begin(), m_state.m_refused.end(), real) !=
+      m_state.m_refused.end()) {
     return;
   }
-  if (m_refused.size() == k_refused_kept) {
-    m_refused.pop_front();
+  if (m_state.m_refused.size() == VsiIdemState::k_refused_kept) {
+    m_state.m_refused.pop_front();
   }
-  m_refused.push_back(real);
+  m_state.m_refused.push_back(real);
 }
 
-std::string VsiIdemState::refused_dataset_of(const std::string& real) {
-  const auto again = std::find(m_refused.begin(), m_refused.end(), real);
-  if (again != m_refused.end()) {
-    m_refused.erase(again);
+std::string VsiIdemState::Locked::refused_dataset_of(const std::string& real) {
+  const auto again = std::find(m_state.m_refused.begin(), m_state.m_refused.end(), real);
+  if (again != m_state.m_refused.end()) {
+    m_state.m_refused.erase(again);
     return {};
   }
-  for (const std::string& refused : m_refused) {
+  for (const std::string& refused : m_state.m_refused) {
     if (in_dataset_group(refused, real)) {
       return refused;
     }
@@ -362,12 +364,13 @@ std::string VsiIdemState::refused_dataset_of(const std::string& real) {
   return {};
 }
 
-std::vector<std::pair<std::string, PendingUnlink>> VsiIdemState::take_adopted(uint64_t adoption) {
+std::vector<std::pair<std::string, PendingUnlink>> VsiIdemState::Locked::take_adopted(
+    uint64_t adoption) {
   std::vector<std::pair<std::string, PendingUnlink>> taken;
-  for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
+  for (auto it = m_state.m_pending_unlinks.begin(); it != m_state.m_pending_unlinks.end();) {
     if (adoption != 0 && it->second.adoption == adoption) {
       taken.emplace_back(it->first, it->second);
-      it = m_pending_unlinks.erase(it);
+      it = m_state.m_pending_unlinks.erase(it);
     } else {
       ++it;
     }
@@ -375,50 +378,50 @@ std::vector<std::pair<std::string, PendingUnlink>> VsiIdemState::take_adopted(ui
   return taken;
 }
 
-void VsiIdemState::own_pending_unlinks() {
+void VsiIdemState::Locked::own_pending_unlinks() {
   const pid_t self = getpid();
-  if (m_pending_pid != self) {
-    if (m_pending_pid != 0 && !m_pending_unlinks.empty()) {
+  if (m_state.m_pending_pid != self) {
+    if (m_state.m_pending_pid != 0 && !m_state.m_pending_unlinks.empty()) {
       CPLDebug(k_debug_category, "%d deferred unlinks of the parent process left to it",
-               static_cast<int>(m_pending_unlinks.size()));
+               static_cast<int>(m_state.m_pending_unlinks.size()));
     }
-    m_pending_unlinks.clear();
-    m_pending_pid = self;
+    m_state.m_pending_unlinks.clear();
+    m_state.m_pending_pid = self;
   }
 }
 
-void VsiIdemState::note_object_look(const std::string& real, bool missing) {
+void VsiIdemState::Locked::note_object_look(const std::string& real, bool missing) {
   if (!missing) {
-    m_missing_looks.erase(real);
+    m_state.m_missing_looks.erase(real);
     return;
   }
   const auto now = std::chrono::steady_clock::now();
-  if (m_missing_looks.size() >= m_missing_looks_prune_at) {
+  if (m_state.m_missing_looks.size() >= m_state.m_missing_looks_prune_at) {
     // A process that looks at many objects: expired entries go, and the next pass waits for
     // the map to double, so a burst of looks costs amortised constant time each.
-    for (auto it = m_missing_looks.begin(); it != m_missing_looks.end();) {
-      it = now - it->second.when > k_missing_look_lifetime ? m_missing_looks.erase(it)
+    for (auto it = m_state.m_missing_looks.begin(); it != m_state.m_missing_looks.end();) {
+      it = now - it->second.when > k_missing_look_lifetime ? m_state.m_missing_looks.erase(it)
                                                            : std::next(it);
     }
-    m_missing_looks_prune_at = std::max<size_t>(64, 2 * m_missing_looks.size());
+    m_state.m_missing_looks_prune_at = std::max<size_t>(64, 2 * m_state.m_missing_looks.size());
   }
-  m_missing_looks[real] = MissingLook{now, m_changes};
+  m_state.m_missing_looks[real] = VsiIdemState::MissingLook{now, m_state.m_changes};
 }
 
-bool VsiIdemState::take_missing_look(const std::string& real) {
-  const auto it = m_missing_looks.find(real);
-  if (it == m_missing_looks.end()) {
+bool VsiIdemState::Locked::take_missing_look(const std::string& real) {
+  const auto it = m_state.m_missing_looks.find(real);
+  if (it == m_state.m_missing_looks.end()) {
     return false;
   }
-  const MissingLook look = it->second;
-  m_missing_looks.erase(it);
-  return look.changes == m_changes &&
+  const VsiIdemState::MissingLook look = it->second;
+  m_state.m_missing_looks.erase(it);
+  return look.changes == m_state.m_changes &&
          std::chrono::steady_clock::now() - look.when <= k_missing_look_lifetime;
 }
 
-std::shared_ptr<InFlight> VsiIdemState::live_entry(const std::string& real) {
-  auto it = m_in_flight.find(real);
-  if (it == m_in_flight.end() || it->second->discard) {
+std::shared_ptr<InFlight> VsiIdemState::Locked::live_entry(const std::string& real) {
+  auto it = m_state.m_in_flight.find(real);
+  if (it == m_state.m_in_flight.end() || it->second->discard) {
     return nullptr;
   }
   return it->second;
@@ -428,17 +431,9 @@ void VsiIdemState::flush(FlushPoint point) {
   std::map<std::string, PendingUnlink> paths;
   UnlinkHook hook;
   {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    own_pending_unlinks();
-    for (auto it = m_pending_unlinks.begin(); it != m_pending_unlinks.end();) {
-      if (it->second.adoption != 0) {
-        ++it;  // an IDEM call in progress resolves it
-      } else {
-        paths.insert(*it);
-        it = m_pending_unlinks.erase(it);
-      }
-    }
-    hook = m_hook;
+    Locked view = lock();
+    paths = view.take_unadopted();
+    hook = view.hook();
   }
   for (const auto& [path, pending] : paths) {
     if (!local_path(path) && point == FlushPoint::k_gdal_cleanup) {
@@ -478,10 +473,7 @@ void VsiIdemState::flush(FlushPoint point) {
       continue;  // the hook keeps the file (its ledger rows could not be removed)
     }
     const int result = remove_observed(path, *pending.observed);
-    {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      ++m_changes;
-    }
+    lock().note_change();
     if (result == 0) {
       CPLDebug(k_debug_category, "carried out the deferred unlink of %s%s", path.c_str(),
                point == FlushPoint::k_gdal_cleanup ? " (GDAL cleanup)"

@@ -6,12 +6,10 @@
 
 #include <sys/types.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -20,9 +18,12 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "base/directory_handle.hpp"
 #include "cpl_vsi.h"
+#include "cpl_vsi_error.h"
 #include "cpl_vsi_virtual.h"
 #include "vsiidem.hpp"
 #include "work/atomic_output.hpp"
@@ -34,8 +35,6 @@ inline constexpr const char* k_debug_category = "VSIIDEM";
 bool is_write_access(const char* access);
 
 bool truncates(const char* access);
-
-std::string random_token();
 
 // The path a /vsiidem/ name stands for: "/vsiidem/a" -> "a", "/vsiidem//x" -> "/x",
 // "/vsiidem" or "/vsiidem/" -> "." (the working directory, as GDAL's CPLGetDirname yields it).
@@ -67,12 +66,20 @@ bool publishable(const std::string& path);
 
 bool durable_writes();
 
-// Copy `from` into the new file `to` (reflink where the filesystem can, else bytes), keeping its
-// permission bits: r+ and a opens of a published file modify a copy, never the file in place.
-void copy_file_contents(const std::string& from, const std::string& to);
+// Invariant I2 for every path /vsiidem/ writes, deletes, renames, makes or removes, whichever
+// driver asks: the one destination guard (check_destination) with IDEM_LEDGER's ledger: never a
+// link, a special file, the ledger or its companions; when `replaces` (a truncating open, a
+// delete, either end of a rename), never a file this process has open, which a plain driver's
+// source is. A directory is left to the callers (EISDIR). False (errno EPERM, a CPLError saying
+// why) when refused. For a local path whose directory exists, `directory` (when given) gets the
+// handle of that directory the check looked through, for the act to use.
+bool may_write(const std::string& real, bool replaces,
+               std::optional<DirectoryHandle>* directory = nullptr);
 
-// Copy the published file `from` (a local file or an object) into the temporary file `to`.
-void copy_published(const std::string& from, const std::string& to);
+// Copy the published file `real` (a local file, read through the handle of the directory
+// `output` writes into, or an object) into the temporary file `output` writes: r+ and a opens of
+// a published file modify a copy, never the file in place.
+void copy_published(const std::string& real, const AtomicOutput& output);
 
 // A file being written through /vsiidem/: its temporary home and how many handles write it.
 struct InFlight {
@@ -82,6 +89,18 @@ struct InFlight {
 };
 
 void flush_at_exit();
+
+// A call of the handler refused: errno is `error_number`, and, with `set_error`, GDAL's last
+// file-system error says "<name>: <why>". Returns `failed` (nullptr, -1...): the one spelling of
+// `return refuse(...)` in the handler's overrides.
+template <typename T>
+T refuse(T failed, int error_number, bool set_error, const std::string& name, const char* why) {
+  errno = error_number;
+  if (set_error) {
+    VSIError(VSIE_FileError, "%s: %s", name.c_str(), why);
+  }
+  return failed;
+}
 
 // What an unlink saw at a path, so that a deferred unlink removes that file and no other.
 // Local files: device, inode, size and mtime. Objects: size and the store's ETag.
@@ -128,10 +147,36 @@ bool in_dataset_group(const std::string& destination, const std::string& path);
 // The unlink hook's verdict on `real_path`: false (the file is kept) when it says so or throws.
 bool call_hook(const UnlinkHook& hook, const std::string& real_path);
 
+// What is at a path, asked of its file system.
+struct FileLook {
+  bool exists = false;
+  VSIStatBufL info{};
+  uint64_t changes = 0;  // the state's count of changes when it was asked
+};
+
 // Process-wide state of the handler this copy installed. Leaked on purpose: it must outlive
-// static destruction, since the flush can run from atexit or from GDAL's cleanup.
+// static destruction, since the flush can run from atexit or from GDAL's cleanup. Its members are
+// reached only through lock(), which returns a view holding the state's mutex: a method of the
+// view is one the lock is held for.
 class VsiIdemState {
  public:
+  // Where a flush runs: GDAL's file manager may be gone at its cleanup, and a thread without
+  // network state of its own is needed at exit (see flush_at_exit); without one, only local
+  // files can be deleted there.
+  enum class FlushPoint { k_running, k_exit, k_exit_local_only, k_gdal_cleanup };
+
+  class Locked;
+  // The state, its mutex held for as long as the view lives.
+  Locked lock();
+
+  // Carry out every pending unlink that no IDEM call holds: only when the file is still the one
+  // the unlink saw, hook first (ledger rows), then the file. Each path is taken out of the set
+  // before it is handled, so every unlink runs at most once. Takes the lock itself.
+  void flush(FlushPoint point);
+
+ private:
+  friend class Locked;
+
   std::mutex m_mutex;
   std::map<std::string, std::shared_ptr<InFlight>> m_in_flight;  // by absolute final path
   // Deferred unlinks by absolute real path (see PendingUnlink).
@@ -142,11 +187,11 @@ class VsiIdemState {
   // are its parent's to carry out (or cancel), never the child's (see own_pending_unlinks).
   pid_t m_pending_pid = 0;
   // Counts what this process did to which files exist (publishes, renames, deferred unlinks
-  // carried out). A look at a path taken outside m_mutex (see look_at) still holds while the
+  // carried out). A look at a path taken outside the mutex (see look_at) still holds while the
   // count has not moved.
   uint64_t m_changes = 0;
   // Paths whose last writer closed and whose file is being renamed or uploaded into place, with
-  // how many closes publish there at once. Publishing runs outside m_mutex: an upload can take
+  // how many closes publish there at once. Publishing runs outside the mutex: an upload can take
   // seconds, and other threads' /vsiidem/ calls must not wait for it.
   std::map<std::string, int> m_publishing;
   // Objects a Stat just found missing, each with when and m_changes then. A read-open of one
@@ -165,38 +210,38 @@ class VsiIdemState {
   std::string m_listed_dir;
   std::set<std::string> m_listed_names;
   std::deque<std::string> m_found_by_stat;
-
-  // Caller holds m_mutex.
-  void note_found(const std::string& real) {
-    if (std::find(m_found_by_stat.begin(), m_found_by_stat.end(), real) != m_found_by_stat.end()) {
-      return;
-    }
-    if (m_found_by_stat.size() == k_found_by_stat_kept) {
-      m_found_by_stat.pop_front();
-    }
-    m_found_by_stat.push_back(real);
-  }
-  // Caller holds m_mutex.
-  bool saw_exist(const std::string& real) const {
-    const size_t slash = real.rfind('/');
-    const std::string dir = slash == 0 ? "/" : real.substr(0, slash);
-    return (slash != std::string::npos && dir == m_listed_dir &&
-            m_listed_names.count(real.substr(slash + 1)) != 0) ||
-           std::find(m_found_by_stat.begin(), m_found_by_stat.end(), real) != m_found_by_stat.end();
-  }
   static constexpr size_t k_found_by_stat_kept = 16;
+  std::deque<std::string> m_refused;  // the last few paths whose write or delete was refused
+  static constexpr size_t k_refused_kept = 16;
+};
 
-  // The exit handler is registered with the first deferred unlink, after GDAL's file system
-  // for it answered a request: static objects GDAL created for that request are destroyed
-  // after the handler runs, not before. Caller holds m_mutex.
-  void register_exit_flush() {
-    if (!m_exit_flush_registered) {
-      m_exit_flush_registered = std::atexit(flush_at_exit) == 0;
-    }
+// The state with its mutex held (VsiIdemState::lock()).
+class VsiIdemState::Locked {
+ public:
+  Locked(Locked&&) = default;
+
+  std::map<std::string, std::shared_ptr<InFlight>>& in_flight() { return m_state.m_in_flight; }
+  std::map<std::string, PendingUnlink>& pending_unlinks() { return m_state.m_pending_unlinks; }
+  bool unlink_pending(const std::string& real) const {
+    return m_state.m_pending_unlinks.count(real) != 0;
   }
+  std::map<std::string, int>& publishing() { return m_state.m_publishing; }
+  // Something this process did changed which files exist.
+  void note_change() { ++m_state.m_changes; }
+  uint64_t changes() const { return m_state.m_changes; }
+  const UnlinkHook& hook() const { return m_state.m_hook; }
+  void set_hook(UnlinkHook hook) { m_state.m_hook = std::move(hook); }
+
+  // The live (not discarded) in-flight entry for `real`, or nullptr.
+  std::shared_ptr<InFlight> live_entry(const std::string& real);
+
+  // A successful Stat found `real`; a listing of `directory` showed `names`.
+  void note_found(const std::string& real);
+  void note_listing(const std::string& directory, std::set<std::string> names);
+  // Whether this process saw `real` exist (its last listing, or a recent Stat).
+  bool saw_exist(const std::string& real) const;
 
   // Record a deferred unlink of `real`, numbered after every earlier one, with what it saw there.
-  // Caller holds m_mutex.
   void defer_unlink(const std::string& real, const std::optional<ObservedFile>& observed);
 
   // The deferred unlinks that GDAL's pre-delete of `destination` made on this thread: the
@@ -205,80 +250,84 @@ class VsiIdemState {
   // those of the files under it (GDAL 3.11+ deletes the files of a directory dataset, and
   // cannot remove its directories while the unlinks are deferred). Marked as the IDEM call's,
   // which resolves them (vsiidem_resolve_pre_delete). Returns the adoption's number, 0 when
-  // nothing was pending. Caller holds m_mutex.
+  // nothing was pending.
   uint64_t adopt(const std::string& destination);
 
   // A write or delete of `real` was refused (a source of this work, the ledger, a link...): the
   // deferred unlinks this thread made of its dataset's files (itself, and the names beside it
   // that start with its stem and a dot) are taken out, so the files stay; and a later delete of
   // one of them is refused too (GDAL goes on deleting a dataset's other files when its first
-  // delete fails). Caller holds m_mutex.
+  // delete fails).
   void keep_dataset_of_refused(const std::string& real);
-  // The refused path whose dataset `real` belongs to, or "" (caller holds m_mutex). A delete of
-  // the refused path itself starts over (a retry, once the source is closed) and is asked again.
+  // The refused path whose dataset `real` belongs to, or "". A delete of the refused path itself
+  // starts over (a retry, once the source is closed) and is asked again.
   std::string refused_dataset_of(const std::string& real);
-  std::deque<std::string> m_refused;  // the last few paths whose write or delete was refused
-  static constexpr size_t k_refused_kept = 16;
 
-  // Take the adoption's deferred unlinks out (caller holds m_mutex): the files stay as they are.
+  // Take the adoption's deferred unlinks out: the files stay as they are.
   std::vector<std::pair<std::string, PendingUnlink>> take_adopted(uint64_t adoption);
+  // The pending unlinks no IDEM call holds, taken out (a flush carries them out).
+  std::map<std::string, PendingUnlink> take_unadopted();
 
-  // In a forked child, forget the pending unlinks inherited from the parent. Caller holds
-  // m_mutex.
+  // In a forked child, forget the pending unlinks inherited from the parent.
   void own_pending_unlinks();
 
-  // Record what a Stat of the object `real` answered. Caller holds m_mutex.
+  // Record what a Stat of the object `real` answered.
   void note_object_look(const std::string& real, bool missing);
-
   // Takes out the entry of `real` and tells whether it still stands: recent, and nothing this
-  // process did has changed files since. Caller holds m_mutex.
+  // process did has changed files since.
   bool take_missing_look(const std::string& real);
 
-  // The live (not discarded) in-flight entry for `real`, or nullptr. Caller holds m_mutex.
-  std::shared_ptr<InFlight> live_entry(const std::string& real);
+  // Looks at `real` for as long as `needed()` says so (asked with the lock held). The look is
+  // taken with the lock released: on object storage it is a request, which must not hold up this
+  // process's other /vsiidem/ calls. It is used only if nothing this process did changed files
+  // meanwhile, else taken again; after three such tries it is taken with the lock held, so that a
+  // busy process still gets an answer.
+  template <class Needed>
+  std::optional<FileLook> look_at(const std::string& real, Needed needed);
 
-  // Where a flush runs: GDAL's file manager may be gone at its cleanup, and a thread without
-  // network state of its own is needed at exit (see flush_at_exit); without one, only local
-  // files can be deleted there.
-  enum class FlushPoint { k_running, k_exit, k_exit_local_only, k_gdal_cleanup };
+  // The lock let go for `outside` (a publish, which can take seconds), then taken again.
+  template <class Outside>
+  auto unlocked(Outside outside) -> decltype(outside());
 
-  // Carry out every pending unlink that no IDEM call holds: only when the file is still the one
-  // the unlink saw, hook first (ledger rows), then the file. Each path is taken out of the set
-  // before it is handled, so every unlink runs at most once.
-  void flush(FlushPoint point);
+ private:
+  friend class VsiIdemState;
+  Locked(VsiIdemState& state) : m_state(state), m_lock(state.m_mutex) {}
+  // The exit handler is registered with the first deferred unlink, after GDAL's file system
+  // for it answered a request: static objects GDAL created for that request are destroyed
+  // after the handler runs, not before.
+  void register_exit_flush();
+
+  VsiIdemState& m_state;
+  std::unique_lock<std::mutex> m_lock;
 };
 
 VsiIdemState& state();
 
-// What is at a path, asked of its file system.
-struct FileLook {
-  bool exists = false;
-  VSIStatBufL info{};
-  uint64_t changes = 0;  // m_changes when it was asked
-};
-
-// Looks at `real` for a caller holding `lock` on m_mutex, for as long as `needed()` says so
-// (checked with the lock held). The look is taken with the lock released: on object storage it
-// is a request, which must not hold up this process's other /vsiidem/ calls. It is used only if
-// nothing this process did changed files meanwhile, else taken again; after three such tries it
-// is taken with the lock held, so that a busy process still gets an answer.
 template <class Needed>
-std::optional<FileLook> look_at(const std::string& real, std::unique_lock<std::mutex>& lock,
-                                Needed needed) {
-  auto& shared = state();
+std::optional<FileLook> VsiIdemState::Locked::look_at(const std::string& real, Needed needed) {
   std::optional<FileLook> look;
-  for (int tries = 0; needed() && !(look && look->changes == shared.m_changes); ++tries) {
+  for (int tries = 0; needed() && !(look && look->changes == m_state.m_changes); ++tries) {
     look.emplace();
-    look->changes = shared.m_changes;
+    look->changes = m_state.m_changes;
     if (tries < 3) {
-      lock.unlock();
+      m_lock.unlock();
     }
     look->exists = handler_for(real)->Stat(real.c_str(), &look->info, VSI_STAT_EXISTS_FLAG) == 0;
-    if (!lock.owns_lock()) {
-      lock.lock();
+    if (!m_lock.owns_lock()) {
+      m_lock.lock();
     }
   }
   return look;
+}
+
+template <class Outside>
+auto VsiIdemState::Locked::unlocked(Outside outside) -> decltype(outside()) {
+  m_lock.unlock();
+  struct Relock {
+    std::unique_lock<std::mutex>& lock;
+    ~Relock() { lock.lock(); }
+  } relock{m_lock};
+  return outside();
 }
 
 }  // namespace idem::vsiidem_detail

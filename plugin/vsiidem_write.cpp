@@ -2,43 +2,19 @@
 // The /vsiidem/ write handle (vsiidem_write.hpp).
 #include "vsiidem_write.hpp"
 
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <cinttypes>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <random>
-#include <set>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
-#include "base/object_store.hpp"
 #include "base/paths.hpp"
-#include "cpl_conv.h"
+#include "base/random_token.hpp"
 #include "cpl_error.h"
-#include "cpl_string.h"
-#include "cpl_vsi.h"
-#include "cpl_vsi_error.h"
-#include "cpl_vsi_virtual.h"
-#include "gdal_version.h"
 #include "work/atomic_output.hpp"
 #include "work/destination_guard.hpp"
 #include "work/lease.hpp"
@@ -57,11 +33,10 @@ int VsiIdemWriteHandle::Close() {
     return result;  // never written: the published file is untouched
   }
   try {
-    auto& shared = state();
     bool last = false;
     bool discard = false;
     {
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      VsiIdemState::Locked shared = state().lock();
       last = --m_entry->writers == 0;
       discard = m_entry->discard;
     }
@@ -71,36 +46,33 @@ int VsiIdemWriteHandle::Close() {
     const bool durable = durable_writes();
     if (!discard && result == 0 && durable && !m_entry->output->is_object()) {
       // The slow part, outside the lock; commit() re-syncs, which is then cheap.
-      fsync_path(m_entry->output->temp_path());
+      m_entry->output->sync_written();
     }
     std::string refused;
     if (!discard && result == 0 && !m_entry->output->is_object()) {
       // Asked again here: a source the driver opened after it created this file (a VRT's,
       // opened at its first read) is open now.
       try {
-        refuse_if_open_here(m_real);
+        refuse_if_open_here(m_entry->output->directory(), basename_of(m_real), m_real);
       } catch (const idem::Error& error) {
         refused = error.what();
       }
     }
-    std::unique_lock<std::mutex> lock(shared.m_mutex);
+    VsiIdemState::Locked shared = state().lock();
     if (m_entry->writers > 0) {
       return result;  // reopened meanwhile: the new last writer publishes
     }
+    // No longer in flight (unless reopened as another entry meanwhile).
+    auto it = shared.in_flight().find(m_real);
+    if (it != shared.in_flight().end() && it->second == m_entry) {
+      shared.in_flight().erase(it);
+    }
     if (!refused.empty()) {
-      auto it = shared.m_in_flight.find(m_real);
-      if (it != shared.m_in_flight.end() && it->second == m_entry) {
-        shared.m_in_flight.erase(it);
-      }
       m_entry->output.reset();
       shared.keep_dataset_of_refused(m_real);  // what the pre-delete asked to remove stays
       CPLError(CE_Failure, CPLE_NotSupported, "/vsiidem/: %s; it was not published",
                refused.c_str());
       return -1;
-    }
-    auto it = shared.m_in_flight.find(m_real);
-    if (it != shared.m_in_flight.end() && it->second == m_entry) {
-      shared.m_in_flight.erase(it);
     }
     if (m_entry->discard) {
       CPLDebug(k_debug_category, "discarded %s (unlinked while open)", m_real.c_str());
@@ -116,21 +88,20 @@ int VsiIdemWriteHandle::Close() {
     }
     // Publish without the lock. Meanwhile the path shows what it showed before this close
     // (the previous file, or nothing while an unlink is pending), and a rename of it is refused.
-    const auto pending = shared.m_pending_unlinks.find(m_real);
+    const auto pending = shared.pending_unlinks().find(m_real);
     const uint64_t unlink_before =
-        pending == shared.m_pending_unlinks.end() ? 0 : pending->second.number;
-    ++shared.m_publishing[m_real];
-    lock.unlock();
+        pending == shared.pending_unlinks().end() ? 0 : pending->second.number;
+    ++shared.publishing()[m_real];
     try {
-      test_pause("vsiidem_publish");
-      m_entry->output->commit(durable);
+      shared.unlocked([&] {
+        test_pause("vsiidem_publish");
+        m_entry->output->commit(durable);
+        m_entry->output.reset();
+      });
     } catch (...) {
-      lock.lock();
       end_publishing(shared, false, unlink_before);
       throw;
     }
-    m_entry->output.reset();
-    lock.lock();
     end_publishing(shared, true, unlink_before);
     CPLDebug(k_debug_category, "published %s", m_real.c_str());
   } catch (const std::exception& error) {
@@ -145,25 +116,24 @@ void VsiIdemWriteHandle::CancelCreation() {
   if (m_copy_deferred || !m_entry) {
     return;  // nothing written yet: the file in place stays as it is
   }
-  auto& shared = state();
-  std::lock_guard<std::mutex> lock(shared.m_mutex);
+  const VsiIdemState::Locked shared = state().lock();
   m_entry->discard = true;  // the last close removes the temporary file and publishes nothing
 }
 #endif
 
-// After publishing (caller holds m_mutex): a file renamed into place replaces what an unlink made
+// After publishing, with the state locked: a file renamed into place replaces what an unlink made
 // before the close was going to remove; an unlink made while publishing still happens.
-void VsiIdemWriteHandle::end_publishing(VsiIdemState& shared, bool published,
+void VsiIdemWriteHandle::end_publishing(VsiIdemState::Locked& shared, bool published,
                                         uint64_t unlink_before) {
-  ++shared.m_changes;
-  auto publishing = shared.m_publishing.find(m_real);
-  if (publishing != shared.m_publishing.end() && --publishing->second == 0) {
-    shared.m_publishing.erase(publishing);
+  shared.note_change();
+  auto publishing = shared.publishing().find(m_real);
+  if (publishing != shared.publishing().end() && --publishing->second == 0) {
+    shared.publishing().erase(publishing);
   }
-  const auto pending = shared.m_pending_unlinks.find(m_real);
-  if (published && pending != shared.m_pending_unlinks.end()) {
+  const auto pending = shared.pending_unlinks().find(m_real);
+  if (published && pending != shared.pending_unlinks().end()) {
     if (pending->second.number == unlink_before) {
-      shared.m_pending_unlinks.erase(pending);
+      shared.pending_unlinks().erase(pending);
     } else if (!pending->second.observed) {
       // Unlinked while this close published: what it removes is the file just published.
       pending->second.observed = current_identity(m_real);
@@ -176,16 +146,20 @@ void VsiIdemWriteHandle::end_publishing(VsiIdemState& shared, bool published,
 bool VsiIdemWriteHandle::start_copy() {
   try {
     const vsi_l_offset offset = m_inner->Tell();
-    auto& shared = state();
     std::shared_ptr<InFlight> entry;
+    std::optional<DirectoryHandle> directory;
+    if (!may_write(m_real, false, &directory)) {
+      return false;
+    }
     {
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      VsiIdemState::Locked shared = state().lock();
       entry = shared.live_entry(m_real);
       if (!entry) {
         entry = std::make_shared<InFlight>();
-        entry->output = std::make_unique<AtomicOutput>(m_real, random_token());
-        copy_published(m_real, entry->output->temp_path());
-        shared.m_in_flight[m_real] = entry;
+        entry->output =
+            std::make_unique<AtomicOutput>(m_real, random_hex(16), std::move(directory));
+        copy_published(m_real, *entry->output);
+        shared.in_flight()[m_real] = entry;
         CPLDebug(k_debug_category, "writing %s through %s", m_real.c_str(),
                  entry->output->temp_path().c_str());
       }
@@ -196,7 +170,7 @@ bool VsiIdemWriteHandle::start_copy() {
         compat::open_handle(handler_for(temp), temp.c_str(), "r+b", TRUE, nullptr);
     if (copy == nullptr || copy->Seek(offset, SEEK_SET) != 0) {
       delete copy;
-      std::lock_guard<std::mutex> lock(shared.m_mutex);
+      const VsiIdemState::Locked shared = state().lock();
       --entry->writers;
       errno = EIO;
       return false;

@@ -86,7 +86,7 @@ class VsiIdemWriteHandle final : public VSIVirtualHandle {
 
  private:
   bool start_copy();
-  void end_publishing(VsiIdemState& shared, bool published, uint64_t unlink_before);
+  void end_publishing(VsiIdemState::Locked& shared, bool published, uint64_t unlink_before);
 
   VSIVirtualHandle* m_inner;
   std::string m_real;

@@ -19,7 +19,15 @@ class FileDescriptor {
   FileDescriptor(FileDescriptor&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(FileDescriptor&&) = delete;
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    if (this != &other) {
+      if (m_fd >= 0) {
+        ::close(m_fd);
+      }
+      m_fd = std::exchange(other.m_fd, -1);
+    }
+    return *this;
+  }
   int get() const { return m_fd; }
   bool valid() const { return m_fd >= 0; }
 

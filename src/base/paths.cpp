@@ -3,6 +3,7 @@
 #include "base/paths.hpp"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -123,6 +124,69 @@ std::string vsiidem_real_path(const std::string& vsi_path) {
 
 std::string vsiidem_absolute_path(const std::string& path) {
   return absolute_path(is_vsiidem_path(path) ? vsiidem_real_path(path) : path);
+}
+
+namespace {
+
+bool is_regular_file(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+// The archive a member path inside /vsizip/ (and the like) names: "{archive}/member", or the
+// shortest leading part that is a file (the local file beneath it).
+std::optional<std::string> archive_beneath(const std::string& rest) {
+  if (!rest.empty() && rest[0] == '{') {
+    int depth = 0;
+    for (size_t i = 0; i < rest.size(); ++i) {
+      depth += rest[i] == '{' ? 1 : rest[i] == '}' ? -1 : 0;
+      if (depth == 0) {
+        return local_file_beneath(rest.substr(1, i - 1));
+      }
+    }
+    return std::nullopt;
+  }
+  for (size_t end = rest.find('/', 1);; end = rest.find('/', end + 1)) {
+    const std::string candidate = rest.substr(0, end);
+    if (const std::optional<std::string> file = local_file_beneath(candidate)) {
+      if (is_regular_file(*file)) {
+        return file;
+      }
+    }
+    if (end == std::string::npos) {
+      return std::nullopt;
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> local_file_beneath(const std::string& path) {
+  if (path.empty()) {
+    return std::nullopt;
+  }
+  static const char* const k_archives[] = {"/vsizip/", "/vsitar/", "/vsigzip/", "/vsi7z/",
+                                           "/vsirar/"};
+  for (const char* prefix : k_archives) {
+    if (path.rfind(prefix, 0) == 0) {
+      return archive_beneath(path.substr(std::strlen(prefix)));
+    }
+  }
+  if (is_vsiidem_path(path)) {
+    return local_file_beneath(vsiidem_real_path(path));
+  }
+  if (path.rfind("/vsisubfile/", 0) == 0) {
+    const size_t comma = path.find(',');
+    return comma == std::string::npos ? std::nullopt : local_file_beneath(path.substr(comma + 1));
+  }
+  if (path.rfind("/vsicrypt/", 0) == 0) {
+    const size_t file = path.find("file=");
+    return file == std::string::npos ? std::nullopt : local_file_beneath(path.substr(file + 5));
+  }
+  if (is_vsi_path(path)) {
+    return std::nullopt;
+  }
+  return absolute_path(path);
 }
 
 }  // namespace idem

@@ -24,6 +24,19 @@ std::string basename_of(const std::string& path);
 // True for GDAL virtual filesystem paths (/vsis3/, /vsimem/, ...).
 bool is_vsi_path(const std::string& path);
 
+// The local file at the bottom of a chain of GDAL's archive and wrapper file systems, the file a
+// read of `path` really reads: /vsizip/, /vsitar/, /vsigzip/, /vsi7z/, /vsirar/ (the archive,
+// braces or not), /vsisubfile/OFFSET_SIZE,FILE, /vsicrypt/...file=FILE and /vsiidem/, in any
+// chain. A local path is its own bottom; nullopt when the bottom is not a local file (an object,
+// /vsimem/, an archive that is not there).
+std::optional<std::string> local_file_beneath(const std::string& path);
+
+// Every temporary name IDEM makes starts with this: an attempt's temporary directory
+// (".idem-tmp-<token>", work/temp_dir.hpp) and the temporary file of a file written whole
+// (".idem-tmp-<token>.<name>", base/write_whole.hpp). `gdal-idem reap` and /vsiidem/'s listings
+// know IDEM's own names by it.
+constexpr const char* k_temp_prefix = ".idem-tmp-";
+
 // /vsiidem/ names (docs/vsiidem.md): /vsiidem/<path> maps to <path>, /vsiidem//abs/path for an
 // absolute one.
 constexpr const char* k_vsiidem_prefix = "/vsiidem/";

@@ -12,6 +12,8 @@
 #include <optional>
 #include <string>
 
+#include "base/directory_handle.hpp"
+
 namespace idem {
 
 // What IDEM knows of a file it may delete: what it looked like when IDEM made or recorded it.
@@ -31,19 +33,34 @@ enum class DeleteOutcome {
   k_failed,    // the system refused (errno says why)
 };
 
-// Removes `file.path` if it is a regular file (not a link) that matches every member of `file`
-// that is set, looked at through the directory that holds it.
+// Removes `name` from `directory` if it is a regular file (not a link) that matches every member
+// of `file` that is set (`file.path` is not looked at).
+DeleteOutcome delete_known_file_at(const DirectoryHandle& directory, const std::string& name,
+                                   const KnownFile& file);
+// The same for `file.path`, through the handle of the directory that holds it (opened as
+// DirectoryHandle::open does: a link another user could have made on the way is not followed,
+// and the outcome is then k_not_ours).
 DeleteOutcome delete_known_file(const KnownFile& file);
 
-// Whether `file.path` is, now, a regular file (not a link) matching every member of `file` set.
+// Whether `name` in `directory` (or `file.path`) is, now, a regular file (not a link) matching
+// every member of `file` set.
+bool is_known_file_at(const DirectoryHandle& directory, const std::string& name,
+                      const KnownFile& file);
 bool is_known_file(const KnownFile& file);
 
 // Removes a directory IDEM created (a temporary directory named ".idem-tmp-...") with everything
 // in it. The directory itself must be a real directory, not a link; inside it, links are removed
-// as links and never followed, and subdirectories are opened with O_NOFOLLOW, so nothing outside
-// the directory can be reached. `owner_uid` (if set) must own the directory.
+// as links and never followed, subdirectories are opened with O_NOFOLLOW and never on another
+// file system (a mount point inside is left, and the removal fails), so nothing outside the
+// directory can be reached. `owner_uid` (if set) must own the directory.
+DeleteOutcome delete_own_directory_at(const DirectoryHandle& directory, const std::string& name,
+                                      std::optional<uid_t> owner_uid = std::nullopt);
 DeleteOutcome delete_own_directory(const std::string& path,
                                    std::optional<uid_t> owner_uid = std::nullopt);
+
+// Removes the empty directory `name` in `directory` (rmdir, never through a link): 0, or -1
+// with errno (ENOTEMPTY when something is in it, ENOTDIR for anything but a directory).
+int remove_empty_directory_at(const DirectoryHandle& directory, const std::string& name);
 
 // What `lstat` says of a path, never following a link at the name: nullopt when absent.
 struct NameInfo {

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "base/directory_handle.hpp"
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
 #include "base/paths.hpp"
+#include "base/random_token.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
 #include "cpl_error.h"
@@ -21,6 +23,7 @@
 #include "ogr_spatialref.h"
 #include "ogrsf_frmts.h"
 #include "stac_export.hpp"
+#include "work/atomic_output.hpp"
 #include "work/destination_guard.hpp"
 
 namespace idem::cli {
@@ -110,7 +113,7 @@ int export_stac(const std::string& destination, Ledger::RowFilter filter,
   const std::string directory = absolute_path(destination);
   auto ledger = open_ledger_read_only(global);
   filter.state = RowState::k_completed;
-  const StacCounts counts = write_stac_catalog(directory, ledger->rows(filter));
+  const StacCounts counts = write_stac_catalog(directory, ledger->rows(filter), global.ledger_dsn);
   if (global.json) {
     std::printf("%s\n",
                 json::object({{"catalog", json::str(directory + "/catalog.json")},
@@ -165,9 +168,16 @@ int run_export(const Args& args, const GlobalOptions& global) {
                      "(.gpkg, .geojson); " +
                      k_synopsis};
   }
+  // Written whole, through the handle of its directory, and put in place as an output is
+  // (AtomicOutput): never over the ledger, a link or a special file, never half written.
+  const std::string real = real_destination(*destination);
+  std::optional<DirectoryHandle> directory;
+  if (!is_vsi_path(real)) {
+    directory = open_destination_directory(real);
+  }
   DestinationRules rules;
   rules.ledger_dsn = global.ledger_dsn;
-  check_destination(*destination, rules);
+  check_destination(real, rules, directory ? &*directory : nullptr);
   const std::string extension = CPLString(CPLGetExtension(destination->c_str())).tolower();
   const char* driver_name = extension == "gpkg"                             ? "GPKG"
                             : extension == "geojson" || extension == "json" ? "GeoJSON"
@@ -183,15 +193,10 @@ int run_export(const Args& args, const GlobalOptions& global) {
   auto ledger = open_ledger_read_only(global);
   const std::vector<LedgerRow> rows = ledger->rows(filter);
 
-  VSIStatBufL existing;
-  if (VSIStatL(destination->c_str(), &existing) == 0) {
-    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
-    if (driver->Delete(destination->c_str()) != CE_None) {
-      VSIUnlink(destination->c_str());
-    }
-  }
+  AtomicOutput output(real, random_hex(16), std::move(directory));
   CPLErrorReset();
-  GDALDatasetUniquePtr dataset(driver->Create(destination->c_str(), 0, 0, 0, GDT_Unknown, nullptr));
+  GDALDatasetUniquePtr dataset(
+      driver->Create(output.temp_path().c_str(), 0, 0, 0, GDT_Unknown, nullptr));
   if (!dataset) {
     throw UsageError{"cannot create " + *destination + ": " + CPLGetLastErrorMsg()};
   }
@@ -222,7 +227,12 @@ int run_export(const Args& args, const GlobalOptions& global) {
     progress.update(i + 1, rows.size());
   }
   dataset->CommitTransaction();
+  CPLErrorReset();
   dataset.reset();
+  if (CPLGetLastErrorType() == CE_Failure) {
+    throw UsageError{"cannot write " + *destination + ": " + CPLGetLastErrorMsg()};
+  }
+  output.commit();
   progress.finish();
   if (global.json) {
     std::printf("%s\n",

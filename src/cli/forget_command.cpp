@@ -3,29 +3,34 @@
 // ledger rows first, then (with --delete-output) their outputs and sidecars; never the reverse,
 // so a crash in between leaves an output the ledger no longer vouches for, never a row that
 // vouches for a missing output.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
 
-#include "base/object_store.hpp"
 #include "base/safe_delete.hpp"
 #include "cli.hpp"
 #include "cli_util.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
+#include "store/object_store.hpp"
 #include "work/output_check.hpp"
 
 namespace idem::cli {
 
 namespace {
 
-// What removing a forgotten output did: the files deleted, and why anything was kept.
+// What removing a forgotten output did: the files deleted, and why anything was kept. `kept` is
+// set when a recorded file could not be deleted (it changed, or could not be looked at): the
+// command then found a problem (exit 1); an output already gone, or still recorded by another
+// row, is not one.
 struct Removal {
   std::string output;
   std::vector<std::string> deleted;
   std::string kept_because;
+  bool kept = false;
 };
 
 // Removes the files the completion `row` recorded (its sidecars, then the primary), each only
@@ -54,12 +59,15 @@ void remove_recorded_output(const LedgerRow& row, Removal& removal) {
     }
   };
   const auto remove_object = [&](const std::string& path, const OutputFingerprint& expected) {
-    switch (delete_recorded_object(path, expected)) {
+    std::string why;
+    switch (delete_recorded_object(path, expected, {}, false, &why)) {
       case DeleteOutcome::k_deleted:
         removal.deleted.push_back(path);
         break;
       case DeleteOutcome::k_absent:
+        break;
       case DeleteOutcome::k_failed:
+        changed.push_back(path + " was not deleted: " + why);
         break;
       case DeleteOutcome::k_not_ours:
         changed.push_back(path + " is not the object recorded");
@@ -93,6 +101,7 @@ void remove_recorded_output(const LedgerRow& row, Removal& removal) {
                   std::nullopt, std::nullopt});
   }
   if (!changed.empty()) {
+    removal.kept = true;
     removal.kept_because = CPLString(changed.front());
     for (size_t i = 1; i < changed.size(); ++i) {
       removal.kept_because += "; " + changed[i];
@@ -239,7 +248,9 @@ int run_forget(const Args& args, const GlobalOptions& global) {
     }
     std::printf("forgot %zu row(s)\n", forgotten.size());
   }
-  return forgotten.empty() ? k_exit_problems : k_exit_ok;
+  const bool kept = std::any_of(removals.begin(), removals.end(),
+                                [](const Removal& removal) { return removal.kept; });
+  return forgotten.empty() || kept ? k_exit_problems : k_exit_ok;
 }
 
 }  // namespace idem::cli

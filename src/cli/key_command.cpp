@@ -23,6 +23,7 @@
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
+#include "gdal_pam.h"
 #include "gdal_utils.h"
 #include "key/command_line.hpp"
 #include "key/feature_key.hpp"
@@ -74,6 +75,11 @@ DatasetHandle open_source(const std::string& path, GdalProgram program,
   if (dataset == nullptr) {
     throw Error(ErrorKind::k_source,
                 "cannot open the source " + path + ": " + CPLGetLastErrorMsg());
+  }
+  // A dry run writes nothing anywhere: what the command computes on its source (gdal_translate
+  // -stats) is not saved beside it (a .aux.xml) when the source is closed.
+  if (auto* pam = dynamic_cast<GDALPamDataset*>(GDALDataset::FromHandle(dataset))) {
+    pam->SetPamFlags(pam->GetPamFlags() | GPF_NOSAVE);
   }
   return DatasetHandle(dataset);
 }

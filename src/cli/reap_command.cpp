@@ -7,13 +7,18 @@
 // so its cost follows the claims in trouble, not the size of the ledger; --all-dirs looks beside
 // every recorded output. --requeue prints each released claim's work as a JSON line an
 // orchestrator can resubmit.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
 
 #include "base/canonical_json.hpp"
-#include "base/object_store.hpp"
+#include "base/directory_handle.hpp"
+#include "base/file_identity.hpp"
 #include "base/paths.hpp"
 #include "base/safe_delete.hpp"
 #include "cli.hpp"
@@ -21,8 +26,10 @@
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
-#include "work/atomic_output.hpp"
+#include "store/object_store.hpp"
 #include "work/output_check.hpp"
+#include "work/takeover_recovery.hpp"
+#include "work/temp_dir.hpp"
 
 namespace idem::cli {
 
@@ -31,6 +38,8 @@ namespace {
 constexpr int k_default_lease_seconds = 300;  // the driver's IDEM_STALE_SECONDS default
 
 struct Orphan {
+  std::string directory;  // where it lies
+  std::string name;       // its name there
   std::string path;
   double age_seconds = 0;
 };
@@ -49,18 +58,19 @@ int64_t whole_seconds(int64_t nanoseconds) {
   return nanoseconds / 1000000000;
 }
 
-// Newest modification time of a directory and of what it holds (one level down, which is how
-// AtomicOutput lays its files out): a live writer keeps touching its file. Nothing is followed:
-// a link's own time counts, not its target's.
-double newest_mtime(const std::string& directory) {
+// Newest modification time of the directory `name` and of what it holds (one level down, which
+// is how a temporary directory lays its files out): a live writer keeps touching its file.
+// Nothing is followed: a link's own time counts, not its target's.
+double newest_mtime(const DirectoryHandle& directory, const std::string& name) {
   double newest = 0;
-  if (const auto look = look_without_following(directory)) {
-    newest = static_cast<double>(whole_seconds(look->mtime_ns));
+  if (const auto look = directory.look(name)) {
+    newest = static_cast<double>(whole_seconds(mtime_ns_of(*look)));
   }
-  for (const std::string& name :
-       directory_entries(directory).value_or(std::vector<std::string>())) {
-    if (const auto look = look_without_following(directory + "/" + name)) {
-      newest = std::max(newest, static_cast<double>(whole_seconds(look->mtime_ns)));
+  if (const std::optional<DirectoryHandle> inside = directory.child(name)) {
+    for (const std::string& entry : inside->entries().value_or(std::vector<std::string>())) {
+      if (const auto look = inside->look(entry)) {
+        newest = std::max(newest, static_cast<double>(whole_seconds(mtime_ns_of(*look))));
+      }
     }
   }
   return newest;
@@ -73,29 +83,49 @@ std::string temp_parent_of(const std::string& output_uri) {
   return is_object_store_path(output_uri) ? local_temp_root() : parent_of(output_uri);
 }
 
-std::vector<Orphan> find_orphans(const std::set<std::string>& directories,
+// The directories reap looks in, each opened once by its handle (a link another user made on
+// the way is not followed: that directory is left out, and said so).
+std::map<std::string, DirectoryHandle> open_directories(const std::set<std::string>& paths) {
+  std::map<std::string, DirectoryHandle> opened;
+  for (const std::string& path : paths) {
+    try {
+      if (std::optional<DirectoryHandle> handle = DirectoryHandle::open(path)) {
+        opened.emplace(path, std::move(*handle));
+      }
+    } catch (const UnsafePath& unsafe) {
+      std::fprintf(stderr, "gdal-idem reap: %s not searched: %s\n", path.c_str(), unsafe.what());
+    }
+  }
+  return opened;
+}
+
+// Orphans: IDEM's own temporary directories (real directories, not links), owned by the user
+// running reap, whose token no live claim holds, which no living writer has locked (a plain
+// /vsiidem/ writer holds no claim), untouched for `min_age`.
+std::vector<Orphan> find_orphans(const std::map<std::string, DirectoryHandle>& directories,
                                  const std::set<std::string>& live_tokens, double min_age,
                                  double now_local) {
   std::vector<Orphan> orphans;
   const std::string prefix = k_temp_prefix;
-  for (const std::string& directory : directories) {
-    for (const std::string& name :
-         directory_entries(directory).value_or(std::vector<std::string>())) {
+  const uid_t self = ::geteuid();
+  for (const auto& [directory, handle] : directories) {
+    for (const std::string& name : handle.entries().value_or(std::vector<std::string>())) {
       if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) {
         continue;
       }
       if (live_tokens.count(token_of_temp_dir(name)) != 0) {
         continue;  // a live claim's own temporary directory
       }
-      const std::string path = (directory == "/" ? "" : directory) + "/" + name;
-      // Only a real directory: a link named like one of IDEM's is not IDEM's (invariant I1).
-      const auto look = look_without_following(path);
-      if (!look || !look->directory) {
+      // Only a real directory, and this user's own: a link named like one of IDEM's is not
+      // IDEM's, and neither is another user's directory in a shared CPL_TMPDIR (invariant I1).
+      const std::optional<struct stat> look = handle.look(name);
+      if (!look || !S_ISDIR(look->st_mode) || look->st_uid != self ||
+          temp_dir_is_locked(handle, name)) {
         continue;
       }
-      const double age = now_local - newest_mtime(path);
+      const double age = now_local - newest_mtime(handle, name);
       if (age >= min_age) {
-        orphans.push_back(Orphan{path, age});
+        orphans.push_back(Orphan{directory, name, handle.name_path(name), age});
       }
     }
   }
@@ -158,13 +188,15 @@ ClaimScan scan_claims(Ledger& ledger, Ledger::RowFilter filter, double min_claim
 // An orphan temporary directory goes. A killed worker's beside a local output may hold the
 // files its publish replaced (killed between publishing and its completion): those a completion
 // recorded are put back first, so the completed output is whole again (invariant I3).
-DeleteOutcome remove_orphan(Ledger& ledger, const ClaimScan& scan, const std::string& path) {
-  const auto output = scan.outputs.find(token_of_temp_dir(basename_of(path)));
+DeleteOutcome remove_orphan(Ledger& ledger, const ClaimScan& scan, const DirectoryHandle& directory,
+                            const Orphan& orphan) {
+  const auto output = scan.outputs.find(token_of_temp_dir(orphan.name));
   if (output == scan.outputs.end() || is_object_store_path(output->second) ||
-      parent_of(output->second) != parent_of(path)) {
-    return delete_own_directory(path);
+      parent_of(output->second) != orphan.directory) {
+    return delete_own_directory_at(directory, orphan.name, ::geteuid());
   }
-  return remove_abandoned_temp_dir(path, recorded_local_files(ledger, output->second, true));
+  return remove_abandoned_temp_dir(directory, orphan.name,
+                                   recorded_local_files(ledger, output->second, true));
 }
 
 }  // namespace
@@ -223,12 +255,14 @@ int run_reap(const Args& args, const GlobalOptions& global) {
     progress.update(0.5 * double(i + 1) / double(candidates.size()));
   }
   progress.update(0.5);
+  const std::map<std::string, DirectoryHandle> handles = open_directories(directories);
   const std::vector<Orphan> orphans =
-      find_orphans(directories, live_tokens, min_temp_age, static_cast<double>(std::time(nullptr)));
+      find_orphans(handles, live_tokens, min_temp_age, static_cast<double>(std::time(nullptr)));
   std::vector<std::string> removed_failed;
   for (size_t i = 0; i < orphans.size(); ++i) {
     const DeleteOutcome outcome =
-        dry_run ? DeleteOutcome::k_deleted : remove_orphan(*ledger, scan, orphans[i].path);
+        dry_run ? DeleteOutcome::k_deleted
+                : remove_orphan(*ledger, scan, handles.at(orphans[i].directory), orphans[i]);
     if (outcome != DeleteOutcome::k_deleted && outcome != DeleteOutcome::k_absent) {
       removed_failed.push_back(orphans[i].path);
     }

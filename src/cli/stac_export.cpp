@@ -4,10 +4,8 @@
 // extensions.
 #include "stac_export.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -19,13 +17,16 @@
 #include <memory>
 #include <set>
 
+#include "base/canonical_json.hpp"
+#include "base/directory_handle.hpp"
 #include "base/error.hpp"
-#include "base/file_descriptor.hpp"
 #include "base/gdal_compat.hpp"
 #include "base/held_messages.hpp"
 #include "base/paths.hpp"
+#include "base/safe_delete.hpp"
 #include "base/sha256.hpp"
 #include "base/version.hpp"
+#include "base/write_whole.hpp"
 #include "cli_util.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
@@ -33,6 +34,8 @@
 #include "key/tile_grid.hpp"
 #include "ogr_geometry.h"
 #include "ogr_spatialref.h"
+#include "work/destination_guard.hpp"
+#include "work/output_check.hpp"
 
 namespace idem::cli {
 
@@ -63,20 +66,20 @@ std::string id_part(const std::string& text) {
 }
 
 constexpr size_t k_key_length = 64;
-constexpr const char* k_temp_infix = ".idem-tmp-";  // + mkstemp's six characters
-
 bool is_key_file_name(const std::string& name) {
   return name.size() == k_key_length + 5 && name.compare(k_key_length, 5, ".json") == 0 &&
          std::all_of(name.begin(), name.begin() + k_key_length,
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-// The temporary file of an item an interrupted export left: <key>.json.idem-tmp-XXXXXX.
-bool is_item_temp_name(const std::string& name) {
+// The temporary file of a file an interrupted export was writing: write_file_atomically's
+// ".idem-tmp-<token>.<name>", or an earlier release's "<key>.json.idem-tmp-XXXXXX".
+bool is_temp_name(const std::string& name) {
   const size_t item = k_key_length + 5;
-  return name.size() == item + std::strlen(k_temp_infix) + 6 &&
-         is_key_file_name(name.substr(0, item)) &&
-         name.compare(item, std::strlen(k_temp_infix), k_temp_infix) == 0;
+  const size_t prefix = std::strlen(k_temp_prefix);
+  return name.rfind(k_temp_prefix, 0) == 0 ||
+         (name.size() == item + prefix + 6 && is_key_file_name(name.substr(0, item)) &&
+          name.compare(item, prefix, k_temp_prefix) == 0);
 }
 
 std::string media_type(const std::string& path) {
@@ -279,8 +282,12 @@ OutputShape output_shape_of(const LedgerRow& row) {
     shape.bands = recorded_bands_json(*work);
     return shape;
   }
-  const GDALDatasetUniquePtr dataset =
-      open_quietly(row.output_uri, GDAL_OF_RASTER | GDAL_OF_READONLY);
+  GDALDatasetUniquePtr dataset;
+  {
+    // Looked at before it is opened: a FIFO planted beside an output is never opened.
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    dataset = open_output_for_check(row.output_uri, nullptr);
+  }
   if (!dataset) {
     return shape;
   }
@@ -379,107 +386,82 @@ Item make_item(const std::string& directory, const std::string& collection, cons
 }
 
 // ---------------------------------------------------------------------------------------------
-// Files: written only when they change, through a temporary file renamed over them; never
-// through a link.
+// Files: each written through the destination guard (never the ledger's, never over a link),
+// only when it changes, whole (write_file_atomically); every directory held by its handle.
 
-void ensure_directory(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) == 0) {
-    return;
+// The directory `name` in `parent`, made when missing; never a link (not followed) or a file.
+DirectoryHandle catalog_directory(const DirectoryHandle& parent, const std::string& name) {
+  if (::mkdirat(parent.fd(), name.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw Error(ErrorKind::k_io, "cannot make the catalog directory " + parent.name_path(name) +
+                                     ": " + std::strerror(errno));
   }
-  struct stat info {};
-  if (errno != EEXIST || ::lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    throw Error(ErrorKind::k_io, "cannot make the catalog directory " + path +
+  std::optional<DirectoryHandle> directory = parent.child(name);
+  if (!directory) {
+    throw Error(ErrorKind::k_io, "cannot make the catalog directory " + parent.name_path(name) +
                                      ": it exists and is not a directory (a link is not "
-                                     "followed), or: " +
-                                     std::strerror(errno));
+                                     "followed)");
   }
-}
-
-std::optional<std::string> regular_file_text(const std::string& path) {
-  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  struct stat info {};
-  if (!fd.valid() || ::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
-    return std::nullopt;
-  }
-  std::string text;
-  char buffer[65536];
-  for (;;) {
-    const ssize_t got = ::read(fd.get(), buffer, sizeof buffer);
-    if (got <= 0) {
-      return got == 0 ? std::optional<std::string>(text) : std::nullopt;
-    }
-    text.append(buffer, static_cast<size_t>(got));
-  }
+  return std::move(*directory);
 }
 
 // True when written, false when the file already held `text`.
-bool write_if_changed(const std::string& path, const std::string& text) {
-  struct stat info {};
-  if (::lstat(path.c_str(), &info) == 0) {
-    if (!S_ISREG(info.st_mode)) {
-      throw Error(ErrorKind::k_io, "cannot write " + path +
-                                       ": something other than a regular file is there (a link "
-                                       "or a directory); remove it or export elsewhere");
-    }
-    if (regular_file_text(path) == text) {
-      return false;
-    }
-  }
-  std::string temp = path + k_temp_infix + "XXXXXX";
-  const FileDescriptor fd(::mkstemp(temp.data()));
-  if (!fd.valid()) {
-    throw Error(ErrorKind::k_io,
-                "cannot create a file beside " + path + ": " + std::strerror(errno));
-  }
-  const bool written =
-      ::fchmod(fd.get(), 0644) == 0 &&
-      ::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-      ::fsync(fd.get()) == 0;
-  if (!written || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const int error_number = errno;
-    ::unlink(temp.c_str());
-    throw Error(ErrorKind::k_io, "cannot write " + path + ": " + std::strerror(error_number));
-  }
-  return true;
+bool write_if_changed(const DirectoryHandle& directory, const std::string& name,
+                      const std::string& text, const std::string& ledger_dsn) {
+  DestinationRules rules;
+  rules.ledger_dsn = ledger_dsn;
+  check_destination(directory.name_path(name), rules, &directory);
+  return write_file_atomically(directory, name, text, true) == WriteOutcome::k_written;
 }
 
-std::vector<std::string> entries_of(const std::string& directory) {
-  std::vector<std::string> names;
-  const std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(directory.c_str()), ::closedir);
-  if (!dir) {
-    return names;
-  }
-  while (const dirent* entry = ::readdir(dir.get())) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") {
-      names.push_back(name);
-    }
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+// Removes the regular file `name` in `directory`, as it is now (safe_delete).
+bool remove_regular_file(const DirectoryHandle& directory, const std::string& name) {
+  const std::optional<struct stat> info = directory.look(name);
+  return info && S_ISREG(info->st_mode) &&
+         delete_known_file_at(directory, name,
+                              KnownFile{directory.name_path(name), std::nullopt, std::nullopt,
+                                        info->st_dev, info->st_ino}) == DeleteOutcome::k_deleted;
 }
 
-bool is_regular_file(const std::string& path) {
-  struct stat info {};
-  return ::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
-}
-
-// Removes the item files (<key>.json, regular files) of `items_dir` not in `keep`, and the
-// temporary files of items an interrupted export left there (not counted).
-int64_t remove_stale_items(const std::string& items_dir, const std::set<std::string>& keep) {
+// Removes the item files (<key>.json, regular files) of `items` not in `keep`, and the
+// temporary files an interrupted export left there (not counted).
+int64_t remove_stale_items(const DirectoryHandle& items, const std::set<std::string>& keep) {
   int64_t removed = 0;
-  struct stat info {};
-  if (::lstat(items_dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    return removed;  // gone, or not a directory of its own (a link is never followed)
-  }
-  for (const std::string& name : entries_of(items_dir)) {
-    const std::string path = items_dir + "/" + name;
-    if (is_item_temp_name(name) && is_regular_file(path)) {
-      ::unlink(path.c_str());
-    } else if (is_key_file_name(name) && keep.count(name) == 0 && is_regular_file(path) &&
-               ::unlink(path.c_str()) == 0) {
+  for (const std::string& name : items.entries().value_or(std::vector<std::string>())) {
+    if (is_temp_name(name)) {
+      remove_regular_file(items, name);
+    } else if (is_key_file_name(name) && keep.count(name) == 0 &&
+               remove_regular_file(items, name)) {
       ++removed;
     }
+  }
+  return removed;
+}
+
+// Whether `text` is a collection an export wrote: a JSON object with an "idem:namespace".
+bool is_idem_collection(const std::optional<std::string>& text) {
+  const std::optional<JsonValue> parsed = text ? JsonValue::parse(*text) : std::nullopt;
+  return parsed && parsed->is_object() && parsed->find("idem:namespace") != nullptr;
+}
+
+// Collections of an earlier export that have no completed output left: their items go, then
+// their collection file and their directories when empty (only a collection an export wrote).
+int64_t remove_stale_collections(const DirectoryHandle& catalog,
+                                 const std::set<std::string>& current) {
+  int64_t removed = 0;
+  for (const std::string& name : catalog.entries().value_or(std::vector<std::string>())) {
+    if (current.count(name) != 0) {
+      continue;
+    }
+    const std::optional<DirectoryHandle> collection = catalog.child(name);  // never a link
+    if (!collection || !is_idem_collection(read_regular_file_at(*collection, "collection.json"))) {
+      continue;
+    }
+    if (const std::optional<DirectoryHandle> items = collection->child("items")) {
+      removed += remove_stale_items(*items, {});
+    }
+    remove_regular_file(*collection, "collection.json");
+    remove_empty_directory_at(*collection, "items");  // only when empty
+    remove_empty_directory_at(catalog, name);
   }
   return removed;
 }
@@ -553,7 +535,8 @@ std::optional<TargetGrid> output_grid_of(const LedgerRow& row) {
   return output_shape_of(row).grid;
 }
 
-StacCounts write_stac_catalog(const std::string& directory, const std::vector<LedgerRow>& rows) {
+StacCounts write_stac_catalog(const std::string& directory, const std::vector<LedgerRow>& rows,
+                              const std::string& ledger_dsn) {
   StacCounts counts;
   // Collections by id; two namespace/layer pairs that spell one id are told apart by a digest.
   std::map<std::string, Collection> collections;
@@ -573,55 +556,50 @@ StacCounts write_stac_catalog(const std::string& directory, const std::vector<Le
     }
     found->second.items.push_back(make_item(directory, id, row, counts.without_footprint));
   }
-  ensure_directory(directory);
+  std::optional<DirectoryHandle> parent;
+  try {
+    parent = DirectoryHandle::open(dirname_of(directory));
+  } catch (const UnsafePath& unsafe) {
+    throw DestinationRefused("cannot write the catalog " + directory + ": " + unsafe.what());
+  }
+  if (!parent) {
+    throw Error(ErrorKind::k_io, "cannot write the catalog " + directory + ": " +
+                                     dirname_of(directory) + ": " + std::strerror(errno));
+  }
+  const DirectoryHandle catalog = catalog_directory(*parent, basename_of(directory));
   std::vector<std::string> catalog_links = {link("root", "./catalog.json", k_json_type)};
+  std::set<std::string> current;
   for (auto& [id, collection] : collections) {
     std::sort(collection.items.begin(), collection.items.end(),
               [](const Item& a, const Item& b) { return a.id < b.id; });
-    const std::string collection_dir = directory + "/" + id;
-    ensure_directory(collection_dir);
-    ensure_directory(collection_dir + "/items");
+    current.insert(id);
+    const DirectoryHandle collection_dir = catalog_directory(catalog, id);
+    const DirectoryHandle items = catalog_directory(collection_dir, "items");
     std::set<std::string> keep;
     for (const Item& item : collection.items) {
       keep.insert(item.id + ".json");
-      if (write_if_changed(collection_dir + "/items/" + item.id + ".json", item.json)) {
+      if (write_if_changed(items, item.id + ".json", item.json, ledger_dsn)) {
         ++counts.written;
       } else {
         ++counts.unchanged;
       }
     }
-    write_if_changed(collection_dir + "/collection.json", collection_json(id, collection));
-    counts.removed += remove_stale_items(collection_dir + "/items", keep);
+    write_if_changed(collection_dir, "collection.json", collection_json(id, collection),
+                     ledger_dsn);
+    counts.removed += remove_stale_items(items, keep);
     catalog_links.push_back(link("child", "./" + id + "/collection.json", k_json_type));
   }
   write_if_changed(
-      directory + "/catalog.json",
+      catalog, "catalog.json",
       json::object({{"type", json::str("Catalog")},
                     {"stac_version", json::str(k_stac_version)},
                     {"id", json::str("gdal-idem")},
                     {"description", json::str("Outputs recorded as completed in the gdal-idem "
                                               "ledger, one collection per namespace and layer")},
                     {"links", json::array(catalog_links)}}) +
-          "\n");
-  // Collections of an earlier export that have no completed output left: their items go, then
-  // their collection file (only one this export wrote: it names an IDEM namespace).
-  for (const std::string& name : entries_of(directory)) {
-    const std::string collection_dir = directory + "/" + name;
-    const std::string collection_file = collection_dir + "/collection.json";
-    struct stat info {};
-    if (collections.count(name) != 0 || ::lstat(collection_dir.c_str(), &info) != 0 ||
-        !S_ISDIR(info.st_mode)) {
-      continue;  // a current collection, a file, or a link (never followed)
-    }
-    const std::optional<std::string> text = regular_file_text(collection_file);
-    if (!text || text->find("\"idem:namespace\":") == std::string::npos) {
-      continue;
-    }
-    counts.removed += remove_stale_items(collection_dir + "/items", {});
-    ::unlink(collection_file.c_str());
-    ::rmdir((collection_dir + "/items").c_str());  // only when empty
-    ::rmdir(collection_dir.c_str());
-  }
+          "\n",
+      ledger_dsn);
+  counts.removed += remove_stale_collections(catalog, current);
   counts.collections = static_cast<int64_t>(collections.size());
   return counts;
 }

@@ -28,9 +28,11 @@ struct StacCounts {
 
 // Writes DIR/catalog.json, one DIR/<collection>/collection.json per namespace (and layer), and
 // one DIR/<collection>/items/<key>.json per completed, not superseded row of `rows`. A file is
-// written only when its content changes, each through a temporary file renamed over it; items
-// of rows no longer there are removed (only regular files named <key>.json, never a link).
-// Throws idem::Error naming what failed.
-StacCounts write_stac_catalog(const std::string& directory, const std::vector<LedgerRow>& rows);
+// written only when its content changes, each whole (write_file_atomically) and through the
+// destination guard (never a file of the ledger `ledger_dsn`, never over a link), every
+// directory held by its handle; items of rows no longer there are removed (only regular files
+// named <key>.json, never through a link). Throws idem::Error naming what failed.
+StacCounts write_stac_catalog(const std::string& directory, const std::vector<LedgerRow>& rows,
+                              const std::string& ledger_dsn);
 
 }  // namespace idem::cli

@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/file_identity.hpp"
 #include "base/held_messages.hpp"
-#include "base/object_store.hpp"
 #include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cli.hpp"
@@ -21,6 +21,7 @@
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
+#include "store/object_store.hpp"
 #include "work/output_check.hpp"
 
 namespace idem::cli {
@@ -80,8 +81,11 @@ std::optional<std::string> file_sha256(const std::string& uri) {
   return hasher.finish_hex();
 }
 
-// What is wrong with the row's output, or "" when nothing.
-std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_missing) {
+// What is wrong with the row's output, or "" when nothing. `unknown` is set when the output
+// could not be looked at (its store did not answer, or answered 403, 429 or 5xx): it is then
+// neither missing nor changed, and its row stays.
+std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_missing,
+                         bool& unknown) {
   const std::string& uri = row.output_uri;
   const OutputFingerprint recorded = row.fingerprint.value_or(OutputFingerprint{});
   if (!is_vsi_path(uri)) {
@@ -93,17 +97,22 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
       return "size " + std::to_string(info.st_size) + " != recorded " +
              std::to_string(recorded.size);
     }
-    const int64_t mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+    const int64_t mtime_ns = mtime_ns_of(info);
     if (recorded.mtime_ns != 0 && mtime_ns != recorded.mtime_ns) {
       return "modified since completion (mtime_ns " + std::to_string(mtime_ns) + " != recorded " +
              std::to_string(recorded.mtime_ns) + ")";
     }
   } else if (is_object_store_path(uri)) {
     // Asked of the store now, as the driver's skip does (object_store.hpp).
-    const auto headers = object_headers(uri, true);
-    if (!headers) {
+    const ObjectLook look = look_at_object(uri, true);
+    if (look.found == ObjectLook::Found::k_unknown) {
+      unknown = true;
+      return "could not be looked at: " + look.why;
+    }
+    if (look.found == ObjectLook::Found::k_missing) {
       return "missing";
     }
+    const std::optional<ObjectHeaders> headers = look.headers;
     if (headers->size != recorded.size) {
       return "size " + std::to_string(headers->size) + " != recorded " +
              std::to_string(recorded.size);
@@ -138,7 +147,15 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
     }
   }
   CPLErrorReset();
-  GDALDatasetUniquePtr dataset = open_quietly(uri, GDAL_OF_RASTER | GDAL_OF_READONLY);
+  std::string refusal;
+  GDALDatasetUniquePtr dataset;
+  {
+    CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+    dataset = open_output_for_check(uri, &refusal);
+  }
+  if (!refusal.empty()) {
+    return refusal;
+  }
   if (!dataset) {
     const std::string message = CPLGetLastErrorMsg();
     return "does not open in GDAL" + (message.empty() ? std::string() : ": " + message);
@@ -204,13 +221,17 @@ int run_verify(const Args& args, const GlobalOptions& global) {
       ++checked;
       progress.update(static_cast<size_t>(checked), static_cast<size_t>(std::max(total, checked)));
       bool missing_checksum = false;
-      const std::string problem = check_output(row, checksum, missing_checksum);
+      bool unknown = false;
+      const std::string problem = check_output(row, checksum, missing_checksum, unknown);
       checksum_missing += missing_checksum ? 1 : 0;
       if (problem.empty()) {
         continue;
       }
       // The row first (fenced on the completion we checked); the output is left for the rerun.
-      const bool row_removed = !dry_run && ledger->forget_completed(row.work_key, row.claim_token);
+      // An output that could not be looked at keeps its row: "could not look" is never
+      // "missing".
+      const bool row_removed =
+          !dry_run && !unknown && ledger->forget_completed(row.work_key, row.claim_token);
       if (global.json) {
         failures.write(std::string(failed == 0 ? "" : ",") +
                        json::object({{"key", json::str(row.work_key)},
@@ -222,6 +243,7 @@ int run_verify(const Args& args, const GlobalOptions& global) {
         failures.write("FAIL " + row.work_key.substr(0, 12) + " " + row.output_uri + ": " +
                        problem + "; " +
                        (dry_run       ? "row kept (--dry-run)"
+                        : unknown     ? "row kept: run verify again once it can be looked at"
                         : row_removed ? "row removed, the next run redoes the work"
                                       : "row changed meanwhile, left alone") +
                        "\n");

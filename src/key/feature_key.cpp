@@ -13,10 +13,8 @@
 #include <set>
 #include <sstream>
 
-#include "base/dsn_secrets.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
-#include "base/pg_handles.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -27,6 +25,8 @@
 #include "key/source_identity.hpp"
 #include "key/work_key.hpp"
 #include "ogrsf_frmts.h"
+#include "pg/dsn_secrets.hpp"
+#include "pg/pg_handles.hpp"
 
 namespace idem {
 

@@ -17,14 +17,16 @@
 #include <utility>
 #include <vector>
 
-#include "base/azure_blob.hpp"
 #include "base/error.hpp"
 #include "base/file_descriptor.hpp"
+#include "base/file_identity.hpp"
 #include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
+#include "store/azure_blob.hpp"
+#include "store/vsi_file.hpp"
 
 namespace idem {
 
@@ -33,23 +35,15 @@ namespace {
 // Large blocks keep the per-read overhead of /vsi files far below the hashing cost.
 constexpr std::size_t k_read_block_size = std::size_t{4} * 1024 * 1024;
 
-int64_t to_ns(const struct timespec& time) {
-  return static_cast<int64_t>(time.tv_sec) * 1000000000LL + time.tv_nsec;
-}
-
 FileIdentity identity_from_stat(const struct stat& info) {
   FileIdentity identity;
   identity.device = static_cast<uint64_t>(info.st_dev);
   identity.inode = static_cast<uint64_t>(info.st_ino);
   identity.size = static_cast<int64_t>(info.st_size);
-  identity.mtime_ns = to_ns(info.st_mtim);
-  identity.ctime_ns = to_ns(info.st_ctim);
+  identity.mtime_ns = mtime_ns_of(info);
+  identity.ctime_ns = ctime_ns_of(info);
   return identity;
 }
-
-struct VsiFileCloser {
-  void operator()(VSILFILE* file) const { VSIFCloseL(file); }
-};
 
 std::string errno_text(int error_number) {
   return std::strerror(error_number);
@@ -245,7 +239,7 @@ class ParallelContentDigest {
 };
 
 std::string content_digest_of_vsi_file(const std::string& path) {
-  std::unique_ptr<VSILFILE, VsiFileCloser> file(VSIFOpenL(path.c_str(), "rb"));
+  const VsiFile file(VSIFOpenL(path.c_str(), "rb"));
   if (!file) {
     throw Error(ErrorKind::k_source, "cannot open source file '" + path + "'");
   }

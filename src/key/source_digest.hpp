@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/digest_cache.hpp"
-#include "base/object_store.hpp"
+#include "store/object_store.hpp"
 
 namespace idem {
 

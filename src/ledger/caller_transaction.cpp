@@ -7,8 +7,8 @@
 #include <libpq-fe.h>
 
 #include "base/error.hpp"
-#include "base/pg_handles.hpp"
 #include "ledger/ledger_internal.hpp"
+#include "pg/pg_handles.hpp"
 
 namespace idem {
 

@@ -15,12 +15,12 @@
 #include <memory>
 #include <set>
 
-#include "base/dsn_secrets.hpp"
 #include "base/error.hpp"
-#include "base/pg_handles.hpp"
 #include "cpl_string.h"
 #include "idem_embedded_sql.hpp"
 #include "ledger/ledger_internal.hpp"
+#include "pg/dsn_secrets.hpp"
+#include "pg/pg_handles.hpp"
 
 namespace idem {
 
@@ -161,7 +161,9 @@ std::string Ledger::redact_dsn(const std::string& dsn) {
 }
 
 std::string Ledger::backend_of(const std::string& dsn) {
-  if (dsn.empty() || STARTS_WITH(dsn.c_str(), "sqlite:")) {
+  // "file:..." is an SQLite URI (refused by sqlite_path_of, saying how to write a path), even
+  // with parameters whose '=' would make it look like a libpq keyword string.
+  if (dsn.empty() || STARTS_WITH(dsn.c_str(), "sqlite:") || STARTS_WITH_CI(dsn.c_str(), "file:")) {
     return "sqlite";
   }
   if (is_uri(dsn) || dsn.find('=') != std::string::npos) {
@@ -209,6 +211,15 @@ std::optional<std::string> Ledger::sqlite_path_of(const std::string& dsn) {
   if (path.empty()) {
     throw Error(ErrorKind::k_usage,
                 "IDEM_LEDGER=sqlite: needs a path (sqlite:/path/ledger.sqlite)");
+  }
+  // SQLite would open "file:..." as a URI, whose parameters (immutable, nolock, vfs=) can turn
+  // off the locking between workers, and which names another file than the one IDEM protects.
+  if (STARTS_WITH_CI(path.c_str(), "file:")) {
+    throw Error(ErrorKind::k_usage,
+                "the ledger '" + path +
+                    "' is an SQLite URI; IDEM takes a path to the database file: write "
+                    "IDEM_LEDGER=sqlite:/path/to/ledger.sqlite (URI parameters such as "
+                    "immutable, nolock or vfs= would turn off the locking between workers)");
   }
   return path;
 }

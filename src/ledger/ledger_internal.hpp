@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "base/dsn_secrets.hpp"
-#include "base/pg_handles.hpp"
 #include "ledger/ledger.hpp"
+#include "pg/dsn_secrets.hpp"
+#include "pg/pg_handles.hpp"
 
 namespace idem::ledger_detail {
 

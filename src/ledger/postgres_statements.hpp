@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "base/digest_cache.hpp"
-#include "base/pg_handles.hpp"
 #include "ledger/ledger_internal.hpp"
+#include "pg/pg_handles.hpp"
 
 namespace idem::ledger_detail {
 

@@ -3,8 +3,13 @@
 // timeout on every connection, claims as one UPSERT ... RETURNING statement, multi-statement
 // changes under BEGIN IMMEDIATE, so contention waits instead of failing. Times come from
 // SQLite's clock inside the statements ("the database clock" of a one-machine ledger).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -23,6 +28,59 @@ using sqlite::Query;
 #define IDEM_SQLITE_NOW "((julianday('now') - 2440587.5) * 86400.0)"
 
 constexpr int k_busy_timeout_ms = 60000;
+
+bool has_schema_version_table(sqlite::Database& db) {
+  Query query(db,
+              "SELECT 1 FROM sqlite_master WHERE type = 'table' "
+              "AND name = 'schema_version'");
+  return query.step();
+}
+
+std::vector<int> applied_versions(sqlite::Database& db) {
+  std::vector<int> versions;
+  if (!has_schema_version_table(db)) {
+    return versions;
+  }
+  Query query(db, "SELECT version FROM schema_version ORDER BY version");
+  while (query.step()) {
+    versions.push_back(static_cast<int>(query.integer(0)));
+  }
+  return versions;
+}
+
+// Whether `path` is an SQLite database in WAL mode (its header's write version is 2). Read
+// without blocking: a FIFO named as the ledger is not waited on.
+bool is_wal_database(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return false;
+  }
+  unsigned char header[20] = {};
+  struct stat info {};
+  const bool read = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
+                    ::pread(fd, header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header));
+  ::close(fd);
+  return read && std::memcmp(header, "SQLite format 3", 16) == 0 && header[18] == 2;
+}
+
+// A read-only command's first look at `path` (invariant I4: it creates no file). SQLite makes a
+// WAL database's -wal and -shm when it opens it, even read-only, which would leave them beside a
+// file that is not a ledger (a GeoPackage in WAL mode named by mistake). Where no -wal is there
+// (no writer has the file open), the file is looked at first without creating anything, and
+// refused, as it was, when it is not a ledger.
+const std::string& looked_at(const std::string& path, bool read_only) {
+  struct stat wal {};
+  if (read_only && is_wal_database(path) && ::lstat((path + "-wal").c_str(), &wal) != 0) {
+    sqlite::Database look(path, "SQLite ledger " + path,
+                          std::chrono::milliseconds(k_busy_timeout_ms),
+                          sqlite::Database::Access::k_look_only);
+    const std::vector<int> applied = applied_versions(look);
+    if (applied.empty()) {
+      ledger_detail::check_schema_version("sqlite:" + path, "sqlite", applied, true);
+    }
+  }
+  return path;
+}
 
 #define IDEM_SQLITE_ROW_COLUMNS                                                             \
   "work_key, namespace, layer, tile_z, tile_x, tile_y, attempt, claim_token, worker_host, " \
@@ -128,9 +186,10 @@ class SqliteDigestCache : public DigestCache {
 class SqliteLedger final : public Ledger {
  public:
   SqliteLedger(const std::string& path, bool read_only)
-      : m_path(path),
+      : m_path(looked_at(path, read_only)),
         m_db(path, "SQLite ledger " + path, std::chrono::milliseconds(k_busy_timeout_ms),
-             read_only),
+             read_only ? sqlite::Database::Access::k_read_only
+                       : sqlite::Database::Access::k_read_write),
         m_digest_cache(*this) {
     // Looked at before anything is written: a database that is not a ledger (a GeoPackage named
     // by mistake) is refused as it was, and so is a schema newer than this release.
@@ -148,6 +207,7 @@ class SqliteLedger final : public Ledger {
     if (read_only) {
       return;  // no WAL switch, no migration (invariant I4)
     }
+    m_db.keep_wal_on_close();
     m_db.exec_waiting("PRAGMA journal_mode = WAL");
     // WAL + NORMAL: durable across process crashes; a power loss may roll back the last commits
     // (the work is then redone), never corrupts.
@@ -487,24 +547,7 @@ class SqliteLedger final : public Ledger {
     return query.step();
   }
 
-  bool has_schema_version_table() {
-    Query query(m_db,
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                "AND name = 'schema_version'");
-    return query.step();
-  }
-
-  std::vector<int> applied_versions() {
-    std::vector<int> versions;
-    if (!has_schema_version_table()) {
-      return versions;
-    }
-    Query query(m_db, "SELECT version FROM schema_version ORDER BY version");
-    while (query.step()) {
-      versions.push_back(static_cast<int>(query.integer(0)));
-    }
-    return versions;
-  }
+  std::vector<int> applied_versions() { return idem::applied_versions(m_db); }
 
   int schema_version_locked() {
     const std::vector<int> versions = applied_versions();

@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
+#include "base/directory_handle.hpp"
 #include "base/error.hpp"
+#include "base/paths.hpp"
 
 namespace idem::sqlite {
 
@@ -26,17 +29,47 @@ void make_directories(const std::string& path) {
   }
 }
 
+// "file:<path>?immutable=1", the path percent-encoded where a URI would read it otherwise.
+std::string immutable_uri(const std::string& path) {
+  std::string uri = "file:";
+  for (const unsigned char c : path) {
+    if (c == '%' || c == '?' || c == '#' || c < 0x20 || c >= 0x7f) {
+      char escaped[4];
+      std::snprintf(escaped, sizeof(escaped), "%%%02X", c);
+      uri += escaped;
+    } else {
+      uri += static_cast<char>(c);
+    }
+  }
+  return uri + "?immutable=1";
+}
+
 }  // namespace
 
 Database::Database(const std::string& path, std::string context,
-                   std::chrono::milliseconds busy_timeout, bool read_only)
+                   std::chrono::milliseconds busy_timeout, Access access)
     : m_context(std::move(context)), m_busy_timeout(busy_timeout) {
-  if (!read_only && path != ":memory:" && path.find('/') != std::string::npos) {
-    make_directories(path);
+  const bool in_memory = path == ":memory:";
+  std::string name = path;
+  if (!in_memory) {
+    name = absolute_path(path);  // never read as a URI (a relative "file:..." would be)
+    if (access == Access::k_read_write) {
+      make_directories(name);
+    }
+    try {
+      DirectoryHandle::open(dirname_of(name));  // refuses a link another user could have made
+    } catch (const UnsafePath& unsafe) {
+      throw UnsafePath("the " + m_context + " cannot be opened: " + unsafe.what());
+    }
+  }
+  int flags = access == Access::k_read_write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                                             : SQLITE_OPEN_READONLY;
+  if (access == Access::k_look_only) {
+    name = immutable_uri(name);
+    flags |= SQLITE_OPEN_URI;
   }
   sqlite3* raw = nullptr;
-  const int access = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, access | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc = sqlite3_open_v2(name.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   m_db.reset(raw);
   if (rc != SQLITE_OK) {
     throw Error(ErrorKind::k_ledger,
@@ -45,6 +78,11 @@ Database::Database(const std::string& path, std::string context,
   }
   sqlite3_extended_result_codes(m_db.get(), 1);
   sqlite3_busy_handler(m_db.get(), &Database::on_busy, this);
+}
+
+void Database::keep_wal_on_close() {
+  int persist = 1;
+  sqlite3_file_control(m_db.get(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
 }
 
 // A finer backoff than sqlite3_busy_timeout's (whose first sleeps are whole milliseconds, longer

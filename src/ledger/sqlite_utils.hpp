@@ -19,10 +19,24 @@ namespace idem::sqlite {
 // SQLITE_BUSY, and the statements it prepared, kept for its life.
 class Database {
  public:
-  // Opens (creating the file and its directories) `path`; `context` names it in every message.
-  // `read_only`: SQLITE_OPEN_READONLY, nothing created.
+  // How a connection opens its file.
+  enum class Access {
+    k_read_write,  // the file and its directories created when missing
+    k_read_only,   // SQLITE_OPEN_READONLY: nothing created but a WAL database's -wal and -shm
+    // SQLite's immutable=1: nothing created at all, no lock taken; for a look at a file that
+    // may not be a ledger, while no writer has it open (its -wal is not there)
+    k_look_only,
+  };
+  // Opens `path` (never as a URI: IDEM's paths are file names); `context` names it in every
+  // message. The directory holding it is opened as DirectoryHandle::open does: a link another
+  // user could have made on the way is refused (UnsafePath), never followed.
   Database(const std::string& path, std::string context, std::chrono::milliseconds busy_timeout,
-           bool read_only = false);
+           Access access = Access::k_read_write);
+  // The -wal file stays when the last connection closes (SQLITE_FCNTL_PERSIST_WAL): SQLite would
+  // otherwise remove it by its name, which a directory swapped for a link meanwhile could
+  // redirect. Asked once the file is known to be a ledger, so that a file refused stays as it
+  // was.
+  void keep_wal_on_close();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
 

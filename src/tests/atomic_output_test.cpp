@@ -26,8 +26,12 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/file_identity.hpp"
 #include "base/paths.hpp"
 #include "cpl_conv.h"
+#include "work/early_sync.hpp"
+#include "work/output_check.hpp"
+#include "work/temp_dir.hpp"
 
 namespace {
 
@@ -48,6 +52,9 @@ class AtomicOutputTest : public ::testing::Test {
   }
 
   std::string path(const std::string& name) const { return m_dir + "/" + name; }
+  // The temporary directory of `output` by its name beside the final path (temp_dir() reaches it
+  // by its handle).
+  std::string temp_dir_of(const AtomicOutput& output) const { return path(output.temp_name()); }
 
   std::string m_dir;
 };
@@ -106,13 +113,18 @@ std::vector<std::string> read_moved_to(int inotify_fd) {
   return names;
 }
 
+// The driver writes through the temporary directory's handle (/proc/self/fd/N/<basename>): what
+// it writes lands in .idem-tmp-<token>/<basename> beside the final path.
 TEST_F(AtomicOutputTest, TempPathKeepsBasenameInsideTempDirBesideFinal) {
   AtomicOutput output(path("tile.tif"), "tok1");
-  EXPECT_EQ(output.temp_dir(), path(".idem-tmp-tok1"));
-  EXPECT_EQ(output.temp_path(), path(".idem-tmp-tok1/tile.tif"));
+  EXPECT_EQ(output.temp_name(), ".idem-tmp-tok1");
+  EXPECT_EQ(idem::basename_of(output.temp_path()), "tile.tif");
   struct stat info {};
-  ASSERT_EQ(::stat(output.temp_dir().c_str(), &info), 0);
+  ASSERT_EQ(::lstat(path(".idem-tmp-tok1").c_str(), &info), 0);
   EXPECT_TRUE(S_ISDIR(info.st_mode));
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  write_file(output.temp_path(), "pixels");
+  EXPECT_EQ(read_file(path(".idem-tmp-tok1/tile.tif")), "pixels");
 }
 
 TEST_F(AtomicOutputTest, CommitPublishesEveryFilePrimaryLast) {
@@ -147,7 +159,7 @@ TEST_F(AtomicOutputTest, NoTemporaryLeftAfterCommit) {
     AtomicOutput output(path("x.tif"), "tok3");
     write_file(output.temp_path(), "data");
     output.commit(/*durable=*/false);
-    EXPECT_FALSE(exists(output.temp_dir()));
+    EXPECT_FALSE(exists(temp_dir_of(output)));
   }
   EXPECT_FALSE(has_temp_dir(m_dir));
   EXPECT_EQ(entries(m_dir), std::vector<std::string>{"x.tif"});
@@ -162,20 +174,29 @@ TEST_F(AtomicOutputTest, CommitReplacesAnExistingOutput) {
   EXPECT_EQ(read_file(path("x.tif")), "new");
 }
 
-// A directory dataset (Zarr) replaces the directory of the output it replaces, which comes back
-// on a roll back and is removed once the publish is settled.
+// The tree a completion would record of the directory `name` in `dir`.
+std::string tree_of(const std::string& dir, const std::string& name) {
+  const std::optional<idem::DirectoryHandle> handle = idem::DirectoryHandle::open(dir);
+  const std::optional<idem::TreeSummary> tree = idem::tree_summary_at(*handle, name);
+  return tree ? tree->sha256 : std::string();
+}
+
+// A directory dataset (Zarr) replaces the directory of the output it replaces (the tree a
+// completion recorded there), which comes back on a roll back and is removed once the publish is
+// settled.
 TEST_F(AtomicOutputTest, ADirectoryReplacesADirectoryAndComesBackOnARollBack) {
   ASSERT_EQ(::mkdir(path("x.zarr").c_str(), 0755), 0);
   write_file(path("x.zarr/old"), "old");
   for (const bool keep : {false, true}) {
     AtomicOutput output(path("x.zarr"), keep ? "tokd2" : "tokd1");
+    output.allow_replacing_directory(tree_of(m_dir, "x.zarr"));
     ASSERT_EQ(::mkdir(output.temp_path().c_str(), 0755), 0);
     write_file(output.temp_path() + "/new", "new");
     output.publish(false);
     EXPECT_EQ(entries(path("x.zarr")), std::vector<std::string>{"new"});
     if (keep) {
       output.settle();
-      EXPECT_FALSE(exists(output.temp_dir()));
+      EXPECT_FALSE(exists(temp_dir_of(output)));
     } else {
       output.roll_back();
       EXPECT_EQ(entries(path("x.zarr")), std::vector<std::string>{"old"});
@@ -185,11 +206,67 @@ TEST_F(AtomicOutputTest, ADirectoryReplacesADirectoryAndComesBackOnARollBack) {
   EXPECT_EQ(entries(m_dir), std::vector<std::string>{"x.zarr"});
 }
 
+// A directory no completion recorded (or one changed since: a file added) is never replaced: the
+// publish is refused and the directory stays whole, as plain GDAL refuses to write over an
+// existing dataset.
+TEST_F(AtomicOutputTest, ADirectoryNotRecordedAsItIsIsNeverReplaced) {
+  ASSERT_EQ(::mkdir(path("x.zarr").c_str(), 0755), 0);
+  write_file(path("x.zarr/.zgroup"), "{}");
+  write_file(path("x.zarr/theirs"), "someone's array");
+  const std::string recorded = tree_of(m_dir, "x.zarr");
+  for (const bool vouched : {false, true}) {
+    AtomicOutput output(path("x.zarr"), vouched ? "tokf2" : "tokf1");
+    if (vouched) {
+      output.allow_replacing_directory(recorded);
+      write_file(path("x.zarr/added"), "added after the completion");
+    }
+    ASSERT_EQ(::mkdir(output.temp_path().c_str(), 0755), 0);
+    write_file(output.temp_path() + "/new", "new");
+    EXPECT_THROW(output.publish(false), idem::DestinationRefused);
+  }
+  EXPECT_EQ(read_file(path("x.zarr/theirs")), "someone's array");
+  EXPECT_EQ(read_file(path("x.zarr/added")), "added after the completion");
+  EXPECT_EQ(entries(m_dir), std::vector<std::string>{"x.zarr"});
+}
+
+// Handles, not names: a directory on the output's path swapped for a link while the work ran
+// (by a user who owns it) never redirects the publish; nothing is published, nothing changes
+// where the link leads, and the attempt's own files go.
+TEST_F(AtomicOutputTest, APublishNeverFollowsADirectorySwappedForALink) {
+  ASSERT_EQ(::mkdir(path("out").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(path("elsewhere").c_str(), 0755), 0);
+  write_file(path("elsewhere/x.tif"), "not yours");
+  {
+    AtomicOutput output(path("out/x.tif"), "toks");
+    write_file(output.temp_path(), "pixels");
+    ASSERT_EQ(::rename(path("out").c_str(), path("moved").c_str()), 0);
+    ASSERT_EQ(::symlink(path("elsewhere").c_str(), path("out").c_str()), 0);
+    EXPECT_THROW(output.publish(false), idem::DestinationRefused);
+  }
+  EXPECT_EQ(read_file(path("elsewhere/x.tif")), "not yours");
+  EXPECT_EQ(entries(path("elsewhere")), std::vector<std::string>{"x.tif"});
+  EXPECT_TRUE(entries(path("moved")).empty());
+}
+
+// A living writer's temporary directory is locked for its whole life (reap leaves it alone); a
+// writer gone, its lock goes with it.
+TEST_F(AtomicOutputTest, ATemporaryDirectoryIsLockedWhileItsWriterLives) {
+  const std::optional<idem::DirectoryHandle> dir = idem::DirectoryHandle::open(m_dir);
+  ASSERT_TRUE(dir);
+  {
+    AtomicOutput output(path("x.tif"), "tokl");
+    EXPECT_TRUE(idem::temp_dir_is_locked(*dir, output.temp_name()));
+    ASSERT_EQ(::mkdir(path(".idem-tmp-dead").c_str(), 0700), 0);
+    EXPECT_FALSE(idem::temp_dir_is_locked(*dir, ".idem-tmp-dead"));
+  }
+  EXPECT_EQ(entries(m_dir), std::vector<std::string>{".idem-tmp-dead"});
+}
+
 TEST_F(AtomicOutputTest, DestructorCleansUpAndNeverPublishes) {
   std::string temp_dir;
   {
     AtomicOutput output(path("x.tif"), "tok5");
-    temp_dir = output.temp_dir();
+    temp_dir = temp_dir_of(output);
     write_file(output.temp_path(), "partial");
     write_file(output.temp_dir() + "/x.tif.aux.xml", "aux");
     ASSERT_EQ(::mkdir((output.temp_dir() + "/nested").c_str(), 0755), 0);
@@ -269,8 +346,8 @@ TEST_F(AtomicOutputTest, ObjectOutputIsWrittenUnderCplTmpdir) {
     AtomicOutput output("/vsis3/bucket/tiles/x.tif", "tok11");
     CPLSetConfigOption("CPL_TMPDIR", nullptr);
     EXPECT_TRUE(output.is_object());
-    EXPECT_EQ(output.temp_path(), path(".idem-tmp-tok11/x.tif"));
-    temp_dir = output.temp_dir();
+    EXPECT_EQ(output.temp_name(), ".idem-tmp-tok11");
+    temp_dir = temp_dir_of(output);
     write_file(output.temp_path(), "bytes");
     // No server at the endpoint: the upload fails, naming the object.
     CPLSetConfigOption("AWS_S3_ENDPOINT", "127.0.0.1:9");
@@ -317,7 +394,8 @@ TEST_F(AtomicOutputTest, ADirectoryIsNeverUploaded) {
 TEST_F(AtomicOutputTest, ExistingTokenIsRefused) {
   AtomicOutput first(path("x.tif"), "same");
   EXPECT_THROW(AtomicOutput(path("x.tif"), "same"), Error);
-  EXPECT_TRUE(exists(first.temp_dir())) << "the failed second attempt must not remove the first's";
+  EXPECT_TRUE(exists(temp_dir_of(first)))
+      << "the failed second attempt must not remove the first's";
 }
 
 // Root ignores permission bits, so a read-only directory needs a read-only filesystem: a tmpfs
@@ -412,13 +490,15 @@ TEST_F(AtomicOutputTest, EarlySyncStopsPromptlyAndNeverNeedsTheFile) {
   EXPECT_EQ(calls, 0);
 }
 
-TEST(FsyncPath, MissingPathThrowsNamingIt) {
+TEST_F(AtomicOutputTest, SyncOfAMissingFileThrowsNamingIt) {
+  const std::optional<idem::DirectoryHandle> dir = idem::DirectoryHandle::open(m_dir);
+  ASSERT_TRUE(dir);
   try {
-    idem::fsync_path("/nonexistent/idem/file");
+    idem::sync_at(*dir, "no-such-file");
     FAIL();
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::k_io);
-    EXPECT_NE(std::string(error.what()).find("/nonexistent/idem/file"), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find(path("no-such-file")), std::string::npos);
   }
 }
 

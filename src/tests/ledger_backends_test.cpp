@@ -4,9 +4,9 @@
 // databases.
 #include <random>
 
-#include "base/dsn_secrets.hpp"
-#include "base/pg_handles.hpp"
 #include "ledger_conformance.hpp"
+#include "pg/dsn_secrets.hpp"
+#include "pg/pg_handles.hpp"
 
 namespace idem::ledger_test {
 namespace {

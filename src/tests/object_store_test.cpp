@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: MIT
-// The stores' preconditions (base/object_store.hpp) and the Azure request signing
-// (base/azure_blob.hpp): which header fences which store, and the shared-key parts Azure's
+// The stores' preconditions (store/object_store.hpp) and the Azure request signing
+// (store/azure_blob.hpp): which header fences which store, and the shared-key parts Azure's
 // "Authorize with Shared Key" reference defines.
-#include "base/object_store.hpp"
+#include "store/object_store.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <utility>
 
-#include "base/azure_blob.hpp"
 #include "base/error.hpp"
-#include "base/gcs_upload.hpp"
 #include "cpl_conv.h"
 #include "cpl_vsi.h"
+#include "store/azure_blob.hpp"
+#include "store/gcs_upload.hpp"
 
 namespace idem {
 namespace {

@@ -2,57 +2,74 @@
 // The one destination check (destination_guard.hpp).
 #include "work/destination_guard.hpp"
 
-#include <dirent.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <optional>
 
 #include "base/error.hpp"
-#include "base/object_store.hpp"
+#include "base/file_identity.hpp"
+#include "base/open_descriptors.hpp"
 #include "base/paths.hpp"
 #include "cpl_string.h"
 #include "ledger/ledger.hpp"
+#include "store/object_store.hpp"
 
 namespace idem {
 
 namespace {
 
-// `path` (absolute) with the links of its directory resolved; the name itself is kept as it is.
-std::string resolve_directory(const std::string& path) {
-  char* resolved = ::realpath(dirname_of(path).c_str(), nullptr);
-  if (resolved == nullptr) {
-    return path;  // a missing directory: refused later, when the temporary directory is made
+// `path` with every link resolved as the kernel (and SQLite, which resolves a database's links
+// before it names its companions) would; a missing name keeps its directory resolved.
+std::string resolved(const std::string& path) {
+  if (char* real = ::realpath(path.c_str(), nullptr)) {
+    std::string result = real;
+    std::free(real);
+    return result;
   }
-  std::string directory = resolved;
-  std::free(resolved);
-  return (directory == "/" ? "" : directory) + "/" + basename_of(path);
+  if (char* directory = ::realpath(dirname_of(path).c_str(), nullptr)) {
+    std::string result = directory;
+    std::free(directory);
+    return (result == "/" ? "" : result) + "/" + basename_of(path);
+  }
+  return path;
 }
 
-bool same_file(const std::string& a, const std::string& b) {
-  struct stat first {};
-  struct stat second {};
-  return ::stat(a.c_str(), &first) == 0 && ::stat(b.c_str(), &second) == 0 &&
-         first.st_dev == second.st_dev && first.st_ino == second.st_ino;
-}
+// The ledger's database and its companions (-wal, -shm, -journal) when the ledger is an SQLite
+// file: where each name goes in its directory (by the directory's identity), and the identity of
+// each that exists. Both the name given and the name SQLite resolves it to.
+struct LedgerFiles {
+  std::vector<std::pair<NameSlot, std::string>> slots;  // with the path, for the message
+  std::vector<std::pair<Inode, std::string>> files;
+};
 
-// The ledger's database and its companions, by real name, when the ledger is an SQLite file.
-std::vector<std::string> ledger_files(const std::string& ledger_dsn) {
-  std::vector<std::string> files;
+LedgerFiles ledger_files(const std::string& ledger_dsn) {
+  LedgerFiles found;
   std::optional<std::string> database;
   try {
     database = Ledger::sqlite_path_of(ledger_dsn);
   } catch (const Error&) {
-    return files;  // a malformed DSN: the ledger's own open reports it
+    return found;  // a malformed DSN: the ledger's own open reports it
   }
   if (!database) {
-    return files;  // PostgreSQL: no file of ours
+    return found;  // PostgreSQL: no file of ours
   }
-  const std::string real = resolve_directory(absolute_path(*database));
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-    files.push_back(real + suffix);
+  const std::string given = absolute_path(*database);
+  const std::string real = resolved(given);
+  for (const std::string& spelling : {given, real}) {
+    const std::optional<Inode> directory = inode_of(dirname_of(spelling));
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+      const std::string path = spelling + suffix;
+      if (directory) {
+        found.slots.emplace_back(NameSlot{*directory, basename_of(path)}, path);
+      }
+      if (const std::optional<Inode> file = inode_of(path)) {
+        found.files.emplace_back(*file, path);
+      }
+    }
   }
-  return files;
+  return found;
 }
 
 const char* kind_of(mode_t mode) {
@@ -77,65 +94,85 @@ const char* kind_of(mode_t mode) {
   return "not a regular file";
 }
 
-// True when a descriptor of this process other than those open on /proc itself refers to the
-// file of device `device` and inode `inode`.
-bool open_in_this_process(dev_t device, ino_t inode) {
-  DIR* fds = ::opendir("/proc/self/fd");
-  if (fds == nullptr) {
-    return false;  // no /proc: nothing to compare with (the driver's own source check remains)
-  }
-  const int own = ::dirfd(fds);
-  bool found = false;
-  while (const dirent* entry = ::readdir(fds)) {
-    char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || fd == own) {
-      continue;
-    }
-    struct stat info {};
-    if (::fstat(static_cast<int>(fd), &info) == 0 && S_ISREG(info.st_mode) &&
-        info.st_dev == device && info.st_ino == inode) {
-      found = true;
-      break;
-    }
-  }
-  ::closedir(fds);
-  return found;
-}
-
 [[noreturn]] void refuse_as_source(const std::string& path, const std::string& file) {
   throw DestinationRefused("the output " + path + " is one of the sources (" + file +
                            "): the work would replace its own input; write the output to "
                            "another path");
 }
 
-}  // namespace
+[[noreturn]] void refuse_as_ledger(const std::string& path, const std::string& ledger_file) {
+  const bool database =
+      ledger_file.size() < 4 ||
+      (ledger_file.compare(ledger_file.size() - 4, 4, "-wal") != 0 &&
+       ledger_file.compare(ledger_file.size() - 4, 4, "-shm") != 0 &&
+       (ledger_file.size() < 8 || ledger_file.compare(ledger_file.size() - 8, 8, "-journal") != 0));
+  throw DestinationRefused(
+      path + " is " +
+      (database ? "the ledger database (" : "a companion of the ledger database (") + ledger_file +
+      "): writing there would replace or corrupt the ledger; choose another "
+      "output path");
+}
 
-void refuse_if_open_here(const std::string& path) {
-  const std::string real = real_destination(path);
-  if (is_vsi_path(real)) {
-    return;
-  }
-  struct stat there {};
-  if (::lstat(real.c_str(), &there) != 0 || !S_ISREG(there.st_mode)) {
-    return;
-  }
-  if (open_in_this_process(there.st_dev, there.st_ino)) {
-    throw DestinationRefused(
-        path +
-        " is open in this process (a source this work reads, or a dataset not "
-        "closed yet): writing over it would replace what is being read with what "
-        "is made from it; write the output to another path, or close the dataset "
-        "first");
+// The sources by name (objects, which have one name each) and by identity (local files, the
+// file at the bottom of an archive chain included).
+void refuse_sources(const std::string& path, const std::string& real,
+                    const std::optional<Inode>& there, const std::vector<std::string>& sources) {
+  for (const std::string& file : sources) {
+    if (is_object_store_path(real) || is_object_store_path(file)) {
+      if (real_destination(file) == real) {
+        refuse_as_source(path, file);
+      }
+      continue;
+    }
+    if (!there) {
+      continue;  // nothing is there: no source can be
+    }
+    const std::optional<std::string> beneath = local_file_beneath(file);
+    if (beneath && inode_of(*beneath) == there) {
+      refuse_as_source(path, file);
+    }
   }
 }
+
+}  // namespace
 
 std::string real_destination(const std::string& path) {
   std::string real = is_vsiidem_path(path) ? vsiidem_real_path(path) : path;
   if (is_vsi_path(real)) {
     return real;
   }
-  return resolve_directory(absolute_path(real));
+  return absolute_path(real);
+}
+
+std::optional<DirectoryHandle> open_destination_directory(const std::string& path) {
+  try {
+    return DirectoryHandle::open(dirname_of(path));
+  } catch (const UnsafePath& unsafe) {
+    throw DestinationRefused(std::string("cannot write ") + path + ": " + unsafe.what());
+  }
+}
+
+void refuse_if_open_here(const DirectoryHandle& directory, const std::string& name,
+                         const std::string& shown) {
+  const std::optional<struct stat> there = directory.look(name);
+  if (!there || !S_ISREG(there->st_mode)) {
+    return;
+  }
+  const Inode wanted = Inode::of(*there);
+  bool found = false;
+  for_each_open_descriptor([&](int fd) {
+    struct stat info {};
+    found = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && Inode::of(info) == wanted;
+    return found;
+  });
+  if (found) {
+    throw DestinationRefused(
+        shown +
+        " is open in this process (a source this work reads, or a dataset not "
+        "closed yet): writing over it would replace what is being read with what "
+        "is made from it; write the output to another path, or close the dataset "
+        "first");
+  }
 }
 
 std::string describe_not_replaceable(const std::string& path, mode_t mode) {
@@ -149,42 +186,50 @@ std::string describe_not_replaceable(const std::string& path, mode_t mode) {
   return message;
 }
 
-void check_destination(const std::string& path, const DestinationRules& rules) {
+std::string describe_foreign_directory(const std::string& path) {
+  return path +
+         " is a directory that no completion of this ledger recorded there as it is now (a "
+         "dataset IDEM did not write, or one changed since): IDEM replaces a directory only "
+         "with the work that wrote it, as plain GDAL refuses to write over an existing "
+         "dataset; remove it, or write the output to another path";
+}
+
+void check_destination(const std::string& path, const DestinationRules& rules,
+                       const DirectoryHandle* directory) {
   const std::string real = real_destination(path);
   if (is_vsi_path(real)) {
-    // An object has one name (no links, no hard links): a source of that name is refused.
-    for (const std::string& file : rules.source_files) {
-      if (real_destination(file) == real) {
-        refuse_as_source(path, file);
-      }
-    }
+    refuse_sources(path, real, std::nullopt, rules.source_files);
     return;
   }
-  struct stat there {};
-  const bool exists = ::lstat(real.c_str(), &there) == 0;
-  if (exists && !S_ISREG(there.st_mode) && !(S_ISDIR(there.st_mode) && rules.directory_dataset)) {
-    throw DestinationRefused(describe_not_replaceable(path, there.st_mode));
+  std::optional<DirectoryHandle> opened;
+  if (directory == nullptr) {
+    opened = open_destination_directory(real);
+    if (!opened) {
+      return;  // a missing directory: refused when the temporary directory is made
+    }
+    directory = &*opened;
   }
-  const std::vector<std::string> ledger = ledger_files(rules.ledger_dsn);
-  for (size_t i = 0; i < ledger.size(); ++i) {
-    if (real == ledger[i] || (exists && same_file(real, ledger[i]))) {
-      throw DestinationRefused(
-          path + " is " +
-          (i == 0 ? "the ledger database (" : "a companion of the ledger database (") + ledger[i] +
-          "): writing there would replace or corrupt the ledger; choose another "
-          "output path");
+  const std::string name = basename_of(real);
+  const std::optional<struct stat> look = directory->look(name);
+  if (look && !S_ISREG(look->st_mode) && !(S_ISDIR(look->st_mode) && rules.directory_dataset)) {
+    throw DestinationRefused(describe_not_replaceable(path, look->st_mode));
+  }
+  const std::optional<Inode> there = look ? std::optional<Inode>(Inode::of(*look)) : std::nullopt;
+  const NameSlot slot{directory->identity(), name};
+  const LedgerFiles ledger = ledger_files(rules.ledger_dsn);
+  for (const auto& [ledger_slot, ledger_path] : ledger.slots) {
+    if (ledger_slot == slot) {
+      refuse_as_ledger(path, ledger_path);
     }
   }
-  for (const std::string& file : rules.source_files) {
-    if (is_vsi_path(file)) {
-      continue;
-    }
-    if (real_destination(file) == real || (exists && same_file(real, file))) {
-      refuse_as_source(path, file);
+  for (const auto& [identity, ledger_path] : ledger.files) {
+    if (there && identity == *there) {
+      refuse_as_ledger(path, ledger_path);
     }
   }
-  if (rules.replaces && exists) {
-    refuse_if_open_here(path);
+  refuse_sources(path, real, there, rules.source_files);
+  if (rules.replaces && there) {
+    refuse_if_open_here(*directory, name, path);
   }
 }
 

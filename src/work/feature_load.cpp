@@ -19,9 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/dsn_secrets.hpp"
 #include "base/error.hpp"
-#include "base/pg_handles.hpp"
 #include "base/progress.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
@@ -31,102 +29,18 @@
 #include "key/command_line.hpp"
 #include "ledger/caller_transaction.hpp"
 #include "ledger/ledger.hpp"
+#include "pg/pg_handles.hpp"
 #include "work/claim_loop.hpp"
 #include "work/lease.hpp"
+#include "work/target_session.hpp"
 
 namespace idem {
 
 namespace {
 
-using Params = std::vector<std::optional<std::string>>;
-
 constexpr const char* k_source_column = "idem_source";
 constexpr const char* k_key_column = "idem_work_key";
 constexpr size_t k_max_identifier = 63;  // PostgreSQL's NAMEDATALEN - 1
-
-// ---------------------------------------------------------------------------------------------
-// The target database session: one libpq connection, messages without the password.
-
-class TargetSession {
- public:
-  explicit TargetSession(const FeatureTarget& target) : m_target(target) {
-    m_secrets = dsn_secrets(target.conninfo);
-    connect();
-  }
-
-  PGconn* get() const { return m_connection.get(); }
-
-  void connect() {
-    const char* keywords[] = {"application_name", "connect_timeout", "dbname", nullptr};
-    const char* values[] = {"gdal-idem load", "10", m_target.conninfo.c_str(), nullptr};
-    m_connection.reset(PQconnectdbParams(keywords, values, 1));
-    if (!m_connection || PQstatus(m_connection.get()) != CONNECTION_OK) {
-      throw Error(ErrorKind::k_io, scrub("cannot connect to the target " + m_target.display + ": " +
-                                         connection_message()));
-    }
-    exec("SET client_min_messages = warning", {}, "setting up the session");
-  }
-
-  bool ok() const { return m_connection && PQstatus(m_connection.get()) == CONNECTION_OK; }
-
-  pg::Result exec(const std::string& sql, const Params& params, const std::string& what) {
-    std::vector<const char*> raw;
-    for (const auto& param : params) {
-      raw.push_back(param ? param->c_str() : nullptr);
-    }
-    pg::Result result(PQexecParams(m_connection.get(), sql.c_str(), static_cast<int>(raw.size()),
-                                   nullptr, raw.data(), nullptr, nullptr, 0));
-    const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
-    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-      std::string message = result ? PQresultErrorMessage(result.get()) : connection_message();
-      if (message.empty()) {
-        message = connection_message();
-      }
-      throw Error(ErrorKind::k_io,
-                  scrub(what + " failed on " + m_target.display + ": " + one_line(message)));
-    }
-    return result;
-  }
-
-  std::string value(const std::string& sql, const Params& params, const std::string& what) {
-    pg::Result result = exec(sql, params, what);
-    if (PQntuples(result.get()) < 1 || PQgetisnull(result.get(), 0, 0)) {
-      return std::string();
-    }
-    return PQgetvalue(result.get(), 0, 0);
-  }
-
-  std::string ident(const std::string& name) {
-    std::string quoted = pg::quote_identifier(m_connection.get(), name);
-    if (quoted.empty()) {
-      throw Error(ErrorKind::k_usage, "the name '" + name + "' cannot be used as an identifier");
-    }
-    return quoted;
-  }
-
-  std::string scrub(const std::string& message) const { return scrub_secrets(message, m_secrets); }
-
- private:
-  static std::string one_line(std::string message) {
-    for (char& c : message) {
-      if (c == '\n' || c == '\t' || c == '\r') {
-        c = ' ';
-      }
-    }
-    while (!message.empty() && message.back() == ' ') {
-      message.pop_back();
-    }
-    return message;
-  }
-
-  std::string connection_message() const {
-    return one_line(m_connection ? PQerrorMessage(m_connection.get()) : "out of memory");
-  }
-
-  const FeatureTarget& m_target;
-  std::vector<std::string> m_secrets;
-  pg::Connection m_connection;
-};
 
 // ---------------------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "base/random_token.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -19,13 +20,7 @@
 namespace idem {
 
 std::string new_claim_token() {
-  std::random_device device;
-  std::mt19937_64 generator((uint64_t(device()) << 32) ^ device() ^
-                            uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
-  char text[33];
-  std::snprintf(text, sizeof(text), "%016llx%016llx", (unsigned long long)generator(),
-                (unsigned long long)generator());
-  return text;
+  return random_hex(32);
 }
 
 std::string worker_host_name() {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/canonical_json.hpp"
+#include "base/file_identity.hpp"
 #include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cpl_error.h"
@@ -40,45 +41,44 @@ bool is_local_directory(const std::string& path) {
   return !is_object_store_path(path) && ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
 }
 
-// Every regular file under `directory`, as "relative path\tsize\tmtime_ns" lines.
-void list_tree(const std::string& directory, const std::string& relative,
+// Every regular file under `directory`, as "relative path\tsize\tmtime_ns" lines; directories
+// opened without following a link, links and special files left out.
+void list_tree(const DirectoryHandle& directory, const std::string& relative,
                std::vector<std::string>& lines, int64_t& total) {
-  for (const std::string& name :
-       directory_entries(directory).value_or(std::vector<std::string>())) {
-    const std::string path = directory + "/" + name;
-    const std::string inside = relative.empty() ? name : relative + "/" + name;
-    struct stat info {};
-    if (::lstat(path.c_str(), &info) != 0) {
+  for (const std::string& name : directory.entries().value_or(std::vector<std::string>())) {
+    const std::optional<struct stat> info = directory.look(name);
+    if (!info) {
       continue;
     }
-    if (S_ISDIR(info.st_mode)) {
-      list_tree(path, inside, lines, total);
-    } else {
-      const int64_t mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
-      lines.push_back(inside + "\t" + std::to_string(info.st_size) + "\t" +
-                      std::to_string(mtime_ns));
-      total += info.st_size;
+    const std::string inside = relative.empty() ? name : relative + "/" + name;
+    if (S_ISDIR(info->st_mode)) {
+      if (const std::optional<DirectoryHandle> inner = directory.child(name)) {
+        list_tree(*inner, inside, lines, total);
+      }
+    } else if (S_ISREG(info->st_mode)) {
+      lines.push_back(inside + "\t" + std::to_string(info->st_size) + "\t" +
+                      std::to_string(mtime_ns_of(*info)));
+      total += info->st_size;
     }
   }
 }
 
-// A directory dataset's (Zarr's) files as one member: their number, total size and a SHA-256 of
-// their paths, sizes and mtimes. Any file added under it, removed or rewritten changes it.
+// A directory dataset's files as one member (TreeSummary).
 JsonValue tree_member(const std::string& directory) {
-  std::vector<std::string> lines;
-  int64_t total = 0;
-  list_tree(directory, "", lines, total);
-  std::sort(lines.begin(), lines.end());
-  Sha256 hasher;
-  for (const std::string& line : lines) {
-    hasher.update(line);
-    hasher.update("\n");
+  std::optional<TreeSummary> tree;
+  try {
+    if (const std::optional<DirectoryHandle> parent =
+            DirectoryHandle::open(dirname_of(directory))) {
+      tree = tree_summary_at(*parent, basename_of(directory));
+    }
+  } catch (const UnsafePath&) {
+    // a link another user made on the way: nothing is read through it
   }
   JsonValue member = JsonValue::object();
   member.set("path", JsonValue::string(directory));
-  member.set("files", JsonValue::integer(static_cast<int64_t>(lines.size())));
-  member.set("size", JsonValue::integer(total));
-  member.set("tree_sha256", JsonValue::string(hasher.finish_hex()));
+  member.set("files", JsonValue::integer(tree ? tree->files : 0));
+  member.set("size", JsonValue::integer(tree ? tree->size : 0));
+  member.set("tree_sha256", JsonValue::string(tree ? tree->sha256 : std::string()));
   return member;
 }
 
@@ -90,6 +90,44 @@ std::string members_text(JsonValue::Array members) {
 }
 
 }  // namespace
+
+std::optional<TreeSummary> tree_summary_at(const DirectoryHandle& parent, const std::string& name) {
+  const std::optional<DirectoryHandle> directory = parent.child(name);
+  if (!directory) {
+    return std::nullopt;
+  }
+  std::vector<std::string> lines;
+  TreeSummary tree;
+  list_tree(*directory, "", lines, tree.size);
+  std::sort(lines.begin(), lines.end());
+  Sha256 hasher;
+  for (const std::string& line : lines) {
+    hasher.update(line);
+    hasher.update("\n");
+  }
+  tree.files = static_cast<int64_t>(lines.size());
+  tree.sha256 = hasher.finish_hex();
+  return tree;
+}
+
+std::optional<std::string> recorded_tree_of(const LedgerRow& row, const std::string& destination) {
+  if (!row.fingerprint || row.output_uri != destination) {
+    return std::nullopt;
+  }
+  const std::optional<JsonValue> parsed =
+      row.fingerprint->members ? JsonValue::parse(*row.fingerprint->members) : std::nullopt;
+  if (!parsed || !parsed->is_array()) {
+    return std::nullopt;
+  }
+  for (const JsonValue& entry : parsed->items()) {
+    const JsonValue* path = entry.find("path");
+    const JsonValue* tree = entry.find("tree_sha256");
+    if (path != nullptr && tree != nullptr && path->text() == destination) {
+      return tree->text();
+    }
+  }
+  return std::nullopt;
+}
 
 std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
   if (is_object_store_path(path)) {
@@ -109,7 +147,7 @@ std::optional<OutputFingerprint> fingerprint_of(const std::string& path) {
   }
   OutputFingerprint fingerprint;
   fingerprint.size = info.st_size;
-  fingerprint.mtime_ns = int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+  fingerprint.mtime_ns = mtime_ns_of(info);
   return fingerprint;
 }
 
@@ -181,6 +219,60 @@ std::string local_members_json(const std::vector<PublishedFile>& files,
   return members_text(std::move(members));
 }
 
+GDALDatasetUniquePtr open_output_for_check(const std::string& primary, std::string* refusal) {
+  const unsigned int flags = GDAL_OF_RASTER | GDAL_OF_READONLY;
+  std::optional<DirectoryHandle> directory;
+  if (!is_vsi_path(primary)) {
+    try {
+      directory = DirectoryHandle::open(dirname_of(primary));
+    } catch (const UnsafePath& unsafe) {
+      if (refusal != nullptr) {
+        *refusal = unsafe.what();
+      }
+      return nullptr;
+    }
+  }
+  const std::string name = basename_of(primary);
+  const std::optional<struct stat> there = directory ? directory->look(name) : std::nullopt;
+  if (!directory || !there || S_ISDIR(there->st_mode)) {
+    // An object, a directory dataset, or nothing there: opened as it is (GDAL says why not).
+    return GDALDatasetUniquePtr(GDALDataset::Open(primary.c_str(), flags));
+  }
+  if (!S_ISREG(there->st_mode)) {
+    if (refusal != nullptr) {
+      *refusal = primary + " is not a regular file: the output is taken as changed";
+    }
+    return nullptr;
+  }
+  // Every name GDAL could take for a sidecar of `name` starts with its stem and a dot (a.tif:
+  // a.tif.aux.xml, a.tif.ovr, a.aux.xml, a.tfw) or an underscore (a_rpc.txt).
+  std::string stem = name;
+  const size_t dot = stem.rfind('.');
+  if (dot != std::string::npos && dot > 0) {
+    stem.resize(dot);
+  }
+  CPLStringList siblings;
+  for (const std::string& entry : directory->entries().value_or(std::vector<std::string>())) {
+    const bool candidate = entry.size() > stem.size() && entry.compare(0, stem.size(), stem) == 0 &&
+                           (entry[stem.size()] == '.' || entry[stem.size()] == '_');
+    if (candidate) {
+      const std::optional<struct stat> info = directory->look(entry);
+      if (info && !S_ISREG(info->st_mode)) {
+        if (refusal != nullptr) {
+          *refusal = directory->name_path(entry) + " is " +
+                     (S_ISFIFO(info->st_mode) ? "a FIFO" : "not a regular file") +
+                     ", where GDAL would look for a file of the dataset " + primary +
+                     ": the output is taken as changed, and nothing there is opened";
+        }
+        return nullptr;
+      }
+    }
+    siblings.AddString(entry.c_str());
+  }
+  return GDALDatasetUniquePtr(
+      GDALDataset::Open(primary.c_str(), flags, nullptr, nullptr, siblings.List()));
+}
+
 bool completed_output_is_current(const LedgerRow& row, const std::string& destination,
                                  std::string* store_etag, GDALDatasetUniquePtr* opened) {
   if (row.state != RowState::k_completed || row.superseded_at || !row.fingerprint ||
@@ -193,7 +285,11 @@ bool completed_output_is_current(const LedgerRow& row, const std::string& destin
   {
     CPLErrorStateBackuper keep_error_state;
     CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
-    dataset.reset(GDALDataset::Open(destination.c_str(), GDAL_OF_RASTER | GDAL_OF_READONLY));
+    std::string refusal;
+    dataset = open_output_for_check(destination, &refusal);
+    if (!refusal.empty()) {
+      CPLDebug("IDEM", "%s", refusal.c_str());
+    }
   }
   if (!dataset) {
     return false;
@@ -253,9 +349,7 @@ std::optional<std::string> output_members_json(const std::string& primary, CSLCo
       if (::stat(path.c_str(), &info) != 0) {
         return std::nullopt;
       }
-      members.push_back(
-          member_entry(path, info.st_size,
-                       int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec, nullptr));
+      members.push_back(member_entry(path, info.st_size, mtime_ns_of(info), nullptr));
     }
   }
   if (directory) {
@@ -291,11 +385,21 @@ std::vector<KnownFile> recorded_local_files(WorkerLedger& ledger, const std::str
 
 DeleteOutcome delete_recorded_object(const std::string& path, const OutputFingerprint& expected,
                                      const std::vector<OutputFingerprint>& also_recorded,
-                                     bool only_if_conditional) {
-  const auto headers = object_headers(path, true);
-  if (!headers) {
+                                     bool only_if_conditional, std::string* why) {
+  const auto failed = [&](const std::string& reason) {
+    if (why != nullptr) {
+      *why = reason;
+    }
+    return DeleteOutcome::k_failed;
+  };
+  const ObjectLook look = look_at_object(path, true);
+  if (look.found == ObjectLook::Found::k_missing) {
     return DeleteOutcome::k_absent;
   }
+  if (look.found == ObjectLook::Found::k_unknown) {
+    return failed("the store could not be asked what is there (" + look.why + ")");
+  }
+  const std::optional<ObjectHeaders> headers = look.headers;
   if (!headers_match(path, *headers, expected)) {
     return DeleteOutcome::k_not_ours;
   }
@@ -309,17 +413,24 @@ DeleteOutcome delete_recorded_object(const std::string& path, const OutputFinger
     if (only_if_conditional) {
       return DeleteOutcome::k_not_ours;  // cannot be sure it still is: left where it is
     }
-    return VSIUnlink(path.c_str()) == 0 ? DeleteOutcome::k_deleted : DeleteOutcome::k_failed;
+    return VSIUnlink(path.c_str()) == 0 ? DeleteOutcome::k_deleted
+                                        : failed("the store refused the delete");
   }
   test_pause("before_object_delete");  // looked, not yet deleted
   if (delete_object_if_version(path, version)) {
     return DeleteOutcome::k_deleted;
   }
-  const auto now = object_headers(path, true);
-  if (!now) {
-    return DeleteOutcome::k_absent;
+  const ObjectLook now = look_at_object(path, true);
+  switch (now.found) {
+    case ObjectLook::Found::k_missing:
+      return DeleteOutcome::k_absent;
+    case ObjectLook::Found::k_unknown:
+      return failed("the delete failed, and the store could not be asked again (" + now.why + ")");
+    case ObjectLook::Found::k_object:
+      break;
   }
-  return version_token(path, *now) != version ? DeleteOutcome::k_not_ours : DeleteOutcome::k_failed;
+  return version_token(path, now.headers) != version ? DeleteOutcome::k_not_ours
+                                                     : failed("the store refused the delete");
 }
 
 }  // namespace idem

@@ -9,11 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "base/object_store.hpp"
+#include "base/directory_handle.hpp"
 #include "cpl_port.h"
 #include "gdal_priv.h"
 #include "ledger/ledger.hpp"
-#include "work/atomic_output.hpp"
+#include "store/object_store.hpp"
+#include "work/local_publisher.hpp"
 
 namespace idem {
 
@@ -41,10 +42,35 @@ bool completed_output_is_current(const LedgerRow& row, const std::string& destin
                                  std::string* store_etag = nullptr,
                                  GDALDatasetUniquePtr* opened = nullptr);
 
+// The output at `primary` opened read-only by GDAL for a skip or a check, after a look (lstat,
+// through its directory's handle) at every name in its directory that GDAL could take for one of
+// its files (its stem followed by '.' or '_'): when one of them is anything but a regular file (a
+// FIFO planted there would hang the open, a device, a link), nothing is opened, `refusal` (when
+// given) says which, and the output counts as changed. GDAL is handed the names looked at as the
+// directory's files, so it lists nothing again and opens nothing that was not looked at. Objects
+// and directory datasets are opened as they are. nullptr when GDAL cannot open it.
+GDALDatasetUniquePtr open_output_for_check(const std::string& primary, std::string* refusal);
+
 // The output's files other than `primary` (its sidecars), as recorded at completion: canonical
 // JSON, [{"path","size","mtime_ns"}] locally, [{"path","size","etag"}] on object storage, sorted
 // by path. nullopt when one of them cannot be looked at (gone meanwhile).
 std::optional<std::string> output_members_json(const std::string& primary, CSLConstList files);
+
+// A directory dataset's (Zarr's) files as a completion records them (its tree member): how many,
+// their total size, and a SHA-256 of their relative paths, sizes and mtimes, so that any file
+// added under it, removed or rewritten changes it. Walked through handles, never through a link.
+struct TreeSummary {
+  int64_t files = 0;
+  int64_t size = 0;
+  std::string sha256;
+};
+// The tree of the directory `name` in `parent`; nullopt when it is not a directory (a link is
+// not followed).
+std::optional<TreeSummary> tree_summary_at(const DirectoryHandle& parent, const std::string& name);
+
+// The tree a completion recorded for the directory dataset at `destination` (its tree member's
+// tree_sha256), or nullopt when `row` records none there.
+std::optional<std::string> recorded_tree_of(const LedgerRow& row, const std::string& destination);
 
 // One of the files other than the primary that a completion recorded (output_members_json, read
 // back): a local file's size and mtime, an object's size and ETag, or a directory dataset's
@@ -71,12 +97,13 @@ std::vector<KnownFile> recorded_local_files(WorkerLedger& ledger, const std::str
 // (conditional_delete_applies: S3), the delete itself is conditional on the ETag just seen, so
 // an object another writer put there after the look stays. Elsewhere the look and the delete
 // are two requests; `only_if_conditional` then deletes nothing (k_not_ours): a worker taking
-// back its upload must not risk deleting a successor's object. k_absent when nothing is there,
-// k_not_ours when something else is. Used by `forget --delete-output` and by a worker taking
-// back what it uploaded after its claim was lost.
+// back its upload must not risk deleting a successor's object. k_absent when the store says
+// nothing is there, k_not_ours when something else is, k_failed when the store could not be
+// looked at or refused the delete (`why`, when given, says what it answered). Used by `forget
+// --delete-output` and by a worker taking back what it uploaded after its claim was lost.
 DeleteOutcome delete_recorded_object(const std::string& path, const OutputFingerprint& expected,
                                      const std::vector<OutputFingerprint>& also_recorded = {},
-                                     bool only_if_conditional = false);
+                                     bool only_if_conditional = false, std::string* why = nullptr);
 
 // The same JSON for local files just published (their sizes and mtimes known): every file of
 // `files` but `primary`.

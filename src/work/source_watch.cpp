@@ -2,13 +2,13 @@
 // Sources read as they were keyed (source_watch.hpp).
 #include "work/source_watch.hpp"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <set>
 
 #include "base/error.hpp"
+#include "base/open_descriptors.hpp"
 #include "base/paths.hpp"
 #include "key/source_digest.hpp"
 
@@ -20,24 +20,19 @@ namespace {
 // it opened them: Linux shows such a descriptor's target as "<path> (deleted)".
 std::set<std::string> held_replaced_files() {
   std::set<std::string> names;
-  DIR* fds = ::opendir("/proc/self/fd");
-  if (fds == nullptr) {
-    return names;  // no procfs: nothing to compare with
-  }
   static const std::string k_deleted = " (deleted)";
-  while (const dirent* entry = ::readdir(fds)) {
+  for_each_open_descriptor([&](int fd) {
     char target[4096];
-    const std::string link = std::string("/proc/self/fd/") + entry->d_name;
+    const std::string link = "/proc/self/fd/" + std::to_string(fd);
     const ssize_t length = ::readlink(link.c_str(), target, sizeof(target) - 1);
-    if (length <= static_cast<ssize_t>(k_deleted.size())) {
-      continue;
+    if (length > static_cast<ssize_t>(k_deleted.size())) {
+      const std::string name(target, static_cast<size_t>(length));
+      if (name.compare(name.size() - k_deleted.size(), k_deleted.size(), k_deleted) == 0) {
+        names.insert(name.substr(0, name.size() - k_deleted.size()));
+      }
     }
-    const std::string name(target, static_cast<size_t>(length));
-    if (name.compare(name.size() - k_deleted.size(), k_deleted.size(), k_deleted) == 0) {
-      names.insert(name.substr(0, name.size() - k_deleted.size()));
-    }
-  }
-  ::closedir(fds);
+    return false;
+  });
   return names;
 }
 

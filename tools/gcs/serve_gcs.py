@@ -143,6 +143,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def answer(self, status, payload=b"", headers=None, head=False):
+        # Logged before the answer is sent: a client that has its answer finds its request in
+        # the log (a test reads it as soon as its command returns).
+        condition = self.headers.get("x-goog-if-generation-match") or getattr(
+            self, "session_condition", None) or "-"
+        with open(LOG, "a") as log:
+            log.write(f"{self.command} {self.path} {status} {condition}\n")
         self.send_response(status)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -151,10 +157,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if payload and not head:
             self.wfile.write(payload)
-        condition = self.headers.get("x-goog-if-generation-match") or getattr(
-            self, "session_condition", None) or "-"
-        with open(LOG, "a") as log:
-            log.write(f"{self.command} {self.path} {status} {condition}\n")
 
     def target(self):
         parsed = urllib.parse.urlsplit(self.path)

@@ -2,8 +2,8 @@
 // An S3-compatible server (s3rver) on loopback for gdal-idem's object-storage tests and
 // benchmarks. Usage: node serve.js DATA_DIR PORT REQUEST_LOG BUCKET...
 // Prints "listening PORT" once it accepts requests (PORT 0 picks a free one) and appends one
-// line per request to REQUEST_LOG: "METHOD /bucket/key?query STATUS", so a test can assert that
-// a skip sent no PUT and no DELETE.
+// line per request to REQUEST_LOG: "METHOD /bucket/key?query STATUS", written before the answer
+// is sent, so a test can assert that a skip sent no PUT and no DELETE.
 //
 // One behaviour is made to match Amazon S3: s3rver gives an object completed by a multipart
 // upload the MD5 of its whole content as ETag, S3 gives the MD5 of the parts' MD5s plus "-N"
@@ -58,10 +58,17 @@ if (slow) {
 }
 
 server.run().then((address) => {
-  server.httpServer.on('request', (req, res) => {
-    res.on('finish', () => {
-      fs.appendFileSync(requestLog, `${req.method} ${req.url} ${res.statusCode}\n`);
-    });
+  // Logged when the answer's status line is written, before any byte of it can reach the
+  // client: a client that has its answer finds its request in the log. (On 'finish', the line
+  // came after the answer had been handed to the socket, and a test reading the log as soon as
+  // its command returned could miss it.)
+  server.httpServer.prependListener('request', (req, res) => {
+    const writeHead = res.writeHead;
+    res.writeHead = function (...args) {
+      const status = typeof args[0] === 'number' ? args[0] : res.statusCode;
+      fs.appendFileSync(requestLog, `${req.method} ${req.url} ${status}\n`);
+      return writeHead.apply(this, args);
+    };
   });
   console.log(`listening ${address.port}`);
 }, (error) => {

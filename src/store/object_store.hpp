@@ -31,9 +31,23 @@ struct ObjectHeaders {
 // generation on GCS (x-goog-generation), "" when `headers` has none.
 std::string version_token(const std::string& path, const ObjectHeaders& headers);
 
-// The object's headers, or nullopt when there is no object at `path`. With `fresh`, GDAL's
-// cached properties of the path are dropped first, so the answer is the store's now (one
-// request; GDAL 3.6 sends it as a 16 KB range GET rather than a HEAD).
+// What a look at an object found: the object, no object (the store said so: 404), or nothing
+// known (the store could not be reached, or answered with another error: 403, 429, 5xx). "Could
+// not look" is never "missing": a caller that would delete a row or keep one must tell them apart.
+struct ObjectLook {
+  enum class Found { k_object, k_missing, k_unknown };
+  Found found = Found::k_unknown;
+  ObjectHeaders headers;  // k_object only
+  std::string why;        // k_unknown: what the store or the connection said
+};
+
+// Looks at the object at `path` (one request; GDAL 3.6 sends it as a 16 KB range GET rather than
+// a HEAD). With `fresh`, GDAL's cached properties of the path are dropped first, so the answer
+// is the store's now.
+ObjectLook look_at_object(const std::string& path, bool fresh);
+
+// The object's headers, or nullopt when there is no object at `path` or the store could not
+// tell (look_at_object tells which).
 std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh);
 
 // The version token (version_token) of the object at `path` as the store gives it now (one
@@ -92,6 +106,11 @@ bool delete_object_if_version(const std::string& path, const std::string& versio
 // IDEM_CONDITIONAL_WRITE read and checked: true for AUTO (the default), false for NO; throws
 // idem::Error(k_usage) naming the value and the valid ones for anything else.
 bool conditional_writes_enabled();
+
+// Every configuration option of the object stores IDEM reads (IDEM_CONDITIONAL_WRITE,
+// IDEM_AZURE_BLOCK_SIZE, IDEM_GCS_CHUNK_SIZE) checked, so that a bad value is refused before any
+// work: throws idem::Error(k_usage) naming the option, its value and what is valid.
+void validate_store_options();
 
 // Thrown by copy_vsi_file when the store refused a conditional upload and the object is indeed no
 // longer the one expected: another writer changed it since it was looked at.

@@ -4,7 +4,7 @@
 //
 // MD5 through OpenSSL's MD5_* functions rather than EVP, for the reason given in sha256.cpp.
 #define OPENSSL_SUPPRESS_DEPRECATED
-#include "base/object_store.hpp"
+#include "store/object_store.hpp"
 
 #include <openssl/md5.h>
 
@@ -19,29 +19,22 @@
 #include <thread>
 #include <vector>
 
-#include "base/azure_blob.hpp"
 #include "base/error.hpp"
-#include "base/gcs_upload.hpp"
 #include "base/paths.hpp"
 #include "base/sha256.hpp"
 #include "cpl_conv.h"
+#include "cpl_error.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
 #include "cpl_vsi_error.h"
 #include "gdal_version.h"
+#include "store/azure_blob.hpp"
+#include "store/gcs_upload.hpp"
+#include "store/vsi_file.hpp"
 
 namespace idem {
 
 namespace {
-
-struct VsiFileCloser {
-  void operator()(VSILFILE* file) const {
-    if (file != nullptr) {
-      VSIFCloseL(file);
-    }
-  }
-};
-using VsiFile = std::unique_ptr<VSILFILE, VsiFileCloser>;
 
 std::string last_vsi_error() {
   const char* message = VSIGetLastErrorMsg();
@@ -133,18 +126,53 @@ bool is_object_store_path(const std::string& path) {
   return false;
 }
 
-std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh) {
+namespace {
+
+// Whether GDAL's last file-system error, after a look at an object that found none, is the
+// store's own answer that there is none (404: GDAL 3.6 to 3.13 set "HTTP response code: 404", or
+// its object-not-found code), rather than a failure to look.
+bool store_said_missing() {
+  const int error = VSIGetLastErrorNo();
+  if (error == VSIE_None) {
+    return true;  // no request failed: GDAL knew it from a listing of the object's directory
+  }
+  if (error == 8) {  // VSIE_ObjectNotFound (VSIE_AWSObjectNotFound before GDAL 3.12)
+    return true;
+  }
+  const char* message = VSIGetLastErrorMsg();
+  return error == VSIE_HttpError && message != nullptr &&
+         std::strncmp(message, "HTTP response code: 404", 23) == 0 &&
+         !std::isdigit(static_cast<unsigned char>(message[23]));
+}
+
+}  // namespace
+
+ObjectLook look_at_object(const std::string& path, bool fresh) {
   if (fresh) {
     VSICurlPartialClearCache(path.c_str());
   }
-  // The metadata request fills GDAL's cached properties, so the stat below sends nothing.
+  ObjectLook look;
+  // The metadata request fills GDAL's cached properties, so the stat below sends nothing. Its
+  // failure is told apart by GDAL's file-system error (the stat that follows reads the cache
+  // and says only "no file"); GDAL's messages stay quiet: the caller says what it means.
+  CPLErrorStateBackuper keep_error_state;
+  CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+  VSIErrorReset();
   const CPLStringList metadata(VSIGetFileMetadata(path.c_str(), "HEADERS", nullptr));
+  const bool missing_said = metadata.empty() && store_said_missing();
+  const std::string why = metadata.empty() ? std::string(VSIGetLastErrorMsg()) : std::string();
   VSIStatBufL info;
-  if (VSIStatExL(path.c_str(), &info, VSI_STAT_EXISTS_FLAG | VSI_STAT_SIZE_FLAG) != 0 ||
-      VSI_ISDIR(info.st_mode)) {
-    return std::nullopt;
+  if (VSIStatExL(path.c_str(), &info, VSI_STAT_EXISTS_FLAG | VSI_STAT_SIZE_FLAG) != 0) {
+    look.found = missing_said ? ObjectLook::Found::k_missing : ObjectLook::Found::k_unknown;
+    look.why = why.empty() ? std::string("the store did not answer") : why;
+    return look;
   }
-  ObjectHeaders headers;
+  if (VSI_ISDIR(info.st_mode)) {
+    look.found = ObjectLook::Found::k_missing;  // a "directory": no object of that name
+    return look;
+  }
+  look.found = ObjectLook::Found::k_object;
+  ObjectHeaders& headers = look.headers;
   headers.size = static_cast<int64_t>(info.st_size);
   for (int i = 0; i < metadata.size(); ++i) {
     char* raw_name = nullptr;
@@ -162,7 +190,15 @@ std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh)
     }
     CPLFree(raw_name);
   }
-  return headers;
+  return look;
+}
+
+std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh) {
+  ObjectLook look = look_at_object(path, fresh);
+  if (look.found != ObjectLook::Found::k_object) {
+    return std::nullopt;
+  }
+  return std::move(look.headers);
 }
 
 namespace {
@@ -211,6 +247,12 @@ std::pair<std::string, std::string> version_condition(const std::string& path,
   }
   return version.empty() ? std::make_pair(std::string("If-None-Match"), std::string("*"))
                          : std::make_pair(std::string("If-Match"), version);
+}
+
+void validate_store_options() {
+  conditional_writes_enabled();
+  azure_block_size();
+  gcs_chunk_size();
 }
 
 std::string local_temp_root() {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Passwords a PostgreSQL DSN carries (dsn_secrets.hpp).
-#include "base/dsn_secrets.hpp"
+#include "pg/dsn_secrets.hpp"
 
 #include <algorithm>
 #include <cctype>

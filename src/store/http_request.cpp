@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // IDEM's own HTTP requests to object stores, through libcurl (http_request.hpp).
-#include "base/http_request.hpp"
+#include "store/http_request.hpp"
 
 #include <curl/curl.h>
 
@@ -13,6 +13,8 @@
 
 #include "base/error.hpp"
 #include "cpl_conv.h"
+#include "cpl_error.h"
+#include "cpl_minixml.h"
 #include "cpl_multiproc.h"
 #include "cpl_string.h"
 
@@ -71,13 +73,19 @@ size_t keep_answer(char* buffer, size_t size, size_t count, void* user) {
   return size * count;
 }
 
-// The error an XML answer names (<Code>...</Code>, as Azure and GCS send), after the status.
+// The error an XML answer names (<Error><Code>...</Code>, as Azure and GCS send), after the
+// status, read with GDAL's XML parser.
 std::string error_of(long status, const std::string& answer) {
-  const size_t start = answer.find("<Code>");
-  const size_t end = answer.find("</Code>");
   std::string text = "HTTP " + std::to_string(status);
-  if (start != std::string::npos && end != std::string::npos && end > start) {
-    text += " " + answer.substr(start + 6, end - start - 6);
+  if (answer.find('<') == std::string::npos) {
+    return text;
+  }
+  CPLErrorStateBackuper keep_error_state;
+  CPLErrorHandlerPusher quiet(CPLQuietErrorHandler);
+  const CPLXMLTreeCloser tree(CPLParseXMLString(answer.c_str()));
+  const char* code = tree ? CPLGetXMLValue(tree.get(), "=Error.Code", nullptr) : nullptr;
+  if (code != nullptr && code[0] != '\0') {
+    text += std::string(" ") + code;
   }
   return text;
 }
@@ -175,24 +183,33 @@ double http_retry_delay() {
   return std::max(0.0, CPLAtof(CPLGetConfigOption("GDAL_HTTP_RETRY_DELAY", "30")));
 }
 
+HttpAnswer retry_transient(HttpAnswer answer, const std::string& what,
+                           const std::function<std::optional<HttpAnswer>()>& again) {
+  const int retries = http_max_retries();
+  double delay = http_retry_delay();
+  for (int attempt = 0; attempt < retries && http_transient(answer); ++attempt) {
+    CPLDebug("IDEM", "%s: %s; again in %.1f s", what.c_str(), answer.error.c_str(), delay);
+    CPLSleep(delay);
+    delay *= 2;
+    std::optional<HttpAnswer> next = again();
+    if (!next) {
+      break;
+    }
+    answer = std::move(*next);
+  }
+  return answer;
+}
+
 HttpAnswer http_send(const std::string& verb, const std::string& url,
                      const std::vector<std::string>& headers, HttpBody& body, int64_t size,
                      const std::function<bool()>& rewind) {
-  const int retries = http_max_retries();
-  double delay = http_retry_delay();
-  HttpAnswer answer = http_send_once(verb, url, headers, body, size);
-  for (int attempt = 0; attempt < retries && http_transient(answer) && !body.read_failed;
-       ++attempt) {
-    CPLDebug("IDEM", "%s %s: %s; again in %.1f s", verb.c_str(), url.c_str(), answer.error.c_str(),
-             delay);
-    CPLSleep(delay);
-    delay *= 2;
-    if (rewind && !rewind()) {
-      break;
-    }
-    answer = http_send_once(verb, url, headers, body, size);
-  }
-  return answer;
+  return retry_transient(http_send_once(verb, url, headers, body, size), verb + " " + url,
+                         [&]() -> std::optional<HttpAnswer> {
+                           if (body.read_failed || (rewind && !rewind())) {
+                             return std::nullopt;
+                           }
+                           return http_send_once(verb, url, headers, body, size);
+                         });
 }
 
 int64_t upload_size_option(const char* name, const char* fallback, long long max_mib,

@@ -2,7 +2,7 @@
 // A conditional resumable upload to GCS (gcs_upload.hpp). Follows GCS's XML API reference:
 // "POST Object (resumable)", "Perform resumable uploads", "Request preconditions" and the HMAC
 // signature GDAL's /vsigs/ signs its own requests with.
-#include "base/gcs_upload.hpp"
+#include "store/gcs_upload.hpp"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -21,6 +21,7 @@
 #include "cpl_multiproc.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
+#include "store/vsi_file.hpp"
 
 namespace idem {
 
@@ -150,12 +151,12 @@ std::optional<GcsCredentials> json_credentials(GcsCredentials credentials, const
 std::optional<GcsCredentials> boto_credentials(GcsCredentials credentials, const std::string& file,
                                                bool& refused) {
   std::map<std::string, std::string> values;  // "section/key" in lower case -> value
-  VSILFILE* in = VSIFOpenL(file.c_str(), "rb");
-  if (in == nullptr) {
+  const VsiFile in(VSIFOpenL(file.c_str(), "rb"));
+  if (!in) {
     return std::nullopt;
   }
   std::string section;
-  while (const char* line = CPLReadLineL(in)) {
+  while (const char* line = CPLReadLineL(in.get())) {
     if (line[0] == '[') {
       section = line;
       continue;
@@ -167,7 +168,6 @@ std::optional<GcsCredentials> boto_credentials(GcsCredentials credentials, const
     }
     CPLFree(raw_key);
   }
-  VSIFCloseL(in);
   credentials.source = file;
   credentials.refresh_token = values["[Credentials]/gs_oauth2_refresh_token"];
   if (!credentials.refresh_token.empty()) {
@@ -262,13 +262,12 @@ std::optional<GcsCredentials> gcs_signing_credentials(const std::string& path) {
     credentials.source = "GS_OAUTH2_PRIVATE_KEY";
     if (!key_file.empty()) {
       credentials.source = "GS_OAUTH2_PRIVATE_KEY_FILE";
-      VSILFILE* in = VSIFOpenL(key_file.c_str(), "rb");
-      if (in == nullptr) {
+      const VsiFile in(VSIFOpenL(key_file.c_str(), "rb"));
+      if (!in) {
         return std::nullopt;
       }
       std::vector<char> text(32768);  // what GDAL reads of it
-      text.resize(VSIFReadL(text.data(), 1, text.size(), in));
-      VSIFCloseL(in);
+      text.resize(VSIFReadL(text.data(), 1, text.size(), in.get()));
       credentials.private_key.assign(text.begin(), text.end());
     }
     credentials.private_key = private_key_text(credentials.private_key);
@@ -398,10 +397,11 @@ HttpAnswer gcs_resumable_upload(const GcsCredentials& credentials, const std::st
                           " (CPL_GS_ENDPOINT); nothing was sent there",
                       {}};
   }
-  VSILFILE* in = VSIFOpenL(local.c_str(), "rb");
-  if (in == nullptr) {
+  const VsiFile file(VSIFOpenL(local.c_str(), "rb"));
+  if (!file) {
     return HttpAnswer{0, "", "cannot read " + local, {}};
   }
+  VSILFILE* in = file.get();
   std::vector<unsigned char> chunk(static_cast<size_t>(std::min(chunk_size, size)));
   const std::string total = std::to_string(size);
   int64_t start = 0;  // `chunk` holds the bytes from `start`, `got` of them
@@ -434,15 +434,13 @@ HttpAnswer gcs_resumable_upload(const GcsCredentials& credentials, const std::st
     answer =
         http_send_once("PUT", session, {"Content-Range: bytes " + range + "/" + total}, body, got);
     // After a failure that may pass, GCS is asked what it kept, until it answers.
-    double delay = http_retry_delay();
-    for (int failures = 0; http_transient(answer) && failures < http_max_retries(); ++failures) {
-      CPLDebug("IDEM", "GCS upload to %s: %s; asking what it kept in %.1f s", vsigs_path.c_str(),
-               answer.error.c_str(), delay);
-      CPLSleep(delay);
-      delay *= 2;
-      HttpBody status_body;
-      answer = http_send_once("PUT", session, {"Content-Range: bytes */" + total}, status_body, 0);
-    }
+    answer =
+        retry_transient(std::move(answer), "GCS upload to " + vsigs_path + " (asking what it kept)",
+                        [&]() -> std::optional<HttpAnswer> {
+                          HttpBody status_body;
+                          return http_send_once("PUT", session, {"Content-Range: bytes */" + total},
+                                                status_body, 0);
+                        });
     if (answer.status == 308) {
       // A store that keeps nothing of a chunk, again and again, would make this loop forever.
       const int64_t now_kept = kept_bytes(answer);
@@ -453,7 +451,6 @@ HttpAnswer gcs_resumable_upload(const GcsCredentials& credentials, const std::st
       }
     }
   }
-  VSIFCloseL(in);
   if (finished(answer)) {
     if (start + got != size) {  // the object is whole only once its last chunk was sent
       return HttpAnswer{0, "", "GCS ended the upload before its last chunk", {}};

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,13 @@ bool http_transient(const HttpAnswer& answer);
 // after each retry).
 int http_max_retries();
 double http_retry_delay();
+
+// `answer` asked for again after each transient failure (http_transient), as GDAL's own HTTP
+// retries do: up to GDAL_HTTP_MAX_RETRY times, GDAL_HTTP_RETRY_DELAY seconds apart (doubling).
+// `again` sends the next request after the wait and gives its answer, or nullopt to stop;
+// `what` names the request in the debug message. The one retry loop of IDEM's requests.
+HttpAnswer retry_transient(HttpAnswer answer, const std::string& what,
+                           const std::function<std::optional<HttpAnswer>()>& again);
 
 // One request, sent again after a transient failure up to GDAL_HTTP_MAX_RETRY times,
 // GDAL_HTTP_RETRY_DELAY seconds apart (doubling). A conditional request that went through

@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "base/http_request.hpp"
+#include "store/http_request.hpp"
 
 namespace idem {
 

@@ -2,7 +2,7 @@
 // Conditional Put Blob and Delete Blob on Azure, signed with the shared key (azure_blob.hpp).
 // Follows Azure's REST reference: "Put Blob", "Delete Blob", "Authorize with Shared Key" and
 // "Specifying conditional headers for Blob service operations".
-#include "base/azure_blob.hpp"
+#include "store/azure_blob.hpp"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -11,14 +11,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
+#include <map>
 #include <vector>
 
 #include "base/error.hpp"
-#include "base/http_request.hpp"
+#include "base/random_token.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"
+#include "store/http_request.hpp"
+#include "store/vsi_file.hpp"
 
 namespace idem {
 
@@ -74,6 +76,45 @@ Target target_of(const AzureAccount& account, const std::string& vsiaz_path,
     target.canonical_resource += "\n" + query[i].first + ":" + query[i].second;
   }
   return target;
+}
+
+// One request to the Blob service: its x-ms- headers in one map (x-ms-date and x-ms-version
+// are added), from which both the headers sent and the string signed are made, so that the two
+// never disagree (as the GCS requests are built, gcs_upload.cpp's signed_headers).
+struct AzureRequest {
+  std::string verb;
+  Target target;
+  std::map<std::string, std::string> ms_headers;  // x-ms-* (lower case) -> value
+  std::string content_type;                       // "" sends none (curl's default is removed)
+  int64_t content_length = 0;
+  std::pair<std::string, std::string> condition;  // If-Match or If-None-Match, and its value
+};
+
+std::string sign(const AzureAccount& account, const std::string& string_to_sign);
+
+// The headers of `request` as sent, the last one its Authorization.
+std::vector<std::string> signed_headers(const AzureAccount& account, AzureRequest request) {
+  request.ms_headers["x-ms-date"] = http_date();
+  request.ms_headers["x-ms-version"] = k_api_version;
+  std::string canonical_headers;
+  std::vector<std::string> headers;
+  for (const auto& [name, value] : request.ms_headers) {
+    canonical_headers += name + ":" + value + "\n";
+    headers.push_back(name + ": " + value);
+  }
+  const auto& [condition_name, condition_value] = request.condition;
+  const bool if_match = EQUAL(condition_name.c_str(), "If-Match");
+  const bool if_none_match = EQUAL(condition_name.c_str(), "If-None-Match");
+  headers.push_back("Content-Type:" +
+                    (request.content_type.empty() ? std::string() : " " + request.content_type));
+  if (!condition_name.empty()) {
+    headers.push_back(condition_name + ": " + condition_value);
+  }
+  const std::string to_sign = azure_string_to_sign(
+      request.verb, request.content_length, request.content_type, if_match ? condition_value : "",
+      if_none_match ? condition_value : "", canonical_headers, request.target.canonical_resource);
+  headers.push_back("Authorization: " + sign(account, to_sign));
+  return headers;
 }
 
 std::string sign(const AzureAccount& account, const std::string& string_to_sign) {
@@ -153,26 +194,19 @@ AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz
                            const std::string& local, int64_t size,
                            const std::string& condition_name, const std::string& condition_value,
                            const std::function<void(const unsigned char*, size_t)>& sink) {
-  const Target target = target_of(account, vsiaz_path);
-  const std::string date = http_date();
-  const std::string content_type = "application/octet-stream";
-  const bool if_match = EQUAL(condition_name.c_str(), "If-Match");
-  const std::string canonical_headers =
-      "x-ms-blob-type:BlockBlob\nx-ms-date:" + date + "\nx-ms-version:" + k_api_version + "\n";
-  const std::string to_sign = azure_string_to_sign(
-      "PUT", size, content_type, if_match ? condition_value : "", if_match ? "" : condition_value,
-      canonical_headers, target.canonical_resource);
-  std::vector<std::string> headers = {"x-ms-blob-type: BlockBlob",
-                                      "x-ms-date: " + date,
-                                      std::string("x-ms-version: ") + k_api_version,
-                                      "Content-Type: " + content_type,
-                                      condition_name + ": " + condition_value,
-                                      "Authorization: " + sign(account, to_sign)};
-  HttpBody exchange;
-  exchange.file = VSIFOpenL(local.c_str(), "rb");
-  if (exchange.file == nullptr) {
+  AzureRequest request{"PUT",
+                       target_of(account, vsiaz_path),
+                       {{"x-ms-blob-type", "BlockBlob"}},
+                       "application/octet-stream",
+                       size,
+                       {condition_name, condition_value}};
+  const std::vector<std::string> headers = signed_headers(account, request);
+  const VsiFile file(VSIFOpenL(local.c_str(), "rb"));
+  if (!file) {
     return AzureAnswer{0, "", "cannot read " + local, {}};
   }
+  HttpBody exchange;
+  exchange.file = file.get();
   exchange.sink = &sink;
   // A retry sends the bytes again from the start; the sink hears (nullptr, 0) first.
   const auto rewind = [&] {
@@ -182,9 +216,7 @@ AzureAnswer azure_put_blob(const AzureAccount& account, const std::string& vsiaz
     sink(nullptr, 0);
     return true;
   };
-  AzureAnswer answer = http_send("PUT", target.url, headers, exchange, size, rewind);
-  VSIFCloseL(exchange.file);
-  return answer;
+  return http_send("PUT", request.target.url, headers, exchange, size, rewind);
 }
 
 int64_t azure_block_size() {
@@ -197,17 +229,16 @@ AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string&
                                  const std::string& condition_value,
                                  const std::function<void(const unsigned char*, size_t)>& sink,
                                  const std::function<std::string()>& content_md5) {
-  VSILFILE* in = VSIFOpenL(local.c_str(), "rb");
-  if (in == nullptr) {
+  const VsiFile file(VSIFOpenL(local.c_str(), "rb"));
+  if (!file) {
     return AzureAnswer{0, "", "cannot read " + local, {}};
   }
+  VSILFILE* in = file.get();
   // Block IDs name this upload (a random part) so that another writer's uncommitted blocks of
   // the same blob, which Azure keeps beside these, can never be committed by this list, nor
   // these by its list. Every ID has the same length, as Azure requires; 27 bytes encode without
   // padding.
-  std::random_device random;
-  char nonce[32];
-  std::snprintf(nonce, sizeof nonce, "%08x%07x", random(), random() & 0xfffffffU);
+  const std::string nonce = random_hex(15);
   std::string list = "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>";
   std::vector<unsigned char> block(static_cast<size_t>(block_size));
   AzureAnswer answer{201, "", "", {}};
@@ -221,23 +252,23 @@ AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string&
       break;  // the file's size is a multiple of the block's
     }
     char id_text[48];
-    std::snprintf(id_text, sizeof id_text, "idem%s%08d", nonce, index);
+    std::snprintf(id_text, sizeof id_text, "idem%s%08d", nonce.c_str(), index);
     const std::string id = base64_of(reinterpret_cast<const unsigned char*>(id_text), 27);
-    const Target target = target_of(account, vsiaz_path, {{"blockid", id}, {"comp", "block"}});
-    const std::string date = http_date();
-    const std::string to_sign = azure_string_to_sign(
-        "PUT", static_cast<int64_t>(got), "", "", "",
-        "x-ms-date:" + date + "\nx-ms-version:" + k_api_version + "\n", target.canonical_resource);
-    const std::vector<std::string> headers = {
-        "x-ms-date: " + date, std::string("x-ms-version: ") + k_api_version,
-        "Content-Type:", "Authorization: " + sign(account, to_sign)};
+    AzureRequest request{"PUT",
+                         target_of(account, vsiaz_path, {{"blockid", id}, {"comp", "block"}}),
+                         {},
+                         "",
+                         static_cast<int64_t>(got),
+                         {}};
+    const std::vector<std::string> headers = signed_headers(account, request);
     HttpBody exchange;
     exchange.memory = block.data();
     exchange.memory_size = got;
-    answer = http_send("PUT", target.url, headers, exchange, static_cast<int64_t>(got), [&] {
-      exchange.memory_sent = 0;
-      return true;
-    });
+    answer =
+        http_send("PUT", request.target.url, headers, exchange, static_cast<int64_t>(got), [&] {
+          exchange.memory_sent = 0;
+          return true;
+        });
     if (answer.status != 201) {
       break;
     }
@@ -247,52 +278,36 @@ AzureAnswer azure_put_block_list(const AzureAccount& account, const std::string&
       break;
     }
   }
-  VSIFCloseL(in);
   if (answer.status != 201) {
     return answer;
   }
   list += "</BlockList>";
   // The list names the blocks to commit; the condition decides whether the commit replaces the
   // blob. The blob gets the Content-MD5 a Put Blob would have given it.
-  const Target target = target_of(account, vsiaz_path, {{"comp", "blocklist"}});
-  const std::string date = http_date();
-  const std::string md5 = content_md5();
-  const bool if_match = EQUAL(condition_name.c_str(), "If-Match");
-  const std::string canonical_headers =
-      "x-ms-blob-content-md5:" + md5 + "\nx-ms-blob-content-type:application/octet-stream" +
-      "\nx-ms-date:" + date + "\nx-ms-version:" + k_api_version + "\n";
-  const std::string to_sign = azure_string_to_sign(
-      "PUT", static_cast<int64_t>(list.size()), "application/xml", if_match ? condition_value : "",
-      if_match ? "" : condition_value, canonical_headers, target.canonical_resource);
-  const std::vector<std::string> headers = {"x-ms-blob-content-md5: " + md5,
-                                            "x-ms-blob-content-type: application/octet-stream",
-                                            "x-ms-date: " + date,
-                                            std::string("x-ms-version: ") + k_api_version,
-                                            "Content-Type: application/xml",
-                                            condition_name + ": " + condition_value,
-                                            "Authorization: " + sign(account, to_sign)};
+  AzureRequest request{"PUT",
+                       target_of(account, vsiaz_path, {{"comp", "blocklist"}}),
+                       {{"x-ms-blob-content-md5", content_md5()},
+                        {"x-ms-blob-content-type", "application/octet-stream"}},
+                       "application/xml",
+                       static_cast<int64_t>(list.size()),
+                       {condition_name, condition_value}};
+  const std::vector<std::string> headers = signed_headers(account, request);
   HttpBody exchange;
   exchange.memory = reinterpret_cast<const unsigned char*>(list.data());
   exchange.memory_size = list.size();
-  return http_send("PUT", target.url, headers, exchange, static_cast<int64_t>(list.size()), [&] {
-    exchange.memory_sent = 0;
-    return true;
-  });
+  return http_send("PUT", request.target.url, headers, exchange, static_cast<int64_t>(list.size()),
+                   [&] {
+                     exchange.memory_sent = 0;
+                     return true;
+                   });
 }
 
 AzureAnswer azure_delete_blob(const AzureAccount& account, const std::string& vsiaz_path,
                               const std::string& etag) {
-  const Target target = target_of(account, vsiaz_path);
-  const std::string date = http_date();
-  const std::string canonical_headers =
-      "x-ms-date:" + date + "\nx-ms-version:" + k_api_version + "\n";
-  const std::string to_sign =
-      azure_string_to_sign("DELETE", 0, "", etag, "", canonical_headers, target.canonical_resource);
-  const std::vector<std::string> headers = {
-      "x-ms-date: " + date, std::string("x-ms-version: ") + k_api_version, "If-Match: " + etag,
-      "Authorization: " + sign(account, to_sign)};
+  AzureRequest request{"DELETE", target_of(account, vsiaz_path), {}, "", 0, {"If-Match", etag}};
+  const std::vector<std::string> headers = signed_headers(account, request);
   HttpBody exchange;
-  return http_send("DELETE", target.url, headers, exchange, 0);
+  return http_send("DELETE", request.target.url, headers, exchange, 0);
 }
 
 }  // namespace idem
