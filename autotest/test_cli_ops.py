@@ -7,6 +7,8 @@ import json
 import os
 import re
 
+import pytest
+
 from osgeo import gdal, ogr
 
 from idem_testlib import (GDAL_IDEM, env_with, ledger, make_source, run,  # noqa: F401
@@ -331,10 +333,17 @@ def test_cli_bad_arguments_give_clear_errors(sqlite_ledger, tmp_path):
     assert proc.returncode == 2 and "unknown argument '--bogus'" in proc.stderr
     proc = idem(sqlite_ledger, "export", str(tmp_path / "x.shp"))
     assert proc.returncode == 2 and ".gpkg" in proc.stderr
-    for dsn in ("postgresql://etl:hunter2@127.0.0.1:1/ledger", "sqlite:/proc/nope/ledger.sqlite"):
+    # A ledger that cannot be reached now exits 3 (try again later), one that is not there 2.
+    for dsn, code in (("postgresql://etl:hunter2@127.0.0.1:1/ledger", 3),
+                      ("sqlite:/proc/nope/ledger.sqlite", 2)):
         proc = run([GDAL_IDEM, "--ledger", dsn, "status"])
-        assert proc.returncode == 2 and proc.stderr.startswith("gdal-idem status: ")
+        assert proc.returncode == code and proc.stderr.startswith("gdal-idem status: ")
         assert "hunter2" not in proc.stderr
+        proc = run([GDAL_IDEM, "--ledger", dsn, "--json", "status"])
+        assert proc.returncode == code and "hunter2" not in proc.stdout + proc.stderr
+        error = json.loads(proc.stdout)["error"]
+        assert error["kind"] == ("ledger_unreachable" if code == 3 else "usage")
+        assert error["message"] in proc.stderr
 
 
 def test_cli_help_lists_every_option_of_every_command(sqlite_ledger):
@@ -355,3 +364,28 @@ def test_cli_help_lists_every_option_of_every_command(sqlite_ledger):
         options = set(re.findall(r"--[a-z][a-z-]*", usage)) - {"--no-such-option"}
         for option in options - global_options:
             assert option in entry.group(0), f"--help omits {option} of {command}: {usage}"
+
+
+@pytest.mark.parametrize("command", ["init", "key", "status", "inflight", "reap", "verify",
+                                     "explain", "forget", "prune", "export", "load", "pending"])
+def test_cli_each_command_has_its_help(command):
+    """`gdal-idem COMMAND --help` (and `gdal-idem help COMMAND`) print that command's usage and
+    exit 0, whatever else is on the line and whether a ledger exists or not."""
+    for words in ([command, "--help"], ["help", command], ["--json", command, "-h"]):
+        proc = run([GDAL_IDEM, "--ledger", "sqlite:/nonexistent/ledger.sqlite", *words])
+        assert proc.returncode == 0, (words, proc.stderr)
+        assert proc.stdout.startswith("Usage: gdal-idem [GLOBAL OPTIONS] " + command)
+        assert "Exit codes" in proc.stdout
+
+
+def test_cli_a_mistyped_command_or_option_is_answered_with_the_nearest(sqlite_ledger):
+    proc = run([GDAL_IDEM, "stauts"])
+    assert proc.returncode == 2 and "did you mean status?" in proc.stderr
+    proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "status", "--namspace", "x"])
+    assert proc.returncode == 2 and "did you mean --namespace?" in proc.stderr
+    proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "reap", "--older-thn", "1h"])
+    assert proc.returncode == 2 and "did you mean --older-than?" in proc.stderr
+    proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "status", "--zzzzzzzz"])
+    assert proc.returncode == 2 and "did you mean" not in proc.stderr
+    proc = run([GDAL_IDEM, "status", "--ledger"])  # a trailing --ledger, wherever it stands
+    assert proc.returncode == 2 and "--ledger needs a DSN" in proc.stderr

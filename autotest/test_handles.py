@@ -22,12 +22,11 @@ import shutil
 import sqlite3
 import stat
 import subprocess
-import sys
 
 import pytest
 from osgeo import gdal
 
-from idem_testlib import (GDAL_IDEM, PausedWorker, env_with, make_source, run, wait_until)
+from idem_testlib import (GDAL_IDEM, PausedWorker, env_with, make_source, run, share_keeps)
 
 NOBODY = 65534
 IDEM_NAMES = ("x.tif", "x.tif.aux.xml", "x.img", "x.hdr", "x.img.aux.xml")
@@ -192,7 +191,8 @@ def writers(tmp_path, src, ledger_dsn):
             "update": (update, "x.img"), "export": (export, "x.gpkg")}
 
 
-@pytest.mark.parametrize("mode", [0o4755, 0o2755, 0o1755, 0o6777, 0o755, 0o600])
+@pytest.mark.parametrize("mode", share_keeps([0o4755, 0o2755, 0o1755, 0o6777, 0o755, 0o600],
+                                             [0o4755, 0o600]))
 @pytest.mark.parametrize("owner", ["root", "nobody"])
 @pytest.mark.parametrize("writer", ["driver", "plain", "update", "export"])
 def test_a_file_written_over_another_never_takes_its_special_bits(tmp_path, mode, owner,

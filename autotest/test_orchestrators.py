@@ -43,9 +43,9 @@ def _venv():
                     "(scripts/install-deps makes tools/pyenv/venv)")
 
 
-def make_batch(tmp_path, kill=(), republish=(), grid=GRID):
-    """The batch's directory: a source, batch.json (the tiles, which to kill), and the plain
-    gdalwarp output of every tile under plain/ to compare with."""
+def make_batch(tmp_path, kill=(), republish=(), grid=GRID, kill_at="before_complete"):
+    """The batch's directory: a source, batch.json (the tiles, which to kill, at which pause
+    point), and the plain gdalwarp output of every tile under plain/ to compare with."""
     batch_dir = tmp_path / "batch"
     batch_dir.mkdir()
     source = make_source(batch_dir / "scene.tif", size=512)
@@ -57,7 +57,8 @@ def make_batch(tmp_path, kill=(), republish=(), grid=GRID):
     tiles = {f"{i}_{j}": [x0 + i * step_x, y0 - (j + 1) * step_y, x0 + (i + 1) * step_x,
                           y0 - j * step_y] for i in range(grid) for j in range(grid)}
     (batch_dir / "batch.json").write_text(json.dumps(
-        {"source": source, "tiles": tiles, "kill": sorted(kill), "republish": sorted(republish)}))
+        {"source": source, "tiles": tiles, "kill": sorted(kill), "republish": sorted(republish),
+         "kill_at": kill_at}))
     return batch_dir, sorted(tiles)
 
 
@@ -216,11 +217,13 @@ def test_prefect_flow_of_gdal_warp_tasks_killed_and_run_again_converges(tmp_path
 
 
 def test_prefect_retry_after_the_source_is_republished_gets_a_new_key(tmp_path):
-    """The source changes between a task's first attempt (killed) and its retry: the retry is
-    new work (a new key) on the new pixels; the first attempt's claim is never completed, and
-    `gdal-idem reap` releases it and removes its temporary directory."""
+    """The source changes between a task's first attempt (killed once it wrote its tile, before
+    it published it) and its retry: the retry is new work (a new key) on the new pixels; the
+    first attempt's claim is never completed, and `gdal-idem reap` releases it and removes its
+    temporary directory."""
     ledger = make_ledger("sqlite", tmp_path)
-    batch_dir, names = make_batch(tmp_path, kill={"0_0"}, republish={"0_0"}, grid=1)
+    batch_dir, names = make_batch(tmp_path, kill={"0_0"}, republish={"0_0"}, grid=1,
+                                  kill_at="before_commit")
     env = batch_env(tmp_path, ledger, batch_dir)
     run_orchestrated("prefect_flow.py", "gdalwarp", env=env)
 

@@ -143,6 +143,22 @@ def test_the_ledger_answers_as_the_command_does(ledger, source, tmp_path):
     assert book.key(commands[0].split())["key"] == results[0].key
 
 
+def test_the_ledgers_errors_have_the_kind_the_command_names(tmp_path):
+    """gdal_idem.Ledger's errors come from the command's --json error object (docs/cli.md, "Exit
+    codes"), not from the words of its message: a ledger that cannot be reached is a
+    LedgerUnreachableError, one that is not there an IdemError of kind "usage"."""
+    for book, kind in ((gdal_idem.Ledger("postgresql://etl:s3cret@127.0.0.1:1/ledger"),
+                        "ledger_unreachable"),
+                       (gdal_idem.Ledger(f"sqlite:{tmp_path}/none/ledger.sqlite"), "usage")):
+        for call in (book.status, book.inflight):
+            with pytest.raises(gdal_idem.IdemError) as error:
+                call()
+            assert error.value.kind == kind, error.value.message
+            assert isinstance(error.value, gdal_idem.LedgerUnreachableError) == (
+                kind == "ledger_unreachable")
+            assert "s3cret" not in error.value.message
+
+
 def test_threads_each_read_their_own_result(sqlite_ledger, source, tmp_path):
     """The RESULT domain is per thread: a thread pool (Dask's threads) gets each call's own."""
     found, errors = {}, []

@@ -348,3 +348,23 @@ def test_gdal_stacit_mosaics_a_collections_items(outputs, sqlite_ledger):
         for b in range(1, tile_ds.RasterCount + 1):
             expected = tile_ds.GetRasterBand(b).ReadRaster()
             assert mosaic.GetRasterBand(b).ReadRaster(xoff, yoff, 256, 256) == expected, (path, b)
+
+
+def test_a_collections_extent_across_the_antimeridian_is_joined_not_the_whole_band(
+        tmp_path, sqlite_ledger):
+    """Two outputs, one east of 160E and one across the antimeridian (178.8E to 179.4W): the
+    collection's extent is joined on longitudes 0..360, as the Python package's Dagster footprint
+    joins them, west > east when it crosses (160 to 179.4W), not the whole band of longitudes."""
+    env = env_with(IDEM_LEDGER=sqlite_ledger.dsn)
+    near = make_source(tmp_path / "near.tif", size=150, bands=1, epsg=4326,
+                       origin=(160.0, 10.0), pixel=0.1)
+    across = make_source(tmp_path / "across.tif", size=200, bands=1, epsg=32660,
+                         origin=(700000.0, 1100000.0), pixel=1000.0)
+    for src in (near, across):
+        run(["gdal_translate", "-q", "-of", "IDEM", src, f"/vsiidem/{src}.out.tif"], env=env,
+            check=True)
+    export(sqlite_ledger, tmp_path / "catalog")
+    (collection,) = (tmp_path / "catalog").glob("*/collection.json")
+    west, south, east, north = json.loads(collection.read_text())["extent"]["spatial"]["bbox"][0]
+    assert west == pytest.approx(160.0) and east == pytest.approx(-179.3533, abs=1e-3)
+    assert south == pytest.approx(-5.0) and north == pytest.approx(10.0)

@@ -189,7 +189,7 @@ std::optional<OutputShape> IdemCreator::write_output(const WriteRequest& what, A
   if (CPLGetLastErrorType() == CE_Failure) {
     throw Error(ErrorKind::k_io, std::string("writing the output failed: ") + CPLGetLastErrorMsg());
   }
-  name_output_in_header(what.format_driver, output.temp_path(), m_given_name);
+  name_output_in_header(what.format_driver, output, m_given_name);
   return shape;
 }
 

@@ -38,6 +38,7 @@
 #include "work/claim_loop.hpp"
 #include "work/destination_guard.hpp"
 #include "work/lease.hpp"
+#include "work/output_check.hpp"
 #include "work/source_watch.hpp"
 
 namespace idem {
@@ -126,11 +127,26 @@ GDALDataset* IdemCreator::create(const char* filename, GDALDataset* source,
   return claim_skip_or_wait(source, format_driver, progress, progress_data);
 }
 
-// The work described and keyed with the ledger's digest cache, its destination checked against
-// its sources, a COG warp planned.
+// The work described and keyed (with the ledger's digest cache), its destination checked
+// against its sources, a warp into COG planned, its sources watched from here on.
 void IdemCreator::describe_and_key(GDALDataset* source, GDALDriver* format_driver,
                                    KeyOptions& key_options) {
   CPLDebug("IDEM", "timing: options %.2f ms", lap_ms(m_lap));
+  const std::vector<SourceFile> source_files = key_the_work(source, key_options);
+  check_destination(m_destination, destination_rules(source_files),
+                    m_output_dir ? &*m_output_dir : nullptr);
+  m_recorded_tree = directory_at_destination();
+  plan_cog(source, format_driver, key_options);
+  const double key_ms = lap_ms(m_lap);
+  CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", key_ms);
+  result_report_set("KEY_MS", milliseconds_text(key_ms));
+  result_report_set("KEY", m_work.key);
+  m_source_watch = SourceWatch(source_files);
+  check_the_work();
+}
+
+// The ledger opened, the work described and keyed with its digest cache: the files it reads.
+std::vector<SourceFile> IdemCreator::key_the_work(GDALDataset* source, KeyOptions& key_options) {
   m_ledger = &shared_ledger(m_options.ledger_dsn);
   CPLDebug("IDEM", "timing: ledger open %.2f ms", lap_ms(m_lap));
   CountingDigestCache digest_cache(m_ledger->digest_cache());
@@ -139,26 +155,26 @@ void IdemCreator::describe_and_key(GDALDataset* source, GDALDriver* format_drive
   std::vector<SourceFile> source_files;
   key_options.source_files = &source_files;
   m_work = describe_work(source, key_options);
+  key_options.digest_cache = nullptr;  // the counting cache ends here
   digest_cache.report();
-  result_report_set("KEY", m_work.key);
-  check_destination(m_destination, destination_rules(source_files),
-                    m_output_dir ? &*m_output_dir : nullptr);
-  m_recorded_tree = directory_at_destination();
-  if (m_work.is_warp && EQUAL(format_driver->GetDescription(), "COG") && !m_work.runs_gdalwarp) {
-    m_cog = plan_cog_warp(source, m_work, m_kept_sources, [&](const std::string& xml) {
-      return canonical_vrt_text(xml, key_options);
-    });
-    if (m_cog.arguments && !m_work.cog_warp) {  // re-keyed: it runs otherwise than before
-      key_options.warp_as_gdalwarp_cog = true;
-      m_work = describe_work(source, key_options);
-    }
+  return source_files;
+}
+
+// A warp into COG run as gdalwarp -of COG runs it (cog_warp.hpp), keyed again when it runs
+// otherwise than the description said.
+void IdemCreator::plan_cog(GDALDataset* source, GDALDriver* format_driver,
+                           KeyOptions& key_options) {
+  if (!m_work.is_warp || !EQUAL(format_driver->GetDescription(), "COG") || m_work.runs_gdalwarp) {
+    return;
   }
-  const double key_ms = lap_ms(m_lap);
-  CPLDebug("IDEM", "timing: describe+digest+key %.2f ms", key_ms);
-  result_report_set("KEY_MS", milliseconds_text(key_ms));
-  result_report_set("KEY", m_work.key);  // re-keyed above for a warp run as gdalwarp -of COG
-  m_source_watch = SourceWatch(source_files);
-  check_the_work();
+  m_cog = plan_cog_warp(source, m_work, m_kept_sources, [&](const std::string& xml) {
+    return canonical_vrt_text(xml, key_options);
+  });
+  if (m_cog.arguments && !m_work.cog_warp) {
+    key_options.warp_as_gdalwarp_cog = true;
+    key_options.digest_cache = &m_ledger->digest_cache();  // the sources just hashed
+    m_work = describe_work(source, key_options);
+  }
 }
 
 // Claims the described work and runs the attempt; or skips it, completed; or waits for the

@@ -8,58 +8,30 @@
 //   completion.
 #pragma once
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <iterator>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "base/canonical_json.hpp"
 #include "base/directory_handle.hpp"
-#include "base/error.hpp"
-#include "base/gdal_compat.hpp"
-#include "base/held_messages.hpp"
-#include "base/paths.hpp"
-#include "base/progress.hpp"
+#include "base/safe_delete.hpp"
 #include "cog_warp.hpp"
-#include "cpl_conv.h"
-#include "cpl_string.h"
 #include "creation_options.hpp"
-#include "debug_report.hpp"
-#include "driver_ledgers.hpp"
 #include "gdal_priv.h"
-#include "gdal_proxy.h"
 #include "gdalwarp_rules.hpp"
-#include "key/source_digest.hpp"
-#include "key/tile_grid.hpp"
+#include "key/source_identity.hpp"
 #include "key/work_key.hpp"
 #include "ledger/ledger.hpp"
-#include "ogr_spatialref.h"
 #include "output_datasets.hpp"
-#include "store/object_store.hpp"
-#include "vrtdataset.h"
-#include "vsiidem.hpp"
 #include "warp_engine.hpp"
-#include "work/atomic_output.hpp"
 #include "work/destination_guard.hpp"
 #include "work/lease.hpp"
-#include "work/output_check.hpp"
 #include "work/source_watch.hpp"
 
 namespace idem {
+
+class AtomicOutput;
 
 // Lap timer for the "timing:" debug lines (--debug on; bench/ reads them): ms since the last lap.
 double lap_ms(std::chrono::steady_clock::time_point& lap);
@@ -89,6 +61,8 @@ class IdemCreator {
   void read_gdalwarp_command(GDALDataset* source, GDALDriver* format_driver,
                              KeyOptions& key_options);
   void describe_and_key(GDALDataset* source, GDALDriver* format_driver, KeyOptions& key_options);
+  std::vector<SourceFile> key_the_work(GDALDataset* source, KeyOptions& key_options);
+  void plan_cog(GDALDataset* source, GDALDriver* format_driver, KeyOptions& key_options);
   GDALDataset* claim_skip_or_wait(GDALDataset* source, GDALDriver* format_driver,
                                   GDALProgressFunc progress, void* progress_data);
   void set_destination(const char* filename, GDALDriver* format_driver);

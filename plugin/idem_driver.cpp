@@ -70,35 +70,6 @@ void say_when_verbose(const std::string& message) {
 
 namespace {
 
-// The ERROR_KIND item of the RESULT domain for a failed call (docs/configuration.md).
-const char* error_kind_name(const Error& error) {
-  if (dynamic_cast<const WorkBusy*>(&error) != nullptr) {
-    return "BUSY";
-  }
-  if (dynamic_cast<const ClaimLost*>(&error) != nullptr) {
-    return "LOST_CLAIM";
-  }
-  if (dynamic_cast<const DestinationRefused*>(&error) != nullptr) {
-    return "REFUSED_DESTINATION";
-  }
-  if (dynamic_cast<const LedgerUnreachable*>(&error) != nullptr) {
-    return "LEDGER_UNREACHABLE";
-  }
-  switch (error.kind()) {
-    case ErrorKind::k_usage:
-      return "USAGE";
-    case ErrorKind::k_source:
-      return "SOURCE";
-    case ErrorKind::k_ledger:
-      return "LEDGER";
-    case ErrorKind::k_io:
-      return "IO";
-    case ErrorKind::k_internal:
-      break;
-  }
-  return "INTERNAL";
-}
-
 GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*strict*/,
                               compat::CreateCopyOptions options, GDALProgressFunc progress,
                               void* progress_data) {
@@ -135,7 +106,7 @@ GDALDataset* idem_create_copy(const char* filename, GDALDataset* source, int /*s
                    "that failed): "
                  : "",
              error.what());
-    failed(error_kind_name(error), error.what());
+    failed(CPLString(error_kind_name(error)).toupper().c_str(), error.what());
   } catch (const std::exception& error) {
     CPLError(CE_Failure, CPLE_AppDefined, "IDEM: unexpected error: %s", error.what());
     failed("INTERNAL", error.what());

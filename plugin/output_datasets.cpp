@@ -17,12 +17,14 @@
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
 #include "base/paths.hpp"
+#include "base/write_whole.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "gdal_proxy.h"
 #include "store/object_store.hpp"
 #include "vsiidem.hpp"
 #include "warp_engine.hpp"
+#include "work/atomic_output.hpp"
 #include "work/output_check.hpp"
 
 namespace idem {
@@ -214,35 +216,25 @@ void check_object_output_is_a_file(const std::string& destination, GDALDriver* f
   }
 }
 
-void name_output_in_header(GDALDriver* format_driver, const std::string& temp_path,
+void name_output_in_header(GDALDriver* format_driver, const AtomicOutput& output,
                            const std::string& given_name) {
   if (!EQUAL(format_driver->GetDescription(), "ENVI")) {
     return;
   }
-  // The header is <name>.hdr, or <name>.<ext>.hdr with SUFFIX=ADD (GDAL 3.6 to 3.13).
+  // The header is <name>.hdr, or <name>.<ext>.hdr with SUFFIX=ADD (GDAL 3.6 to 3.13), in the
+  // temporary directory, rewritten whole through its handle (write_file_atomically).
+  const std::string& temp_path = output.temp_path();
   const std::string written = "description = {\n" + temp_path + "}\n";
+  const std::string primary = basename_of(temp_path);
   for (const std::string& header :
-       {std::string(CPLResetExtension(temp_path.c_str(), "hdr")), temp_path + ".hdr"}) {
-    VSIStatBufL info;
-    GByte* bytes = nullptr;
-    vsi_l_offset size = 0;
-    if (VSIStatExL(header.c_str(), &info, VSI_STAT_EXISTS_FLAG) != 0 ||
-        !VSIIngestFile(nullptr, header.c_str(), &bytes, &size, -1)) {
-      continue;
-    }
-    std::string text(reinterpret_cast<const char*>(bytes), static_cast<std::size_t>(size));
-    VSIFree(bytes);
-    const std::size_t at = text.find(written);
+       {std::string(CPLResetExtension(primary.c_str(), "hdr")), primary + ".hdr"}) {
+    std::optional<std::string> text = read_regular_file_at(output.temp_handle(), header);
+    const std::size_t at = text ? text->find(written) : std::string::npos;
     if (at == std::string::npos) {
       continue;
     }
-    text.replace(at, written.size(), "description = {\n" + given_name + "}\n");
-    VSILFILE* file = VSIFOpenL(header.c_str(), "wb");
-    const bool written_whole =
-        file != nullptr && VSIFWriteL(text.data(), 1, text.size(), file) == text.size();
-    if (file == nullptr || VSIFCloseL(file) != 0 || !written_whole) {
-      throw Error(ErrorKind::k_io, "cannot rewrite the ENVI header " + header);
-    }
+    text->replace(at, written.size(), "description = {\n" + given_name + "}\n");
+    write_file_atomically(output.temp_handle(), header, *text);
   }
 }
 

@@ -19,6 +19,8 @@
 
 namespace idem {
 
+class AtomicOutput;
+
 // What a written output looks like: enough to hand out an object output without asking the
 // store (DeferredOutput).
 struct OutputShape {
@@ -55,10 +57,11 @@ std::vector<GDALDataset*> datasets_read_through(GDALDataset* source);
 
 // ENVI writes the name it was created under into its header (`description = {...}`): for IDEM,
 // the attempt's temporary path. The direct call records the name it was given, so the header of
-// a closed, unpublished output written at `temp_path` is made to name `given_name` (the output as
-// the caller named it, without /vsiidem/). Nothing to do for other drivers, or a header that
-// does not name `temp_path`; throws idem::Error(k_io) when the header cannot be rewritten.
-void name_output_in_header(GDALDriver* format_driver, const std::string& temp_path,
+// a closed, unpublished output written at `output`'s temporary path is made to name `given_name`
+// (the output as the caller named it, without /vsiidem/), the header rewritten whole in the
+// temporary directory. Nothing to do for other drivers, or a header that does not name the
+// temporary path; throws idem::Error(k_io) when the header cannot be rewritten.
+void name_output_in_header(GDALDriver* format_driver, const AtomicOutput& output,
                            const std::string& given_name);
 
 // The datasets a VRT band's simple sources read, in the band's order (a dataset read twice is

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 
-from ._calls import IdemError, LedgerUnreachableError
+from ._calls import _ERRORS, IdemError
 
 
 def _program():
@@ -15,6 +15,23 @@ def _program():
         raise IdemError("usage", "the gdal-idem command is not on PATH: install gdal-idem, or "
                                  "set GDAL_IDEM to its path")
     return found
+
+
+def _error_of(proc):
+    """The IdemError a failed `gdal-idem --json` run stands for: its error object names the
+    failure's kind (docs/cli.md, "Exit codes"); the exit code says it where the command printed
+    none (2: usage, 3: the ledger cannot be reached)."""
+    kind = {2: "usage", 3: "ledger_unreachable"}.get(proc.returncode, "internal")
+    message = proc.stderr.strip() or f"gdal-idem exited {proc.returncode}"
+    for line in reversed(proc.stdout.splitlines()):
+        try:
+            error = json.loads(line).get("error")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(error, dict) and "kind" in error:
+            kind, message = error["kind"], error.get("message", message)
+            break
+    return _ERRORS.get(kind, IdemError)(kind, message)
 
 
 class Ledger:
@@ -35,10 +52,7 @@ class Ledger:
         command += ["-q", *[str(a) for a in args]]
         proc = subprocess.run(command, input=stdin, capture_output=True, text=True)
         if proc.returncode not in (0, 1):  # 1: problems found, which the answer describes
-            message = proc.stderr.strip() or f"gdal-idem exited {proc.returncode}"
-            unreachable = "connect" in message.lower() or "unable to open" in message.lower()
-            raise (LedgerUnreachableError if unreachable else IdemError)(
-                "ledger_unreachable" if unreachable else "usage", message)
+            raise _error_of(proc)
         return proc
 
     def _json(self, *args):

@@ -91,7 +91,9 @@ def footprint(results):
     if all(b[0] <= b[2] for b in boxes):
         west, east = min(b[0] for b in boxes), max(b[2] for b in boxes)
         return {"type": "Polygon", "coordinates": _ring(west, south, east, north)}
-    # Some box crosses the antimeridian: join them on longitudes 0..360, then split at 180.
+    # Some box crosses the antimeridian: join them on longitudes 0..360, then split at 180 (the
+    # STAC export joins a collection's extent the same way: src/cli/stac_export.cpp,
+    # joined_extent).
     shifted = [(w % 360, (e % 360) + (360 if e % 360 < w % 360 else 0)) for w, _, e, _ in boxes]
     west, east = min(w for w, _ in shifted), max(e for _, e in shifted)
     if east - west >= 360:

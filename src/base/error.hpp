@@ -54,4 +54,10 @@ class ClaimLost : public Error {
   explicit ClaimLost(const std::string& message) : Error(ErrorKind::k_ledger, message) {}
 };
 
+// What kind of failure `error` is, as programs read it: "busy", "lost_claim",
+// "refused_destination", "ledger_unreachable", "usage", "source", "ledger", "io" or "internal".
+// The driver's ERROR_KIND (in upper case), the command's --json error object and the Python
+// package's IdemError.kind all name failures this way.
+const char* error_kind_name(const Error& error);
+
 }  // namespace idem

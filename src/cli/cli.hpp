@@ -12,7 +12,8 @@ namespace idem::cli {
 constexpr int k_exit_ok = 0;
 constexpr int k_exit_problems =
     1;                           // the command ran and found problems (or the wrapped run failed)
-constexpr int k_exit_usage = 2;  // usage error, bad input, or the ledger cannot be reached
+constexpr int k_exit_usage = 2;  // usage error, bad input, a DSN that names no ledger
+constexpr int k_exit_unreachable = 3;  // the ledger cannot be reached now: try again later
 
 struct GlobalOptions {
   std::string ledger_dsn;  // --ledger, else IDEM_LEDGER, else the default SQLite file
@@ -20,7 +21,8 @@ struct GlobalOptions {
   bool quiet = false;      // -q
 };
 
-// Thrown for bad arguments: main prints "gdal-idem <command>: <message>" and exits 2.
+// Thrown for bad arguments: main prints "gdal-idem <command>: <message>" (with the nearest of the
+// command's options when the message starts "unknown argument '<typed>'") and exits 2.
 struct UsageError {
   std::string message;
 };
@@ -54,8 +56,5 @@ struct CommandKey {
 };
 CommandKey key_raster_command(const Args& command,
                               const std::function<void()>& before_dry_run = {});
-
-// JSON string literal with escapes.
-std::string json_quote(const std::string& text);
 
 }  // namespace idem::cli

@@ -9,7 +9,9 @@
 
 #include "base/canonical_json.hpp"
 #include "cli.hpp"
-#include "cli_util.hpp"
+#include "cli_json.hpp"
+#include "cli_ledger.hpp"
+#include "cli_time.hpp"
 
 namespace idem::cli {
 

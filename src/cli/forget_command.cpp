@@ -11,7 +11,9 @@
 
 #include "base/safe_delete.hpp"
 #include "cli.hpp"
-#include "cli_util.hpp"
+#include "cli_json.hpp"
+#include "cli_ledger.hpp"
+#include "cli_progress.hpp"
 #include "cpl_error.h"
 #include "cpl_string.h"
 #include "cpl_vsi.h"

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "cli.hpp"
-#include "cli_util.hpp"
+#include "cli_json.hpp"
 #include "ledger/ledger.hpp"
 
 namespace idem::cli {

@@ -19,7 +19,7 @@
 #include "base/held_messages.hpp"
 #include "base/paths.hpp"
 #include "cli.hpp"
-#include "cli_util.hpp"
+#include "cli_json.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -294,10 +294,6 @@ CommandKey key_raster_command(const Args& command, const std::function<void()>& 
                     (message.empty() ? std::string() : ": " + message));
   }
   return *report;
-}
-
-std::string json_quote(const std::string& text) {
-  return JsonValue::string(text).dump();
 }
 
 }  // namespace idem::cli

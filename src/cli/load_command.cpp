@@ -9,7 +9,7 @@
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "cli.hpp"
-#include "cli_util.hpp"
+#include "cli_json.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "key/source_digest.hpp"

@@ -1,86 +1,71 @@
 // SPDX-License-Identifier: MIT
-// gdal-idem: the command-line tool. Dispatches subcommands; turns errors into messages on
-// stderr and the documented exit codes.
+// gdal-idem: the command-line tool. Parses the command line (command_table.hpp), runs the
+// subcommand, and turns errors into a message on stderr, the documented exit code and, with
+// --json, an error object on stdout.
 #include <cstdio>
-#include <cstring>
-#include <map>
 #include <string>
 
 #include "base/error.hpp"
 #include "base/version.hpp"
 #include "cli.hpp"
+#include "cli_json.hpp"
+#include "command_table.hpp"
 #include "cpl_conv.h"
 #include "gdal_priv.h"
 
 namespace {
 
-constexpr const char* k_usage =
-    "Usage: gdal-idem [--ledger DSN] [--json] [-q] COMMAND [ARGS...]\n"
-    "\n"
-    "Commands:\n"
-    "  init [--print]                 create or migrate the ledger schema\n"
-    "  key [--json] [--mode replace|append] [--namespace N] "
-    "-- gdalwarp|gdal_translate|ogr2ogr ARGS\n"
-    "                                 the key this command gets, without running it\n"
-    "                                 (--mode, --namespace: for ogr2ogr, as with load)\n"
-    "  status [--namespace N] [--layer L]\n"
-    "                                 completed / in flight / stale / superseded counts\n"
-    "  inflight [--all] [--namespace N] [--layer L]\n"
-    "                                 claims whose lease expired (--all: every claim)\n"
-    "  reap [--older-than D] [--dry-run] [--requeue] [--namespace N] [--all-dirs]\n"
-    "                                 release stale claims, remove orphan .idem-tmp-* dirs\n"
-    "  verify [--namespace N] [--layer L] [--checksum] [--dry-run]\n"
-    "                                 check completed outputs; drop the rows of bad ones\n"
-    "  explain KEY_A KEY_B | --last OUTPUT\n"
-    "                                 why was this rebuilt: diff of two work descriptions\n"
-    "  forget KEY | --output URI | --namespace N [--layer L] [--delete-output]\n"
-    "                                 delete ledger rows (then, optionally, the outputs)\n"
-    "  prune --keep-latest | --older-than D [--drop-history D] [--namespace N] [--force]\n"
-    "                                 move completed rows into history, drop old history\n"
-    "  export OUT.gpkg|OUT.geojson [--namespace N] [--layer L]\n"
-    "                                 the ledger as a vector layer with tile footprints\n"
-    "         or: export --format stac DIR [--namespace N] [--layer L]\n"
-    "                                 the completed outputs as a static STAC catalog\n"
-    "  load [--mode replace|append] [--namespace N] -- ogr2ogr ARGS\n"
-    "                                 an idempotent ogr2ogr load into PostgreSQL/PostGIS\n"
-    "  pending [--null] [--count] [FILE|-]\n"
-    "                                 the batch's command lines whose work is not done\n"
-    "\n"
-    "Global options:\n"
-    "  --ledger DSN   sqlite:PATH, postgresql://..., or a libpq keyword string\n"
-    "                 (default: IDEM_LEDGER, else ~/.local/state/gdal-idem/ledger.sqlite)\n"
-    "  --json         machine-readable output\n"
-    "  -q             no progress output\n"
-    "  --version      print versions and exit\n"
-    "\n"
-    "Durations: 90s, 15m, 2h, 7d or plain seconds.\n"
-    "Exit codes: 0 fine, 1 problems found, 2 usage or connection error.\n";
+using idem::cli::Command;
+using idem::cli::CommandLine;
 
-// The global options may also follow the command's name, as users type them
-// (`gdal-idem status --json`): taken out of the command's arguments up to a "--", after which
-// everything belongs to the wrapped command.
-idem::cli::Args take_global_options(const idem::cli::Args& args, idem::cli::GlobalOptions& global) {
-  idem::cli::Args rest;
-  bool wrapped = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (wrapped || arg == "--") {
-      wrapped = true;
-      rest.push_back(arg);
-    } else if (arg == "--ledger") {
-      if (i + 1 >= args.size()) {
-        throw idem::cli::UsageError{"--ledger needs a DSN (sqlite:PATH, postgresql://...)"};
-      }
-      global.ledger_dsn = args[++i];
-    } else if (arg == "--json") {
-      global.json = true;
-    } else if (arg == "-q" || arg == "--quiet") {
-      global.quiet = true;
-    } else {
-      rest.push_back(arg);
-    }
+// The exit code of a failure of `kind` (error_kind_name): 2 for what the user must change (the
+// command, a DSN that names no ledger or a file that is not one, a ledger of a newer release), 3
+// for a ledger that cannot be reached now (try again later), 1 for the rest (the command ran and
+// failed).
+int exit_code_of(const std::string& kind) {
+  if (kind == "usage" || kind == "refused_destination" || kind == "ledger") {
+    return idem::cli::k_exit_usage;
   }
-  return rest;
+  if (kind == "ledger_unreachable") {
+    return idem::cli::k_exit_unreachable;
+  }
+  return idem::cli::k_exit_problems;
+}
+
+// The failure said: "gdal-idem COMMAND: MESSAGE" on stderr and, with --json, {"error": {"kind",
+// "message"}} on stdout (the Python package reads its kind). Its exit code.
+int fail(const CommandLine& line, const std::string& kind, const std::string& message) {
+  std::fprintf(stderr, "gdal-idem%s%s: %s\n", line.command.empty() ? "" : " ", line.command.c_str(),
+               message.c_str());
+  if (line.global.json) {
+    namespace json = idem::cli::json;
+    std::printf("%s\n", json::object({{"error", json::object({{"kind", json::str(kind)},
+                                                              {"message", json::str(message)}})}})
+                            .c_str());
+  }
+  return exit_code_of(kind);
+}
+
+int run(const Command& command, const CommandLine& line) {
+  try {
+    return command.run(line.args, line.global);
+  } catch (const idem::cli::UsageError& error) {
+    // An unknown option named: the nearest of the command's, if one is near.
+    std::string message = error.message;
+    const std::string prefix = "unknown argument '";
+    if (message.rfind(prefix, 0) == 0) {
+      const size_t end = message.find('\'', prefix.size());
+      if (end != std::string::npos) {
+        const std::string typed = message.substr(prefix.size(), end - prefix.size());
+        message.insert(end + 1, idem::cli::did_you_mean(typed, &command));
+      }
+    }
+    return fail(line, "usage", message);
+  } catch (const idem::Error& error) {
+    return fail(line, idem::error_kind_name(error), error.what());
+  } catch (const std::exception& error) {
+    return fail(line, "internal", std::string("unexpected error: ") + error.what());
+  }
 }
 
 }  // namespace
@@ -91,59 +76,35 @@ int main(int argc, char** argv) {
   // GDAL's plugin directory); `key` and `pending` say so when it is missing.
   GDALAllRegister();
 
-  GlobalOptions global;
-  global.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
-  int i = 1;
-  for (; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--ledger" && i + 1 < argc) {
-      global.ledger_dsn = argv[++i];
-    } else if (arg == "--json") {
-      global.json = true;
-    } else if (arg == "-q" || arg == "--quiet") {
-      global.quiet = true;
-    } else if (arg == "--version") {
-      std::printf("gdal-idem %s (%s)\n", idem::idem_version().c_str(),
-                  idem::library_versions().c_str());
-      return k_exit_ok;
-    } else if (arg == "-h" || arg == "--help" || arg == "help") {
-      std::fputs(k_usage, stdout);
-      return k_exit_ok;
-    } else {
-      break;
-    }
-  }
-  if (i >= argc) {
-    std::fputs(k_usage, stderr);
-    return k_exit_usage;
-  }
-  const std::string command = argv[i];
-  Args args;
+  GlobalOptions defaults;
+  defaults.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
+  CommandLine line;
   try {
-    args = take_global_options(Args(argv + i + 1, argv + argc), global);
-    using Runner = int (*)(const Args&, const GlobalOptions&);
-    static const std::map<std::string, Runner> k_commands = {
-        {"init", run_init},         {"key", run_key},       {"status", run_status},
-        {"inflight", run_inflight}, {"reap", run_reap},     {"verify", run_verify},
-        {"explain", run_explain},   {"forget", run_forget}, {"prune", run_prune},
-        {"export", run_export},     {"load", run_load},     {"pending", run_pending},
-    };
-    const auto found = k_commands.find(command);
-    if (found == k_commands.end()) {
-      std::fprintf(stderr, "gdal-idem: unknown command '%s'\n\n%s", command.c_str(), k_usage);
-      return k_exit_usage;
-    }
-    return found->second(args, global);
+    line = parse_command_line(Args(argv + 1, argv + argc), defaults);
   } catch (const UsageError& error) {
-    std::fprintf(stderr, "gdal-idem %s: %s\n", command.c_str(), error.message.c_str());
-    return k_exit_usage;
-  } catch (const idem::Error& error) {
-    std::fprintf(stderr, "gdal-idem %s: %s\n", command.c_str(), error.what());
-    return error.kind() == idem::ErrorKind::k_usage || error.kind() == idem::ErrorKind::k_ledger
-               ? k_exit_usage
-               : k_exit_problems;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "gdal-idem %s: unexpected error: %s\n", command.c_str(), error.what());
-    return k_exit_problems;
+    line.global = defaults;
+    return fail(line, "usage", error.message);
   }
+  if (line.version) {
+    std::printf("gdal-idem %s (%s)\n", idem::idem_version().c_str(),
+                idem::library_versions().c_str());
+    return k_exit_ok;
+  }
+  const Command* command = line.command.empty() ? nullptr : find_command(line.command);
+  if (line.help && (command != nullptr || line.command.empty())) {
+    std::fputs(command != nullptr ? command_help(*command).c_str() : usage_text().c_str(), stdout);
+    return k_exit_ok;
+  }
+  if (line.command.empty()) {
+    std::fputs(usage_text().c_str(), stderr);
+    return k_exit_usage;
+  }
+  if (command == nullptr) {
+    const std::string message = "unknown command '" + line.command + "'" +
+                                did_you_mean(line.command) + "; gdal-idem --help lists them";
+    const int code = fail(CommandLine{line.global, "", {}, false, false}, "usage", message);
+    std::fputs(("\n" + usage_text()).c_str(), stderr);
+    return code;
+  }
+  return run(*command, line);
 }

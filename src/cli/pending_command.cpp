@@ -19,7 +19,7 @@
 
 #include "base/error.hpp"
 #include "cli.hpp"
-#include "cli_util.hpp"
+#include "cli_json.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"

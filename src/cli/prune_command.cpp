@@ -7,7 +7,9 @@
 #include <cstdio>
 
 #include "cli.hpp"
-#include "cli_util.hpp"
+#include "cli_json.hpp"
+#include "cli_ledger.hpp"
+#include "cli_time.hpp"
 
 namespace idem::cli {
 

@@ -27,11 +27,12 @@
 #include "base/sha256.hpp"
 #include "base/version.hpp"
 #include "base/write_whole.hpp"
-#include "cli_util.hpp"
+#include "cli_json.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "gdal_priv.h"
 #include "key/tile_grid.hpp"
+#include "key/work_grid.hpp"
 #include "ogr_geometry.h"
 #include "ogr_spatialref.h"
 #include "work/destination_guard.hpp"
@@ -137,6 +138,55 @@ Box box_of(const OGRMultiPolygon& footprint) {
     }
   }
   return box;
+}
+
+// A longitude in 0..360.
+double east_of_greenwich(double longitude) {
+  const double wrapped = std::fmod(longitude, 360.0);
+  return wrapped < 0 ? wrapped + 360.0 : wrapped;
+}
+
+// The extent of `boxes` (each west > east when it crosses the antimeridian), joined as the Python
+// package's Dagster footprint joins them (python/gdal_idem/dagster.py, footprint): when a box
+// crosses, on longitudes 0..360, then brought back to -180..180, west > east when the joined
+// extent crosses too; the whole band of latitudes when it goes all the way round.
+std::optional<Box> joined_extent(const std::vector<Box>& boxes) {
+  if (boxes.empty()) {
+    return std::nullopt;
+  }
+  Box joined = boxes.front();
+  bool crossing = false;
+  for (const Box& box : boxes) {
+    joined.south = std::min(joined.south, box.south);
+    joined.north = std::max(joined.north, box.north);
+    joined.west = std::min(joined.west, box.west);
+    joined.east = std::max(joined.east, box.east);
+    crossing = crossing || box.west > box.east;
+  }
+  if (!crossing) {
+    return joined;
+  }
+  double west = 360;
+  double east = 0;
+  for (const Box& box : boxes) {
+    const double box_west = east_of_greenwich(box.west);
+    double box_east = east_of_greenwich(box.east);
+    box_east += box_east < box_west ? 360 : 0;
+    west = std::min(west, box_west);
+    east = std::max(east, box_east);
+  }
+  if (east - west >= 360) {
+    joined.west = -180;
+    joined.east = 180;
+    return joined;
+  }
+  if (west >= 180) {  // all of it west of the antimeridian, in -180..180 terms
+    west -= 360;
+    east -= 360;
+  }
+  joined.west = west;
+  joined.east = east <= 180 ? east : east - 360;
+  return joined;
 }
 
 std::string box_json(const Box& box) {
@@ -473,8 +523,7 @@ struct Collection {
 };
 
 std::string collection_json(const std::string& id, const Collection& collection) {
-  std::optional<Box> all;
-  bool crossing = false;
+  std::vector<Box> boxes;
   std::optional<double> first;
   std::optional<double> last;
   std::vector<std::string> links = {link("root", "../catalog.json", k_json_type),
@@ -485,24 +534,11 @@ std::string collection_json(const std::string& id, const Collection& collection)
       first = first ? std::min(*first, *item.completed_at) : *item.completed_at;
       last = last ? std::max(*last, *item.completed_at) : *item.completed_at;
     }
-    if (!item.box) {
-      continue;
-    }
-    crossing = crossing || item.box->west > item.box->east;
-    if (!all) {
-      all = item.box;
-    } else {
-      all->west = std::min(all->west, item.box->west);
-      all->south = std::min(all->south, item.box->south);
-      all->east = std::max(all->east, item.box->east);
-      all->north = std::max(all->north, item.box->north);
+    if (item.box) {
+      boxes.push_back(*item.box);
     }
   }
-  Box extent = all.value_or(Box{-180, -90, 180, 90});
-  if (crossing) {  // a joined extent across the antimeridian: the whole band of latitudes
-    extent.west = -180;
-    extent.east = 180;
-  }
+  const Box extent = joined_extent(boxes).value_or(Box{-180, -90, 180, 90});
   const std::string title =
       collection.namespace_name + (collection.layer ? " / " + *collection.layer : "");
   std::map<std::string, std::string> members = {

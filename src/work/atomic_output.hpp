@@ -46,8 +46,9 @@ class AtomicOutput {
   const std::string& temp_path() const { return m_temp_path; }
   // The temporary directory, reached the same way (for a driver's scratch files).
   std::string temp_dir() const { return m_temp->handle().reach_self(); }
-  // The temporary directory's name in directory().
+  // The temporary directory's name in directory(), and its own handle.
   const std::string& temp_name() const { return m_temp->name(); }
+  const DirectoryHandle& temp_handle() const { return m_temp->handle(); }
   // Whether the temporary directory was removed under this attempt (by a worker that took the
   // work over).
   bool temp_dir_removed() const { return !m_temp->still_there(); }
