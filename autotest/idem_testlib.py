@@ -367,15 +367,15 @@ class Ledger:
     def completed(self):
         return [r for r in self.rows() if r["completed_at"] is not None]
 
-    def end_leases(self):
-        """Ends the lease of every open claim now, on the ledger's own clock: what a test of a
-        killed worker would otherwise sleep for until its lease lapsed."""
+    def end_leases(self, where="TRUE"):
+        """Ends the lease of every open claim (those `where` selects) now, on the ledger's own
+        clock: what a test of a killed worker would otherwise sleep for until its lease lapsed."""
         table = "ledger" if self.backend == "sqlite" else "idem.ledger"
         conn = self._connect()
         try:
             conn.cursor().execute(
                 f"UPDATE {table} SET lease_expires_at = claimed_at WHERE completed_at IS NULL "
-                "AND released_at IS NULL")
+                f"AND released_at IS NULL AND ({where})")
             conn.commit()
         finally:
             conn.close()

@@ -389,3 +389,27 @@ def test_cli_a_mistyped_command_or_option_is_answered_with_the_nearest(sqlite_le
     assert proc.returncode == 2 and "did you mean" not in proc.stderr
     proc = run([GDAL_IDEM, "status", "--ledger"])  # a trailing --ledger, wherever it stands
     assert proc.returncode == 2 and "--ledger needs a DSN" in proc.stderr
+
+
+def test_cli_reap_of_one_namespace_keeps_a_live_claim_of_another(sqlite_ledger, tmp_path):
+    """reap --namespace A searches beside A's outputs but leaves the temporary directory of a
+    live claim of namespace B there (its worker, on another host, holds no lock here): the live
+    claims that protect a directory are those of every namespace of the ledger."""
+    src, env, outs = setup_tiles(sqlite_ledger, tmp_path, count=1)
+    out_dir = tmp_path / "out"
+
+    def killed_during_write(name, namespace, lease):
+        worker = start_paused(["gdalwarp", "-overwrite", "-of", "IDEM", "-co",
+                               f"NAMESPACE={namespace}", "-t_srs", "EPSG:3857", "-r", "cubic",
+                               src, "/vsiidem/" + str(out_dir / name)],
+                              dict(env, IDEM_STALE_SECONDS=lease), "during_write")
+        kill9(worker)  # its lock goes with it: only the ledger says the claim lives
+
+    killed_during_write("a.tif", "A", "2")
+    [a_dir] = temp_dirs_beside(out_dir / "a.tif")
+    killed_during_write("b.tif", "B", "3600")
+    [b_dir] = set(temp_dirs_beside(out_dir / "b.tif")) - {a_dir}
+    sqlite_ledger.end_leases(where="namespace = 'A'")
+    doc = idem_json(sqlite_ledger, "reap", "--namespace", "A", "--older-than", "0s", rc=1)
+    assert [os.path.basename(o["path"]) for o in doc["orphans"]] == [a_dir]
+    assert temp_dirs_beside(out_dir / "b.tif") == [b_dir], "a live claim's directory was removed"

@@ -4,6 +4,7 @@
 kills at every step leave the target whole, concurrent loads load once, append mode replaces a
 bundle's rows only, a changed .dbf re-keys, bad input leaves the target as it was."""
 
+import json
 import os
 import signal
 import subprocess
@@ -386,3 +387,111 @@ def test_load_refuses_non_postgres_targets_and_upsert(tmp_path, db):
     assert proc.returncode == 2 and "PostgreSQL" in proc.stderr
     proc = run(load_args(db, bundle, "roads", "-upsert"), env=load_env(db))
     assert proc.returncode == 2 and "-upsert" in proc.stderr
+
+
+# ---- what is written, not how it is spelled; no secret stored (issue 68) --------------------
+
+def schemas_with_roads(dsn):
+    return sorted(r[0] for r in query(dsn, "SELECT table_schema FROM information_schema.tables "
+                                           "WHERE table_name = 'roads'"))
+
+
+@pytest.mark.parametrize("how", ["dsn-options", "PGOPTIONS", "database-default"])
+def test_load_into_another_schema_by_search_path_is_another_load(tmp_path, db, how):
+    """The schema a load writes into is the one the server resolves for its connection, however
+    it is chosen (the DSN's options, PGOPTIONS, the database's or role's default search_path):
+    the load into staging does not make the load into prod a skip."""
+    bundle = make_bundle(tmp_path / "roads.shp", 12, seed=1)
+    ledger = "sqlite:" + str(tmp_path / "ledger.sqlite")
+    with pg(db) as conn:
+        conn.execute("CREATE SCHEMA staging")
+        conn.execute("CREATE SCHEMA prod")
+    dbname = db.split("dbname=")[1].split()[0]
+
+    def aimed_at(schema):
+        # public stays on the path after it: PostGIS lives there.
+        if how == "dsn-options":
+            return db + f" options='-csearch_path={schema},public'", {}
+        if how == "PGOPTIONS":
+            return db, {"PGOPTIONS": f"-csearch_path={schema},public"}
+        with pg(db) as conn:
+            conn.execute(f'ALTER DATABASE "{dbname}" SET search_path = {schema}, public')
+        return db, {}
+
+    for schema in ("staging", "prod"):
+        dsn, env = aimed_at(schema)
+        proc = load(dsn, ledger, bundle, "roads", **env)
+        assert "skipped" not in proc.stdout + proc.stderr, (schema, proc.stdout)
+        assert schema in schemas_with_roads(db)
+    assert schemas_with_roads(db) == ["prod", "staging"]
+    # The same schema named on the command line is the same load: it skips.
+    proc = load(db, ledger, bundle, "roads", "-lco", "SCHEMA=prod")
+    assert "skipped" in proc.stdout + proc.stderr
+
+
+def test_load_key_and_rows_hold_no_credential(tmp_path, db):
+    """No secret enters a key, a row or an output: credentials given with --config (every store's
+    and HTTP's, by rule: names ending in _KEY, _SECRET, _TOKEN, _SAS, _PASSWORD, connection
+    strings...) and as NAME=VALUE options are left out of the key and the ledger, and rotating
+    one is the same load."""
+    bundle = make_bundle(tmp_path / "roads.shp", 5, seed=1)
+    ledger = "sqlite:" + str(tmp_path / "ledger.sqlite")
+    names = ["GS_SECRET_ACCESS_KEY", "AZURE_STORAGE_ACCESS_KEY", "GS_OAUTH2_REFRESH_TOKEN",
+             "AZURE_SAS", "AZURE_STORAGE_CONNECTION_STRING", "OSS_SECRET_ACCESS_KEY", "SWIFT_KEY",
+             "GS_OAUTH2_CLIENT_SECRET", "AZURE_STORAGE_SAS_TOKEN", "GDAL_HTTP_USERPWD",
+             "GDAL_HTTP_HEADERS", "SWIFT_AUTH_TOKEN", "GS_OAUTH2_PRIVATE_KEY",
+             "GOOGLE_APPLICATION_CREDENTIALS", "WEBHDFS_DELEGATION", "MY_DRIVER_PASSWORD"]
+
+    def secret_args(generation):
+        secrets = {name: f"s3cr3t-{generation}-{i:02d}-idem" for i, name in enumerate(names)}
+        args = []
+        for name, value in secrets.items():
+            args += ["--config", name, value]
+        # On the source (the Shapefile driver warns of an option it lacks and goes on): the
+        # target's PASSWORD would replace the password the load connects with.
+        args += ["-oo", f"PASSWORD=s3cr3t-{generation}-oo-idem"]
+        return args
+
+    key = key_of(db, bundle, "roads", *secret_args("a"))
+    assert key_of(db, bundle, "roads", *secret_args("b")) == key  # a rotation is the same load
+    proc = run([GDAL_IDEM, "key", "--json", "--", "ogr2ogr", "-f", "PostgreSQL", f"PG:{db}",
+                str(bundle), "-nln", "roads", *secret_args("a")], env=load_env(None), check=True)
+    seen = [proc.stdout + proc.stderr]
+    seen.append(str(load(db, ledger, bundle, "roads", *secret_args("a")).stdout))
+    seen.append(str(load(db, ledger, bundle, "roads", *secret_args("b")).stdout))
+    exported = tmp_path / "ledger.geojson"
+    for command in (["status"], ["inflight", "--all"], ["export", str(exported)],
+                    ["--json", "status"], ["verify"]):
+        proc = run([GDAL_IDEM, "--ledger", ledger, *command], env=load_env(None))
+        seen.append(proc.stdout + proc.stderr)
+    for path in (exported, tmp_path / "ledger.sqlite"):
+        with open(path, "rb") as handle:
+            seen.append(handle.read().decode("latin-1"))
+    everything = "\n".join(seen)
+    assert "s3cr3t-" not in everything
+    # What is not a credential is still keyed: the rule leaves out secrets, not settings.
+    work = json.loads(run([GDAL_IDEM, "key", "--json", "--", "ogr2ogr", "-f", "PostgreSQL",
+                           f"PG:{db}", str(bundle), "-nln", "roads", *secret_args("a"),
+                           "--config", "SHAPE_ENCODING", "LATIN1"],
+                          env=load_env(None), check=True).stdout)["work"]
+    assert work["config"] == {"SHAPE_ENCODING": "LATIN1"}
+
+
+@pytest.mark.parametrize("name", ['x"; drop table t; --', "x'y", "a;b", "a\\b", "a\nb"])
+@pytest.mark.parametrize("where", ["-lco SCHEMA", "-nln schema", "-nln table"])
+def test_load_refuses_quotes_in_the_names_it_passes_to_gdal(tmp_path, db, name, where):
+    """A quote, a semicolon, a backslash or a control character in a schema or table name that
+    load passes to GDAL's PostgreSQL driver (which writes some into its SQL unquoted) is refused
+    before anything is sent: exit 2, the message names the option, nothing is created."""
+    bundle = make_bundle(tmp_path / "roads.shp", 3, seed=1)
+    with pg(db) as conn:
+        conn.execute("CREATE TABLE t (a int)")
+    extra = {"-lco SCHEMA": ["-lco", f"SCHEMA={name}"],
+             "-nln schema": [],
+             "-nln table": []}[where]
+    table = {"-lco SCHEMA": "roads", "-nln schema": f"{name}.roads", "-nln table": name}[where]
+    proc = load(db, db, bundle, table, *extra, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert ("schema" if "schema" in where or "SCHEMA" in where else "table") in proc.stderr
+    assert query(db, "SELECT count(*) FROM t") == [(0,)]  # the table is still there
+    assert staging_tables(db) == []

@@ -18,7 +18,7 @@ import pytest
 from osgeo import gdal
 
 from idem_testlib import (GDAL_IDEM, env_with, make_ledger, make_source, read_pixels, run,
-                          sqlite_ledger, ledger, warp_cmd)  # noqa: F401
+                          share_keeps, sqlite_ledger, ledger, warp_cmd)  # noqa: F401
 from faultproxy import FaultProxy, unused_port
 from s3server import S3Server
 from idem_testlib import gdal_at_least, gdal_config, kill9, start_paused
@@ -394,15 +394,24 @@ def test_s3_forget_keeps_a_rewritten_object_and_says_so(s3, sqlite_ledger, sourc
     assert object_exists(uri)
 
 
-@pytest.mark.parametrize("outage", ["503", "403", "refused"])
-def test_s3_forget_keeps_an_object_its_store_cannot_be_asked_about(s3, sqlite_ledger, source,
-                                                                   local_tmp, prefix, outage):
-    """When the store cannot be asked (its answers 503 or 403, or the connection refused), the
-    recorded object is neither deleted nor taken for gone: forget says it was kept and exits 1.
-    "Could not look" is never "missing"."""
+OUTAGES = ["503", "429", "403", "refused"]
+SURFACES = ["skip", "verify", "pending", "forget"]
+
+
+@pytest.mark.parametrize("outage", share_keeps(OUTAGES, kept=["503", "refused"]))
+@pytest.mark.parametrize("surface", SURFACES)
+def test_s3_an_output_its_store_cannot_be_asked_about_is_never_taken_for_gone(
+        s3, sqlite_ledger, source, local_tmp, prefix, tmp_path, surface, outage):
+    """"Could not look" is never "missing": with the store answering 503, 429 (throttled) or 403
+    (credentials), or its connection refused, every place that looks at a completed object
+    output (the driver's skip check, verify, pending, forget --delete-output) keeps its ledger
+    row and the object, says so, and exits non-zero; once the store answers, the rerun skips."""
     env = s3_env(s3, sqlite_ledger, local_tmp)
     uri = f"/vsis3/{prefix}/v.tif"
-    run(warp_cmd(source, "/vsiidem/" + uri, "-ts", "64", "64"), env=env, check=True)
+    command = warp_cmd(source, "/vsiidem/" + uri, "-ts", "64", "64")
+    run(command, env=env, check=True)
+    [row] = sqlite_ledger.rows()
+    assert row["completed_at"] is not None
     proxy = FaultProxy(s3.port).start()
     try:
         if outage == "refused":
@@ -410,14 +419,71 @@ def test_s3_forget_keeps_an_object_its_store_cannot_be_asked_about(s3, sqlite_le
         else:
             proxy.fail(lambda method, path: True, 1000, status=int(outage))
             endpoint = f"127.0.0.1:{proxy.port}"
-        proc = run([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "--json", "forget", "--output",
-                    uri, "--delete-output"],
-                   env=dict(env, AWS_S3_ENDPOINT=endpoint, GDAL_HTTP_MAX_RETRY="0"))
+        down = dict(env, AWS_S3_ENDPOINT=endpoint, GDAL_HTTP_MAX_RETRY="0")
+        ledger = ["--ledger", sqlite_ledger.dsn]
+        if surface == "skip":
+            proc = run(command, env=down)
+            assert proc.returncode != 0
+            assert "did not answer" in proc.stderr and "kept" in proc.stderr, proc.stderr
+        elif surface == "verify":
+            proc = run([GDAL_IDEM, *ledger, "--json", "verify"], env=down)
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            (failure,) = json.loads(proc.stdout)["failures"]
+            assert failure["row_removed"] is False
+            assert "could not be looked at" in failure["problem"]
+        elif surface == "pending":
+            batch = tmp_path / "batch.txt"
+            batch.write_text(" ".join(str(word) for word in command) + "\n")
+            proc = run([GDAL_IDEM, "pending", str(batch)], env=down)
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout.strip() != "", "the work was taken for done"
+            assert "did not answer" in proc.stderr, proc.stderr
+        else:
+            proc = run([GDAL_IDEM, *ledger, "--json", "forget", "--output", uri,
+                        "--delete-output"], env=down)
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            (output,) = json.loads(proc.stdout)["outputs"]
+            assert output["deleted"] == [] and "could not be asked" in output["kept_because"]
     finally:
         proxy.stop()
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    (output,) = json.loads(proc.stdout)["outputs"]
-    assert output["deleted"] == [] and "could not be asked" in output["kept_because"]
+    assert object_exists(uri)
+    if surface != "forget":  # forget removes the row first, by design; the object stays
+        assert sqlite_ledger.rows() == [row], "the completed row was lost to an outage"
+        mark = s3.mark()
+        run(command, env=env, check=True)
+        assert [r for r in s3.writes_since(mark) if r[0] in ("PUT", "DELETE")] == []  # skipped
+
+
+def test_s3_forget_racing_a_rerun_of_the_same_work_leaves_no_row_without_its_object(
+        s3, sqlite_ledger, source, local_tmp, prefix):
+    """forget --delete-output looks at the object, then a rerun of the same work (its row just
+    forgotten) uploads the same bytes, the same ETag, and completes; forget's delete, conditional
+    on that ETag, removes the rerun's object. No row may vouch for it: forget withdraws the
+    completion recorded meanwhile and says so, and the next run rebuilds the object."""
+    env = s3_env(s3, sqlite_ledger, local_tmp)
+    uri = f"/vsis3/{prefix}/v.tif"
+    command = warp_cmd(source, "/vsiidem/" + uri, "-ts", "64", "64")
+    run(command, env=env, check=True)
+    etag = etag_of(uri)
+    resume = local_tmp.parent / "resume-forget"
+    forget = start_paused([GDAL_IDEM, "--ledger", sqlite_ledger.dsn, "--json", "forget",
+                           "--output", uri, "--delete-output"], env, "before_object_delete",
+                          resume_file=resume)
+    try:
+        run(command, env=env, check=True)  # the rerun: the row is gone, so it builds
+        assert etag_of(uri) == etag, "the rerun did not upload the same bytes"
+        [rerun] = [r for r in sqlite_ledger.rows() if r["completed_at"] is not None]
+    finally:
+        resume.write_text("go")
+        out, err = forget.communicate(timeout=300)
+    assert forget.returncode == 1, out + err
+    (output,) = json.loads(out)["outputs"]
+    assert output["deleted"] == [uri], output
+    assert "withdrawn" in output["kept_because"] and rerun["work_key"][:12] in output["kept_because"]
+    assert not object_exists(uri)
+    assert [r for r in sqlite_ledger.rows() if r["completed_at"] is not None] == [], \
+        "a completed row vouches for a deleted object"
+    run(command, env=env, check=True)
     assert object_exists(uri)
 
 

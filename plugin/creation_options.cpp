@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "base/gdal_compat.hpp"
+#include "base/labels.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "key/tile_grid.hpp"
@@ -106,6 +107,10 @@ IdemOptions parse_options(CSLConstList creation_options) {
   }
   if (options.namespace_name.empty()) {
     throw Error(ErrorKind::k_usage, "the namespace is empty: set NAMESPACE or IDEM_NAMESPACE");
+  }
+  check_label("the namespace (NAMESPACE or IDEM_NAMESPACE)", options.namespace_name);
+  if (options.layer) {
+    check_label("LAYER", *options.layer);
   }
   options.ledger_dsn = CPLGetConfigOption("IDEM_LEDGER", "");
   if (const char* stale = CPLGetConfigOption("IDEM_STALE_SECONDS", nullptr)) {

@@ -137,13 +137,14 @@ std::optional<ObservedFile> current_identity(const std::string& real) {
     }
     return local_identity(info);
   }
-  const std::optional<ObjectHeaders> headers = object_headers(real, true);
-  if (!headers || headers->etag.empty()) {
+  // Not there, or the store could not tell: either way nothing is seen that a delete may remove.
+  const ObjectLook look = look_at_object(real, true);
+  if (look.found != ObjectLook::Found::k_object || look.headers.etag.empty()) {
     return std::nullopt;
   }
   ObservedFile identity;
-  identity.size = headers->size;
-  identity.etag = headers->etag;
+  identity.size = look.headers.size;
+  identity.etag = look.headers.etag;
   return identity;
 }
 

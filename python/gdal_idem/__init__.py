@@ -14,9 +14,11 @@ be where GDAL finds it (installed, or GDAL_DRIVER_PATH).
 """
 
 from ._calls import (BusyError, IdemError, LedgerUnreachableError, LostClaimError,
-                     RefusedDestinationError, Result, translate, warp, work_key)
+                     RefusedDestinationError, Result, StoreUnreachableError, translate, warp,
+                     work_key)
 from ._ledger import Ledger
 
 __all__ = ["warp", "translate", "work_key", "Result", "IdemError", "BusyError", "LostClaimError",
-           "RefusedDestinationError", "LedgerUnreachableError", "Ledger"]
+           "RefusedDestinationError", "LedgerUnreachableError", "StoreUnreachableError",
+           "Ledger"]
 __version__ = "0.1.0"

@@ -13,8 +13,8 @@ _OUTCOMES = {"BUILT": "built", "REBUILT": "rebuilt", "SKIPPED": "skipped"}
 
 class IdemError(RuntimeError):
     """A call through IDEM failed. `kind` says why, for programs: "busy", "lost_claim",
-    "refused_destination", "ledger_unreachable", "ledger", "usage", "source", "io" or
-    "internal" (the driver's ERROR_KIND in lower case), or "gdal" when GDAL failed before IDEM
+    "refused_destination", "ledger_unreachable", "store_unreachable", "ledger", "usage",
+    "source", "io" or "internal" (the driver's ERROR_KIND in lower case), or "gdal" when GDAL failed before IDEM
     was called. `message` is the driver's (or GDAL's) message; `key` the work's key once known;
     `output` the output as the ledger names it, once known."""
 
@@ -42,9 +42,15 @@ class LedgerUnreachableError(IdemError):
     """The ledger's database could not be reached."""
 
 
+class StoreUnreachableError(IdemError):
+    """The object store could not be asked about the output (a connection error, 403, 429 or
+    5xx): nothing was decided on it and its ledger row was kept. Retry once it answers."""
+
+
 _ERRORS = {"busy": BusyError, "lost_claim": LostClaimError,
            "refused_destination": RefusedDestinationError,
-           "ledger_unreachable": LedgerUnreachableError}
+           "ledger_unreachable": LedgerUnreachableError,
+           "store_unreachable": StoreUnreachableError}
 
 
 class Result:
@@ -105,6 +111,22 @@ def _idem_path(dst):
     return path if path.startswith("/vsiidem/") else "/vsiidem/" + path
 
 
+_MAX_LABEL_BYTES = 256  # as the driver's check_label (src/base/labels.hpp)
+
+
+def _check_label(name, value):
+    """The driver's rule for a namespace, layer or tile, checked here first: GDAL's C strings
+    would cut a NUL before the driver sees it (running another namespace's work)."""
+    bad = next((c for c in value if ord(c) < 0x20 or ord(c) == 0x7f), None)
+    if bad is not None:
+        raise IdemError("usage", f"{name} holds a control character (0x{ord(bad):02x}): give one "
+                                 "line of printable characters (a NUL would be cut, a newline "
+                                 "would split the ledger's listings)")
+    if len(value.encode()) > _MAX_LABEL_BYTES:
+        raise IdemError("usage", f"{name} is {len(value.encode())} bytes long: give at most "
+                                 f"{_MAX_LABEL_BYTES}")
+
+
 def _creation_options(kwargs, namespace, layer, tile):
     """kwargs' creationOptions as a list, with IDEM's: FORMAT (from format=), NAMESPACE, LAYER,
     TILE. format= becomes "IDEM"."""
@@ -119,6 +141,7 @@ def _creation_options(kwargs, namespace, layer, tile):
         options.append(f"FORMAT={given}")
     for name, value in (("NAMESPACE", namespace), ("LAYER", layer), ("TILE", tile)):
         if value is not None:
+            _check_label(name, str(value))
             options.append(f"{name}={value}")
     text = kwargs.get("options")
     words = text.split() if isinstance(text, str) else list(text or [])

@@ -17,6 +17,9 @@ const char* error_kind_name(const Error& error) {
   if (dynamic_cast<const LedgerUnreachable*>(&error) != nullptr) {
     return "ledger_unreachable";
   }
+  if (dynamic_cast<const StoreUnreachable*>(&error) != nullptr) {
+    return "store_unreachable";
+  }
   switch (error.kind()) {
     case ErrorKind::k_usage:
       return "usage";

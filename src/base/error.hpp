@@ -54,10 +54,18 @@ class ClaimLost : public Error {
   explicit ClaimLost(const std::string& message) : Error(ErrorKind::k_ledger, message) {}
 };
 
+// An object store could not be asked about an output (the connection failed, or it answered 403,
+// 429 or 5xx): the output is neither missing nor changed as far as IDEM knows, so nothing is
+// decided on it; its ledger rows stay as they are (docs/cli.md, verify).
+class StoreUnreachable : public Error {
+ public:
+  explicit StoreUnreachable(const std::string& message) : Error(ErrorKind::k_io, message) {}
+};
+
 // What kind of failure `error` is, as programs read it: "busy", "lost_claim",
-// "refused_destination", "ledger_unreachable", "usage", "source", "ledger", "io" or "internal".
-// The driver's ERROR_KIND (in upper case), the command's --json error object and the Python
-// package's IdemError.kind all name failures this way.
+// "refused_destination", "ledger_unreachable", "store_unreachable", "usage", "source", "ledger",
+// "io" or "internal". The driver's ERROR_KIND (in upper case), the command's --json error object
+// and the Python package's IdemError.kind all name failures this way.
 const char* error_kind_name(const Error& error);
 
 }  // namespace idem

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "base/error.hpp"
+#include "base/labels.hpp"
 #include "base/paths.hpp"
 #include "cpl_conv.h"
 
@@ -21,6 +23,18 @@ std::unique_ptr<Ledger> open_ledger_read_only(const GlobalOptions& global) {
 std::string ledger_label(const GlobalOptions& global) {
   return global.ledger_dsn.empty() ? "sqlite:" + Ledger::default_sqlite_path()
                                    : Ledger::redact_dsn(global.ledger_dsn);
+}
+
+std::string label_argument(const std::string& option, const std::string& value) {
+  if (value.empty()) {
+    throw UsageError{option + " is empty: give a name"};
+  }
+  try {
+    check_label(option, value);
+  } catch (const Error& error) {
+    throw UsageError{error.what()};
+  }
+  return value;
 }
 
 bool is_hex_key_prefix(const std::string& key_text) {

@@ -21,6 +21,10 @@ std::unique_ptr<Ledger> open_ledger_read_only(const GlobalOptions& global);
 // The DSN as shown in messages (password masked).
 std::string ledger_label(const GlobalOptions& global);
 
+// The value of a --namespace or --layer option (`option`), checked (check_label: one line of
+// printable characters, at most 256 bytes); throws UsageError naming the option otherwise.
+std::string label_argument(const std::string& option, const std::string& value);
+
 // Whether `key_text` looks like (a prefix of) a lowercase hex key.
 bool is_hex_key_prefix(const std::string& key_text);
 

@@ -149,9 +149,9 @@ int run_export(const Args& args, const GlobalOptions& global) {
     if (args[i] == "--format" && i + 1 < args.size()) {
       format = CPLString(args[++i]).tolower();
     } else if (args[i] == "--namespace" && i + 1 < args.size()) {
-      filter.namespace_name = args[++i];
+      filter.namespace_name = label_argument("--namespace", args[++i]);
     } else if (args[i] == "--layer" && i + 1 < args.size()) {
-      filter.layer = args[++i];
+      filter.layer = label_argument("--layer", args[++i]);
     } else if (!args[i].empty() && args[i][0] != '-' && !destination) {
       destination = args[i];
     } else {

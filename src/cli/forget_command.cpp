@@ -24,15 +24,15 @@ namespace idem::cli {
 
 namespace {
 
-// What removing a forgotten output did: the files deleted, and why anything was kept. `kept` is
-// set when a recorded file could not be deleted (it changed, or could not be looked at): the
-// command then found a problem (exit 1); an output already gone, or still recorded by another
-// row, is not one.
+// What removing a forgotten output did: the files deleted, and why anything was kept. `problem`
+// is set when a recorded file could not be deleted (it changed, or could not be looked at) or a
+// run that wrote the output meanwhile was withdrawn: the command then found a problem (exit 1);
+// an output already gone, or still recorded by another row, is not one.
 struct Removal {
   std::string output;
   std::vector<std::string> deleted;
   std::string kept_because;
-  bool kept = false;
+  bool problem = false;
 };
 
 // Removes the files the completion `row` recorded (its sidecars, then the primary), each only
@@ -103,13 +103,41 @@ void remove_recorded_output(const LedgerRow& row, Removal& removal) {
                   std::nullopt, std::nullopt});
   }
   if (!changed.empty()) {
-    removal.kept = true;
+    removal.problem = true;
     removal.kept_because = CPLString(changed.front());
     for (size_t i = 1; i < changed.size(); ++i) {
       removal.kept_because += "; " + changed[i];
     }
   } else if (removal.deleted.empty()) {
     removal.kept_because = "not found";
+  }
+}
+
+// After `output`'s files were deleted: a run of work on that output may have claimed it, and
+// even uploaded the same bytes (the same ETag, which a conditional delete cannot tell from the
+// forgotten object's) and completed, between the look before the delete and the delete itself.
+// No row may vouch for what was deleted: the completions recorded meanwhile are withdrawn (the
+// next run redoes the work) and the claims in flight released (fenced on their tokens: their
+// completion is then refused and they take back what they published). Said in `removal`.
+void withdraw_runs_of_meanwhile(Ledger& ledger, const std::string& output, Removal& removal) {
+  Ledger::RowFilter on_output;
+  on_output.output_uri = output;
+  std::vector<std::string> withdrawn;
+  for (const LedgerRow& row : ledger.rows(on_output)) {
+    const bool done = row.state == RowState::k_completed
+                          ? ledger.invalidate(row.work_key, row.claim_token)
+                          : row.state == RowState::k_in_flight && !row.released_at &&
+                                ledger.release(row.work_key, row.claim_token);
+    if (done) {
+      withdrawn.push_back(row.work_key.substr(0, 12));
+    }
+  }
+  if (!withdrawn.empty()) {
+    removal.problem = true;
+    removal.kept_because = "a run of key " + withdrawn.front() +
+                           (withdrawn.size() > 1 ? " (and others)" : "") +
+                           " wrote this output while it was deleted: its claim or completion was "
+                           "withdrawn, so the next run redoes it";
   }
 }
 
@@ -131,9 +159,9 @@ ForgetRequest parse_forget(const Args& args) {
     if (args[i] == "--output" && i + 1 < args.size()) {
       filter.output_uri = output_uri_argument(args[++i]);
     } else if (args[i] == "--namespace" && i + 1 < args.size()) {
-      filter.namespace_name = args[++i];
+      filter.namespace_name = label_argument("--namespace", args[++i]);
     } else if (args[i] == "--layer" && i + 1 < args.size()) {
-      filter.layer = args[++i];
+      filter.layer = label_argument("--layer", args[++i]);
     } else if (args[i] == "--delete-output") {
       request.delete_output = true;
     } else if (!args[i].empty() && args[i][0] != '-' && !request.key) {
@@ -207,6 +235,9 @@ int run_forget(const Args& args, const GlobalOptions& global) {
         removal.kept_because = "still recorded by key " + others.front().work_key.substr(0, 12);
       } else {
         remove_recorded_output(*row, removal);
+        if (!removal.deleted.empty()) {
+          withdraw_runs_of_meanwhile(*ledger, output, removal);
+        }
       }
       removals.push_back(std::move(removal));
       progress.update(++done, outputs.size());
@@ -250,9 +281,9 @@ int run_forget(const Args& args, const GlobalOptions& global) {
     }
     std::printf("forgot %zu row(s)\n", forgotten.size());
   }
-  const bool kept = std::any_of(removals.begin(), removals.end(),
-                                [](const Removal& removal) { return removal.kept; });
-  return forgotten.empty() || kept ? k_exit_problems : k_exit_ok;
+  const bool problem = std::any_of(removals.begin(), removals.end(),
+                                   [](const Removal& removal) { return removal.problem; });
+  return forgotten.empty() || problem ? k_exit_problems : k_exit_ok;
 }
 
 }  // namespace idem::cli

@@ -21,9 +21,9 @@ int run_inflight(const Args& args, const GlobalOptions& global) {
   bool all = false;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--namespace" && i + 1 < args.size()) {
-      filter.namespace_name = args[++i];
+      filter.namespace_name = label_argument("--namespace", args[++i]);
     } else if (args[i] == "--layer" && i + 1 < args.size()) {
-      filter.layer = args[++i];
+      filter.layer = label_argument("--layer", args[++i]);
     } else if (args[i] == "--all") {
       all = true;
     } else {

@@ -20,6 +20,7 @@
 #include "base/paths.hpp"
 #include "cli.hpp"
 #include "cli_json.hpp"
+#include "cli_ledger.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -27,6 +28,7 @@
 #include "gdal_utils.h"
 #include "key/command_line.hpp"
 #include "key/feature_key.hpp"
+#include "work/target_session.hpp"
 
 namespace idem::cli {
 
@@ -126,7 +128,8 @@ constexpr const char* k_key_usage =
     "       gdal-idem key [--json] [--mode replace|append] [--namespace N] -- ogr2ogr ARGS...";
 
 // `key -- ogr2ogr ...`: the key `gdal-idem load` would give this command (nothing is written;
-// the bundle is read to identify it by content).
+// the bundle is read to identify it by content, and the target's server is asked for its
+// current schema when the command names none, as `load` asks it).
 int run_key_ogr2ogr(const Args& arguments, FeatureLoadSettings settings,
                     const std::optional<std::string>& namespace_name, bool json) {
   const Ogr2ogrCommand command = parse_ogr2ogr_command(arguments);
@@ -135,6 +138,7 @@ int run_key_ogr2ogr(const Args& arguments, FeatureLoadSettings settings,
   settings.digest_policy = source_digest_policy_from_config();
   InMemoryDigestCache cache;
   settings.digest_cache = &cache;
+  settings.current_schema = ask_current_schema;
   const FeatureWork work = describe_feature_load(command, settings);
   if (json) {
     print_key_json(work.output_uri, work.key, work.canonical_json);
@@ -159,7 +163,7 @@ int run_key(const Args& args, const GlobalOptions& global) {
       load_settings.mode = parse_load_mode(args[++i]);
       load_options_given = true;
     } else if (args[i] == "--namespace" && i + 1 < args.size()) {
-      load_namespace = args[++i];
+      load_namespace = label_argument("--namespace", args[++i]);
       load_options_given = true;
     } else {
       throw UsageError{"unknown option '" + args[i] + "'; " + k_key_usage};

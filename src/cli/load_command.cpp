@@ -10,6 +10,7 @@
 #include "base/paths.hpp"
 #include "cli.hpp"
 #include "cli_json.hpp"
+#include "cli_ledger.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
 #include "key/source_digest.hpp"
@@ -47,7 +48,7 @@ int run_load(const Args& args, const GlobalOptions& global) {
     if (args[i] == "--mode" && i + 1 < args.size()) {
       request.settings.mode = parse_load_mode(args[++i]);
     } else if (args[i] == "--namespace" && i + 1 < args.size()) {
-      namespace_name = args[++i];
+      namespace_name = label_argument("--namespace", args[++i]);
     } else if (args[i] == "--json") {
       json = true;
     } else {

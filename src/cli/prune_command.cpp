@@ -29,7 +29,7 @@ int run_prune(const Args& args, const GlobalOptions& global) {
     } else if (args[i] == "--drop-history" && i + 1 < args.size()) {
       drop_history = parse_duration(args[++i], "--drop-history");
     } else if (args[i] == "--namespace" && i + 1 < args.size()) {
-      request.namespace_name = args[++i];
+      request.namespace_name = label_argument("--namespace", args[++i]);
     } else if (args[i] == "--force") {
       force = true;
     } else {

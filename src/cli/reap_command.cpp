@@ -223,7 +223,7 @@ int run_reap(const Args& args, const GlobalOptions& global) {
     } else if (args[i] == "--all-dirs") {
       all_dirs = true;
     } else if (args[i] == "--namespace" && i + 1 < args.size()) {
-      namespace_name = args[++i];
+      namespace_name = label_argument("--namespace", args[++i]);
     } else {
       throw UsageError{"unknown argument '" + args[i] + "'; " + k_synopsis};
     }
@@ -246,6 +246,15 @@ int run_reap(const Args& args, const GlobalOptions& global) {
   const double now = ledger->now();
 
   ClaimScan scan = scan_claims(*ledger, filter, min_claim_expiry);
+  if (filter.namespace_name) {
+    // A temporary directory beside this namespace's outputs may be a live claim's of another
+    // namespace: the live tokens are those of the whole ledger (docs/cli.md, reap).
+    Ledger::RowFilter every_namespace = filter;
+    every_namespace.namespace_name.reset();
+    every_namespace.in_flight_or_retried = true;
+    every_namespace.after_work_key.reset();
+    scan.live_tokens = scan_claims(*ledger, every_namespace, min_claim_expiry).live_tokens;
+  }
   const std::vector<LedgerRow>& candidates = scan.candidates;
   const std::set<std::string>& live_tokens = scan.live_tokens;
   const std::set<std::string>& directories = scan.directories;

@@ -16,9 +16,9 @@ int run_status(const Args& args, const GlobalOptions& global) {
   constexpr const char* k_synopsis = "usage: gdal-idem status [--namespace N] [--layer L]";
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--namespace" && i + 1 < args.size()) {
-      filter.namespace_name = args[++i];
+      filter.namespace_name = label_argument("--namespace", args[++i]);
     } else if (args[i] == "--layer" && i + 1 < args.size()) {
-      filter.layer = args[++i];
+      filter.layer = label_argument("--layer", args[++i]);
     } else {
       throw UsageError{"unknown argument '" + args[i] + "'; " + k_synopsis};
     }

@@ -84,11 +84,8 @@ std::optional<std::string> file_sha256(const std::string& uri) {
   return hasher.finish_hex();
 }
 
-// What is wrong with the row's output, or "" when nothing. `unknown` is set when the output
-// could not be looked at (its store did not answer, or answered 403, 429 or 5xx): it is then
-// neither missing nor changed, and its row stays.
-std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_missing,
-                         bool& unknown) {
+// What is wrong with the row's output, or "" when nothing (check_output's work).
+std::string find_fault(const LedgerRow& row, bool checksum, bool& checksum_missing, bool& unknown) {
   const std::string& uri = row.output_uri;
   const OutputFingerprint recorded = row.fingerprint.value_or(OutputFingerprint{});
   if (!is_vsi_path(uri)) {
@@ -180,6 +177,30 @@ std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_mis
   return std::string();
 }
 
+// What is wrong with the row's output, or "" when nothing. `unknown` is set when the output
+// could not be looked at (its store did not answer, or answered 403, 429 or 5xx, at the first
+// look or at any later read): it is then neither missing nor changed, and its row stays.
+std::string check_output(const LedgerRow& row, bool checksum, bool& checksum_missing,
+                         bool& unknown) {
+  std::string fault;
+  try {
+    fault = find_fault(row, checksum, checksum_missing, unknown);
+  } catch (const StoreUnreachable& error) {
+    unknown = true;
+    return std::string("could not be looked at: ") + error.what();
+  }
+  if (!fault.empty() && !unknown && is_object_store_path(row.output_uri)) {
+    // A read that failed after the first look (unreadable, does not open): asked again, so that
+    // a store that stopped answering meanwhile does not cost the row.
+    const ObjectLook again = look_at_object(row.output_uri, true);
+    if (again.found == ObjectLook::Found::k_unknown) {
+      unknown = true;
+      return "could not be looked at: " + again.why;
+    }
+  }
+  return fault;
+}
+
 }  // namespace
 
 int run_verify(const Args& args, const GlobalOptions& global) {
@@ -191,9 +212,9 @@ int run_verify(const Args& args, const GlobalOptions& global) {
   bool dry_run = false;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--namespace" && i + 1 < args.size()) {
-      filter.namespace_name = args[++i];
+      filter.namespace_name = label_argument("--namespace", args[++i]);
     } else if (args[i] == "--layer" && i + 1 < args.size()) {
-      filter.layer = args[++i];
+      filter.layer = label_argument("--layer", args[++i]);
     } else if (args[i] == "--checksum") {
       checksum = true;
     } else if (args[i] == "--dry-run" || args[i] == "-n") {

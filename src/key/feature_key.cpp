@@ -6,15 +6,19 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "base/error.hpp"
+#include "base/labels.hpp"
 #include "base/paths.hpp"
+#include "base/secret_names.hpp"
 #include "cpl_conv.h"
 #include "cpl_error.h"
 #include "cpl_string.h"
@@ -114,6 +118,20 @@ std::string launder(const std::string& name) {
   return out;
 }
 
+// The names are passed on to GDAL's PostgreSQL driver, which writes some of them into its SQL
+// unquoted (-lco SCHEMA='x"; drop table t; --' runs that SQL through plain ogr2ogr): a quote, a
+// semicolon, a backslash or a control character in one is refused before anything is sent.
+void check_target_name(const std::string& what, const std::string& value) {
+  check_label(what, value);
+  if (value.find_first_of("\"';\\") != std::string::npos) {
+    throw Error(ErrorKind::k_usage,
+                what + " '" + value +
+                    "' holds a quote, a semicolon or a backslash, which GDAL's PostgreSQL driver "
+                    "would write into its SQL as they are: name tables and schemas with letters, "
+                    "digits, '_', '-', '.' or spaces");
+  }
+}
+
 FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& layer_name) {
   if (const auto format = last_value(command.options, "-f")) {
     if (!EQUAL(format->c_str(), "PostgreSQL")) {
@@ -159,15 +177,21 @@ FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& l
   target.conninfo = conninfo;
   target.database = JsonValue::object();
   std::string display = "PG:";
+  // What the string leaves out, libpq takes from its environment (PGHOST, PGPORT, PGDATABASE,
+  // PGSERVICE, PGHOSTADDR): the database written is the one those name, so they are keyed too.
   for (const PQconninfoOption* option = parsed.get(); option->keyword != nullptr; ++option) {
     const std::string keyword = option->keyword;
-    if (option->val == nullptr || *option->val == '\0') {
+    if (keyword != "dbname" && keyword != "host" && keyword != "hostaddr" && keyword != "port" &&
+        keyword != "service") {
       continue;
     }
-    if (keyword == "dbname" || keyword == "host" || keyword == "hostaddr" || keyword == "port" ||
-        keyword == "service") {
+    if (option->val != nullptr && *option->val != '\0') {
       target.database.set(keyword, JsonValue::string(option->val));
       display += (display.size() > 3 ? " " : "") + keyword + "=" + option->val;
+    } else if (const char* from_environment =
+                   option->envvar != nullptr ? std::getenv(option->envvar) : nullptr;
+               from_environment != nullptr && *from_environment != '\0') {
+      target.database.set(keyword, JsonValue::string(from_environment));
     }
   }
 
@@ -182,6 +206,11 @@ FeatureTarget resolve_target(const Ogr2ogrCommand& command, const std::string& l
     name = name.substr(dot + 1);
   } else if (active_schema) {
     schema = active_schema;
+  }
+  check_target_name("the target table (-nln)", name);
+  if (schema) {
+    check_target_name("the target schema (-lco SCHEMA, -nln SCHEMA.TABLE or active_schema)",
+                      *schema);
   }
   if (laundered) {
     name = launder(name);
@@ -295,6 +324,7 @@ JsonValue key_options(const Ogr2ogrCommand& command, const FeatureLoadSettings& 
       "-progress", "-q",      "-quiet",          "-overwrite",
       "-append",   "-update", "-ds_transaction", "-lyr_transaction"};
   static const std::set<std::string> k_dropped_with_value = {"-gt", "-f", "-of", "-nln"};
+  static const std::set<std::string> k_name_value_options = {"-oo", "-doo", "-lco", "-dsco"};
   static const std::set<std::string> k_crs_options = {"-a_srs", "-t_srs", "-s_srs", "-spat_srs"};
   static const std::set<std::string> k_number_options = {"-spat",  "-simplify",       "-segmentize",
                                                          "-limit", "-datelineoffset", "-gcp"};
@@ -312,6 +342,9 @@ JsonValue key_options(const Ogr2ogrCommand& command, const FeatureLoadSettings& 
     } else if (option == "-lco" && arity == 1 &&
                (option_name(value(0)) == "SCHEMA" || option_name(value(0)) == "OVERWRITE")) {
       // SCHEMA is in the target; OVERWRITE is the staging table's business.
+    } else if (k_name_value_options.count(option) != 0 && arity == 1 &&
+               names_a_secret(option_name(value(0)))) {
+      // A credential (-oo PASSWORD=...): never stored, and rotating it is the same load.
     } else if (k_crs_options.count(option) != 0 && arity == 1) {
       out.push_back(JsonValue::string(option));
       out.push_back(normalize_crs(value(0)));
@@ -468,6 +501,7 @@ FeatureWork describe_feature_load(const Ogr2ogrCommand& command,
   if (work.namespace_name.empty()) {
     throw Error(ErrorKind::k_usage, "the namespace is empty: give --namespace or IDEM_NAMESPACE");
   }
+  check_label("the namespace (--namespace or IDEM_NAMESPACE)", work.namespace_name);
   if (settings.mode && command.mode_from_flags && *settings.mode != *command.mode_from_flags) {
     throw Error(ErrorKind::k_usage,
                 std::string("--mode ") + load_mode_name(*settings.mode) +
@@ -497,6 +531,24 @@ FeatureWork describe_feature_load(const Ogr2ogrCommand& command,
                     std::to_string(command.layers.size()));
   }
   work.target = resolve_target(command, layer_name);
+  if (!work.target.schema) {
+    // The schema the server resolves for this connection (its search_path, whether set by the
+    // DSN's options, PGOPTIONS or the role's default), not the DSN's spelling: loads into two
+    // schemas are two loads.
+    if (!settings.current_schema) {
+      throw Error(ErrorKind::k_usage,
+                  "the target schema is not named (-lco SCHEMA=...) and "
+                  "there is no connection to ask the server for it");
+    }
+    work.target.schema = settings.current_schema(work.target);
+    if (work.target.schema->empty()) {
+      throw Error(ErrorKind::k_usage,
+                  "the target " + work.target.display +
+                      " has no current schema (its search_path names none that exists): name it "
+                      "with -nln SCHEMA.TABLE or -lco SCHEMA=...");
+    }
+    check_target_name("the target's current schema", *work.target.schema);
+  }
   work.bundle = bundle_name(command.source);
 
   JsonValue description = JsonValue::object();
@@ -516,15 +568,14 @@ FeatureWork describe_feature_load(const Ogr2ogrCommand& command,
   description.set("options", key_options(command, settings));
   JsonValue config = JsonValue::object();
   for (const auto& [name, value] : command.config) {
-    if (!config_is_attempt_only(name)) {
+    if (!config_is_attempt_only(name) && !names_a_secret(name)) {
       config.set(CPLString(name).toupper(), JsonValue::string(value));
     }
   }
   description.set("config", std::move(config));
   JsonValue target = JsonValue::object();
   target.set("database", work.target.database);
-  target.set("schema",
-             work.target.schema ? JsonValue::string(*work.target.schema) : JsonValue::null());
+  target.set("schema", JsonValue::string(*work.target.schema));
   target.set("table", JsonValue::string(work.target.table));
   description.set("target", std::move(target));
 

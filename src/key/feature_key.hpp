@@ -3,6 +3,7 @@
 // target table it writes, and the idempotency key of the load (docs/loads.md, "The key").
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -41,7 +42,8 @@ Ogr2ogrCommand parse_ogr2ogr_command(const std::vector<std::string>& arguments);
 // The PostgreSQL table a load writes.
 struct FeatureTarget {
   std::string conninfo;               // libpq connection string (GDAL-only keywords removed)
-  std::optional<std::string> schema;  // explicit schema (-nln s.t, -lco SCHEMA, active_schema)
+  std::optional<std::string> schema;  // explicit schema (-nln s.t, -lco SCHEMA, active_schema);
+                                      // after describe_feature_load, the server's when not given
   std::string table;                  // as the PG driver will name it (laundered unless
                                       // -lco LAUNDER=NO)
   JsonValue database;                 // {"dbname","host","hostaddr","port","service"} given
@@ -53,6 +55,9 @@ struct FeatureLoadSettings {
   std::optional<LoadMode> mode;  // --mode; else the command's flags; else replace
   SourceDigestPolicy digest_policy = SourceDigestPolicy::k_auto;
   DigestCache* digest_cache = nullptr;  // may be null
+  // Asks the target's server for the schema its connection writes into (current_schema()):
+  // called when the command names none (work/target_session.hpp: ask_current_schema).
+  std::function<std::string(const FeatureTarget&)> current_schema;
 };
 
 struct FeatureWork {

@@ -281,11 +281,13 @@ void cache_digest(DigestCache* cache, const std::string& path, const FileIdentit
 }
 
 ObjectHeaders required_object_headers(const std::string& path) {
-  auto headers = object_headers(path, false);
-  if (!headers) {
-    throw Error(ErrorKind::k_source, "cannot stat source object '" + path + "'");
+  const ObjectLook look = look_at_object(path, false);
+  if (look.found != ObjectLook::Found::k_object) {
+    throw Error(ErrorKind::k_source,
+                "cannot stat source object '" + path + "'" +
+                    (look.found == ObjectLook::Found::k_unknown ? ": " + look.why : std::string()));
   }
-  return *headers;
+  return look.headers;
 }
 
 }  // namespace

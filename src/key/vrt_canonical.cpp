@@ -11,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "base/paths.hpp"
+#include "base/secret_names.hpp"
 #include "cpl_conv.h"
 #include "cpl_minixml.h"
 #include "cpl_string.h"
@@ -367,8 +368,8 @@ class VrtCanonicaliser {
   static void add_option(JsonValue& options, const std::string& raw_name,
                          const std::string& value) {
     const std::string name = CPLString(raw_name).toupper();
-    if (tag_in(name.c_str(), k_dropped_options)) {
-      return;
+    if (tag_in(name.c_str(), k_dropped_options) || names_a_secret(name)) {
+      return;  // a credential (an open option PASSWORD=...) is never stored (secret_names.hpp)
     }
     auto& members = options.members();
     auto existing = members.find(name);

@@ -177,6 +177,8 @@ class PostgresLedger : public Ledger, public CallerTransactionCompletion {
   static const std::string& required_extensions();
   SchemaState read_schema_state(bool in_transaction);
   void forget_lost_footprint(SchemaState& state);
+  void check_trust(const SchemaState& state) const;
+  void refuse_unreadable_schema(const PgResult& owner) const;
   static std::vector<Migration> applicable_migrations(const SchemaState& state,
                                                       MigrationReport* report);
   MigrationReport migrate_locked();
@@ -216,6 +218,7 @@ class PostgresLedger : public Ledger, public CallerTransactionCompletion {
   // The same, committed without waiting for the flush (claims that their caller confirms).
   std::string m_claim_unless_completed_deferred_sql;
   bool m_has_footprint = false;
+  bool m_owned_by_this_role = false;  // this connection's role owns schema idem
   enum class PostgisLoad { k_not_started, k_pending, k_done };
   PostgisLoad m_postgis_load = PostgisLoad::k_not_started;  // on this connection
   // digest_read_ahead's query: sent (pending), then its answer, kept for digest_get_many.

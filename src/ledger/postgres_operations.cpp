@@ -127,6 +127,15 @@ int64_t PostgresLedger::archive(const ArchiveRequest& request) {
 }
 
 int64_t PostgresLedger::archive_locked(const ArchiveRequest& request) {
+  if (!m_owned_by_this_role) {
+    // The move calls the ledger's function, with this role's rights: retention stays with the
+    // owner (docs/ledger.md, "Who owns the ledger").
+    throw Error(ErrorKind::k_ledger,
+                "the PostgreSQL ledger " + m_redacted +
+                    ": prune moves rows with the ledger's function "
+                    "idem.ensure_history_partitions(), so it runs as the role that owns schema "
+                    "idem (that ran `gdal-idem init`), not as this one");
+  }
   std::string columns = k_history_columns;
   if (m_has_footprint) {
     columns += ", footprint";

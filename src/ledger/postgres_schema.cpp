@@ -94,6 +94,10 @@ SchemaState PostgresLedger::read_schema_state(bool in_transaction) {
                             std::strcmp(code, k_invalid_schema_name) == 0)) {
       return state;  // uninitialised: open() migrates, which reads the rest
     }
+    if (code != nullptr && std::strcmp(code, k_insufficient_privilege) == 0) {
+      refuse_unreadable_schema(
+          checked(PQexec(m_connection.get(), k_schema_owner_sql), "reading the schema's owner"));
+    }
   }
   result = checked(result.release(), "reading the schema version");
   const ResultRow cells(result.get(), 0);
@@ -106,6 +110,14 @@ SchemaState PostgresLedger::read_schema_state(bool in_transaction) {
     for (const std::string& name : split_commas(PQgetvalue(result.get(), 0, 1))) {
       state.extensions.insert(name);
     }
+  }
+  if (!cells.is_null(3)) {
+    state.owner = PQgetvalue(result.get(), 0, 3);
+  }
+  state.owned_by_this_role =
+      !cells.is_null(4) && std::string(PQgetvalue(result.get(), 0, 4)) == "t";
+  if (!cells.is_null(5)) {
+    state.trust_problems = PQgetvalue(result.get(), 0, 5);
   }
   if (!cells.is_null(2)) {
     const std::vector<std::string> names = split_commas(PQgetvalue(result.get(), 0, 2));
@@ -161,12 +173,66 @@ std::vector<Migration> PostgresLedger::applicable_migrations(const SchemaState& 
   return pending;
 }
 
+// The schema query was refused (no USAGE on schema idem): when another role owns that schema,
+// says so, as init's refusal does; otherwise the caller reports the server's refusal.
+void PostgresLedger::refuse_unreadable_schema(const PgResult& owner) const {
+  if (PQntuples(owner.get()) == 1 && !PQgetisnull(owner.get(), 0, 0) &&
+      std::string(PQgetvalue(owner.get(), 0, 1)) != "t") {
+    throw Error(ErrorKind::k_ledger,
+                "the PostgreSQL ledger " + m_redacted + ": schema idem is owned by role " +
+                    PQgetvalue(owner.get(), 0, 0) +
+                    ", which does not let this connection's role use it. If that role is the "
+                    "ledger's owner, have it run worker_role.sql and connect as a member of "
+                    "idem_worker; if not, drop that schema (DROP SCHEMA idem CASCADE, after "
+                    "looking at what it holds) and run `gdal-idem init` as the intended owner "
+                    "(docs/ledger.md)");
+  }
+}
+
+// Refuses a ledger whose objects break the ownership rule (docs/ledger.md, "Who owns the
+// ledger"), naming what and the fix.
+void PostgresLedger::check_trust(const SchemaState& state) const {
+  if (state.trust_problems) {
+    throw Error(ErrorKind::k_ledger,
+                "the PostgreSQL ledger " + m_redacted +
+                    " is refused: every object of schema idem must belong to the role that ran "
+                    "`gdal-idem init` (the schema's owner, " +
+                    state.owner.value_or("?") +
+                    "), and a superuser works only on a ledger it owns, but " +
+                    *state.trust_problems +
+                    ". An object another role owns runs that role's code with the rights of "
+                    "whoever uses the ledger. Connect as the owner (or add options='-c "
+                    "role=OWNER' to the DSN), or have the owner inspect and drop what it did not "
+                    "create (docs/ledger.md)");
+  }
+}
+
 MigrationReport PostgresLedger::migrate_locked() {
   MigrationReport report;
   {
     Transaction transaction(*this, "migration");
     exec_params("SELECT pg_advisory_xact_lock($1)", {std::string(k_migration_lock)}, "migration");
     SchemaState state = read_schema_state(true);
+    if (state.owner && !state.owned_by_this_role) {
+      // The owner of a schema may replace every function in it: DDL run inside another role's
+      // schema, and the function prune later calls, would be that role's to rewrite.
+      throw Error(ErrorKind::k_ledger,
+                  "the PostgreSQL ledger " + m_redacted + ": schema idem is owned by role " +
+                      *state.owner +
+                      ", not by this connection's role, so `gdal-idem init` will not build or "
+                      "migrate the ledger inside it (that role could replace the functions "
+                      "`gdal-idem prune` runs). Run init as " +
+                      *state.owner +
+                      " if it is the ledger's owner; if not, drop that schema (DROP SCHEMA idem "
+                      "CASCADE, after looking at what it holds) and revoke CREATE on the "
+                      "database from roles that should not create schemas (docs/ledger.md)");
+    }
+    if (!state.owner) {
+      // Not IF NOT EXISTS: a schema another role made since the look above is an error here,
+      // never one this transaction builds in.
+      exec_params("CREATE SCHEMA idem", {}, "migration");
+    }
+    check_trust(state);
     forget_lost_footprint(state);
     for (const Migration& migration : applicable_migrations(state, &report)) {
       checked(PQexec(m_connection.get(), migration.sql.c_str()), "migration " + migration.name);
@@ -174,6 +240,12 @@ MigrationReport PostgresLedger::migrate_locked() {
                   {std::to_string(migration.version), migration.name}, "migration");
       report.applied.push_back(migration.name);
     }
+    const SchemaState built = read_schema_state(true);
+    if (!built.owned_by_this_role) {
+      throw Error(ErrorKind::k_ledger, "the PostgreSQL ledger " + m_redacted +
+                                           ": schema idem changed owner during the migration");
+    }
+    check_trust(built);
     transaction.commit();
   }
   if (!report.applied.empty() && !m_statement_uses.empty()) {
@@ -215,6 +287,7 @@ bool PostgresLedger::footprint_column_lost() {
 // schema).
 void PostgresLedger::open_schema() {
   const SchemaState state = read_schema_state(false);
+  check_trust(state);
   check_schema_version(m_redacted, "postgresql", state.versions, m_read_only);
   if (m_read_only || applicable_migrations(state, nullptr).empty()) {
     use_schema(state);
@@ -227,6 +300,9 @@ void PostgresLedger::open_schema() {
       throw;
     }
     const SchemaState existing = read_schema_state(false);
+    if (existing.versions.empty() && existing.owner && !existing.owned_by_this_role) {
+      throw;  // init's refusal of another role's schema says what to do
+    }
     if (existing.versions.empty()) {
       throw Error(ErrorKind::k_ledger,
                   std::string("the PostgreSQL ledger ") + m_redacted +
@@ -240,6 +316,7 @@ void PostgresLedger::open_schema() {
 
 // The claim statement follows the schema: with PostGIS, the footprint too.
 void PostgresLedger::use_schema(const SchemaState& state) {
+  m_owned_by_this_role = state.owned_by_this_role;
   if (std::find(state.versions.begin(), state.versions.end(), k_output_members_version) ==
       state.versions.end()) {
     // Every statement that reads or writes a row names the column it adds.

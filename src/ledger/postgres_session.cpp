@@ -21,10 +21,44 @@
 
 #include "base/error.hpp"
 #include "ledger/postgres_ledger.hpp"
+#include "pg/pg_handles.hpp"
 
 namespace idem::ledger_detail {
 
 namespace {
+
+// What in a parsed DSN's address no server could answer, in words ("" when nothing): a port
+// that is not a number from 1 to 65535, a host with brackets (a keyword string's hosts have
+// none; an IPv6 address is bracketed only in a URI, which libpq has already unwrapped). libpq
+// would find these only when connecting, and say so as it says "the server is down".
+std::string malformed_address(const PQconninfoOption* options) {
+  for (const PQconninfoOption* option = options; option->keyword != nullptr; ++option) {
+    if (option->val == nullptr) {
+      continue;
+    }
+    const std::string keyword = option->keyword;
+    const std::string value = option->val;
+    if (keyword == "port") {
+      size_t start = 0;
+      while (start <= value.size()) {
+        const size_t end = std::min(value.find(',', start), value.size());
+        const std::string one = value.substr(start, end - start);
+        const bool digits =
+            !one.empty() && one.size() <= 5 &&
+            std::all_of(one.begin(), one.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!one.empty() && (!digits || std::stoi(one) < 1 || std::stoi(one) > 65535)) {
+          return "a port that is not a number from 1 to 65535";
+        }
+        start = end + 1;
+      }
+    } else if ((keyword == "host" || keyword == "hostaddr") &&
+               value.find_first_of("[]") != std::string::npos) {
+      return "a host with a bracket (write an IPv6 address bare in a keyword string, "
+             "bracketed only in a postgresql:// URI)";
+    }
+  }
+  return "";
+}
 
 // Server messages below WARNING ("schema idem already exists, skipping"...) are not for the
 // user: the client-side equivalent of client_min_messages = warning, without its round trip.
@@ -76,6 +110,19 @@ void PostgresLedger::connect() {
       confirmation = Confirmation::k_unknown;  // its answer went with the old connection
     }
   }
+  // A DSN libpq cannot read names no ledger: the user's to fix (exit 2), not a server that
+  // cannot be reached now. libpq's reason quotes the DSN, so it is scrubbed like the rest.
+  std::string unreadable;
+  const pg::ConninfoOptions options = pg::parse_conninfo(m_dsn, &unreadable);
+  if (!options) {
+    throw Error(ErrorKind::k_ledger,
+                scrub("the ledger DSN " + m_redacted + " is not one libpq can read (" + unreadable +
+                      "): correct --ledger or IDEM_LEDGER"));
+  }
+  if (const std::string wrong = malformed_address(options.get()); !wrong.empty()) {
+    throw Error(ErrorKind::k_ledger, scrub("the ledger DSN " + m_redacted + " has " + wrong +
+                                           ": correct --ledger or IDEM_LEDGER"));
+  }
   const bool skip_gss = skip_gss_encryption(m_dsn);
   auto connect_now = [this](bool without_gss) {
     const auto parameters = connect_parameters(m_dsn, without_gss);
@@ -87,8 +134,8 @@ void PostgresLedger::connect() {
   bool opened_ahead = false;
   if (auto preopened = take_postgres_preopened(m_dsn)) {
     if (preopened->timed_out) {
-      throw Error(ErrorKind::k_ledger,
-                  "cannot connect to the PostgreSQL ledger " + m_redacted + ": timeout expired");
+      throw LedgerUnreachable("cannot connect to the PostgreSQL ledger " + m_redacted +
+                              ": timeout expired");
     }
     connection = std::move(preopened->connection);
     m_first_schema_answer = std::move(preopened->first_answer);

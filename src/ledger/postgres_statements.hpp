@@ -143,7 +143,36 @@ inline constexpr const char* k_schema_state_sql_rest =
     // The ledger's statements already prepared in this server session: an earlier client of a
     // pooler that keeps them (docs/operations.md) left them; their names carry a hash of their
     // text (statement_name), so a name found is the very statement.
-    ", (SELECT string_agg(name, ',') FROM pg_prepared_statements WHERE name LIKE 'idem\\_%')";
+    ", (SELECT string_agg(name, ',') FROM pg_prepared_statements WHERE name LIKE 'idem\\_%')"
+    // Who owns the ledger (docs/ledger.md): the schema's owner, whether it is this connection's
+    // role, and what breaks the rule that every object of the ledger is the schema owner's
+    // (NULL when nothing), in the same round trip. A superuser that does not own the ledger
+    // would run its owner's code (a replaced function, a trigger) with a superuser's rights.
+    ", (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'idem')"
+    ", (SELECT nspowner = (SELECT oid FROM pg_roles WHERE rolname = current_user) "
+    "FROM pg_namespace WHERE nspname = 'idem')"
+    ", (SELECT string_agg(problem, '; ' ORDER BY problem) FROM ("
+    "SELECT format('%s idem.%s is owned by role %s', CASE WHEN c.relkind IN ('r', 'p') THEN "
+    "'table' WHEN c.relkind IN ('i', 'I') THEN 'index' WHEN c.relkind = 'v' THEN 'view' WHEN "
+    "c.relkind = 'S' THEN 'sequence' ELSE 'relation' END, quote_ident(c.relname), "
+    "quote_ident(pg_get_userbyid(c.relowner))) AS problem FROM pg_class c JOIN pg_namespace n ON "
+    "n.oid = c.relnamespace WHERE n.nspname = 'idem' AND c.relowner <> n.nspowner "
+    "UNION ALL SELECT format('function %s is owned by role %s', p.oid::regprocedure, "
+    "quote_ident(pg_get_userbyid(p.proowner))) FROM pg_proc p JOIN pg_namespace n ON "
+    "n.oid = p.pronamespace WHERE n.nspname = 'idem' AND p.proowner <> n.nspowner "
+    "UNION ALL SELECT format('type idem.%s is owned by role %s', quote_ident(t.typname), "
+    "quote_ident(pg_get_userbyid(t.typowner))) FROM pg_type t JOIN pg_namespace n ON "
+    "n.oid = t.typnamespace WHERE n.nspname = 'idem' AND t.typowner <> n.nspowner "
+    "UNION ALL SELECT format('this connection''s role %s is a superuser and the ledger is owned "
+    "by role %s', quote_ident(current_user), quote_ident(pg_get_userbyid(n.nspowner))) FROM "
+    "pg_namespace n WHERE n.nspname = 'idem' AND n.nspowner <> (SELECT oid FROM pg_roles WHERE "
+    "rolname = current_user) AND (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
+    ") AS problems)";
+// The owner of schema idem and whether it is this connection's role (one row; none without the
+// schema).
+inline constexpr const char* k_schema_owner_sql =
+    "SELECT pg_get_userbyid(nspowner), nspowner = (SELECT oid FROM pg_roles WHERE rolname = "
+    "current_user) FROM pg_namespace WHERE nspname = 'idem'";
 // sql/postgres/0002_footprint.sql adds the footprint column (in the transaction that records
 // its version): rows carry a footprint when this version is applied and PostGIS is still there
 // (DROP EXTENSION postgis CASCADE drops the column but not the version's record).
@@ -156,12 +185,16 @@ inline constexpr const char* k_footprint_column_exists_sql =
     "AND attname = 'footprint' AND NOT attisdropped)";
 inline constexpr const char* k_undefined_table = "42P01";
 inline constexpr const char* k_invalid_schema_name = "3F000";
+inline constexpr const char* k_insufficient_privilege = "42501";
 inline constexpr const char* k_duplicate_prepared_statement = "42P05";
 
 // What one schema query says (see k_schema_versions_sql).
 struct SchemaState {
-  std::vector<int> versions;         // applied, ascending; empty when uninitialised
-  std::set<std::string> extensions;  // installed, among those conditional migrations need
+  std::vector<int> versions;                  // applied, ascending; empty when uninitialised
+  std::set<std::string> extensions;           // installed, among those conditional migrations need
+  std::optional<std::string> owner;           // the idem schema's owner; nullopt when there is none
+  bool owned_by_this_role = false;            // the connection's role (current_user) is the owner
+  std::optional<std::string> trust_problems;  // what breaks the ownership rule; nullopt: nothing
   bool has_footprint() const {
     return std::find(versions.begin(), versions.end(), k_footprint_migration_version) !=
                versions.end() &&

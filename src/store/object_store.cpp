@@ -195,8 +195,15 @@ ObjectLook look_at_object(const std::string& path, bool fresh) {
 
 std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh) {
   ObjectLook look = look_at_object(path, fresh);
-  if (look.found != ObjectLook::Found::k_object) {
-    return std::nullopt;
+  switch (look.found) {
+    case ObjectLook::Found::k_missing:
+      return std::nullopt;
+    case ObjectLook::Found::k_unknown:
+      throw StoreUnreachable("cannot look at " + path + ": its store did not answer (" + look.why +
+                             "); nothing is decided on it (its ledger rows are kept): run again "
+                             "when the store answers");
+    case ObjectLook::Found::k_object:
+      break;
   }
   return std::move(look.headers);
 }

@@ -46,8 +46,9 @@ struct ObjectLook {
 // is the store's now.
 ObjectLook look_at_object(const std::string& path, bool fresh);
 
-// The object's headers, or nullopt when there is no object at `path` or the store could not
-// tell (look_at_object tells which).
+// The object's headers, or nullopt when there is no object at `path`; throws StoreUnreachable
+// when the store could not tell (a connection error, 403, 429, 5xx): "could not look" is never
+// "missing", and every output check (the skip, pending, verify, a completion) asks here.
 std::optional<ObjectHeaders> object_headers(const std::string& path, bool fresh);
 
 // The version token (version_token) of the object at `path` as the store gives it now (one

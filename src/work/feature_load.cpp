@@ -110,13 +110,7 @@ class LoadAttempt {
   }
 
   void prepare() {
-    m_schema = m_work.target.schema.value_or(
-        m_session.value("SELECT current_schema()", {}, "reading the current schema"));
-    if (m_schema.empty()) {
-      throw Error(ErrorKind::k_usage,
-                  "the target has no current schema (empty search_path): "
-                  "name it with -nln SCHEMA.TABLE or -lco SCHEMA=...");
-    }
+    m_schema = m_work.target.schema.value_or("");  // named, or the server's (the key's)
     m_staging = staging_table_prefix(m_work.key) + m_token.substr(0, 8);
     m_target_sql = qualified(m_work.target.table);
     m_staging_sql = qualified(m_staging);
@@ -422,6 +416,9 @@ FeatureLoadResult run_feature_load(FeatureLoadRequest request) {
   std::unique_ptr<Ledger> ledger = Ledger::open(request.ledger_dsn);
   if (request.settings.digest_cache == nullptr) {
     request.settings.digest_cache = &ledger->digest_cache();
+  }
+  if (!request.settings.current_schema) {
+    request.settings.current_schema = ask_current_schema;
   }
   const FeatureWork work = describe_feature_load(request.command, request.settings);
 

@@ -90,4 +90,9 @@ std::string TargetSession::connection_message() const {
   return one_line(m_connection ? PQerrorMessage(m_connection.get()) : "out of memory");
 }
 
+std::string ask_current_schema(const FeatureTarget& target) {
+  TargetSession session(target);
+  return session.value("SELECT current_schema()", {}, "reading the target's current schema");
+}
+
 }  // namespace idem

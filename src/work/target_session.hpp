@@ -44,4 +44,9 @@ class TargetSession {
   pg::Connection m_connection;
 };
 
+// The schema `target`'s server resolves for its connection (current_schema(): the search_path
+// of the DSN's options, PGOPTIONS or the role's default; "" when it names none that exists), on
+// a connection of its own. FeatureLoadSettings::current_schema for `load` and `key`.
+std::string ask_current_schema(const FeatureTarget& target);
+
 }  // namespace idem
