@@ -156,6 +156,33 @@ def test_prune_runs_as_the_owner_only_and_its_function_has_a_fixed_search_path(r
     assert idem(dsns["owner"], "prune", "--keep-latest", "--force").returncode in (0, 1)
 
 
+def test_a_ledger_an_earlier_build_made_serves_readers_until_the_owners_init(roles, tmp_path):
+    """Between an upgrade of gdal-idem and the owner's init, a ledger without migration 0005 (as
+    an earlier build leaves it: the function prune calls without its fixed search_path) still
+    answers the read-only commands of the owner and of a reader role (a health check must not
+    fail for a migration it does not need); the owner's init then applies 0005."""
+    names, dsns = roles
+    assert idem(dsns["owner"], "init").returncode == 0
+    with connect(dsns["owner"]) as conn:
+        conn.execute("DELETE FROM idem.schema_version WHERE version = 5")
+        conn.execute("ALTER FUNCTION idem.ensure_history_partitions(timestamptz) RESET ALL")
+        conn.execute(f"GRANT USAGE ON SCHEMA idem TO {names['squatter']}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA idem TO {names['squatter']}")
+    for who in ("owner", "squatter"):
+        proc = idem(dsns[who], "--json", "status")
+        assert proc.returncode == 0, proc.stderr
+    with connect(dsns["owner"]) as conn:
+        assert conn.execute("SELECT count(*) FROM idem.schema_version WHERE version = 5"
+                            ).fetchone()[0] == 0  # a read-only command migrates nothing
+    assert idem(dsns["owner"], "init").returncode == 0
+    with connect(dsns["owner"]) as conn:
+        assert conn.execute("SELECT count(*) FROM idem.schema_version WHERE version = 5"
+                            ).fetchone()[0] == 1
+        config = conn.execute("SELECT proconfig FROM pg_proc WHERE proname = "
+                              "'ensure_history_partitions'").fetchone()[0]
+    assert config == ["search_path=pg_catalog, pg_temp"]
+
+
 # ---- hostile names ---------------------------------------------------------------------------
 
 HOSTILE = {

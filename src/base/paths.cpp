@@ -148,7 +148,7 @@ std::optional<std::string> archive_beneath(const std::string& rest) {
   }
   for (size_t end = rest.find('/', 1);; end = rest.find('/', end + 1)) {
     const std::string candidate = rest.substr(0, end);
-    if (const std::optional<std::string> file = local_file_beneath(candidate)) {
+    if (std::optional<std::string> file = local_file_beneath(candidate)) {
       if (is_regular_file(*file)) {
         return file;
       }

@@ -112,10 +112,8 @@ CommandLine parse_command_line(const Args& words, GlobalOptions defaults) {
   bool wrapped = false;  // after "--": the wrapped command's own words
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& word = words[i];
-    if (wrapped) {
-      line.args.push_back(word);
-    } else if (word == "--") {
-      wrapped = true;
+    if (wrapped || word == "--") {
+      wrapped = true;  // "--" itself is kept: key and load find the wrapped command after it
       line.args.push_back(word);
     } else if (word == "--ledger") {
       if (i + 1 >= words.size()) {

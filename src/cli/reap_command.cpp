@@ -202,6 +202,22 @@ DeleteOutcome remove_orphan(Ledger& ledger, const ClaimScan& scan, const Directo
                                    recorded_local_files(ledger, output->second, true));
 }
 
+// The claims `filter` selects; with a namespace, the live tokens are still those of the whole
+// ledger: a temporary directory beside this namespace's outputs may be a live claim's of another
+// namespace (docs/cli.md, reap).
+ClaimScan scan_claims_and_live_tokens(Ledger& ledger, const Ledger::RowFilter& filter,
+                                      double min_claim_expiry) {
+  ClaimScan scan = scan_claims(ledger, filter, min_claim_expiry);
+  if (filter.namespace_name) {
+    Ledger::RowFilter every_namespace = filter;
+    every_namespace.namespace_name.reset();
+    every_namespace.in_flight_or_retried = true;
+    every_namespace.after_work_key.reset();
+    scan.live_tokens = scan_claims(ledger, every_namespace, min_claim_expiry).live_tokens;
+  }
+  return scan;
+}
+
 }  // namespace
 
 int run_reap(const Args& args, const GlobalOptions& global) {
@@ -245,16 +261,7 @@ int run_reap(const Args& args, const GlobalOptions& global) {
   filter.limit = ledger_page_rows();
   const double now = ledger->now();
 
-  ClaimScan scan = scan_claims(*ledger, filter, min_claim_expiry);
-  if (filter.namespace_name) {
-    // A temporary directory beside this namespace's outputs may be a live claim's of another
-    // namespace: the live tokens are those of the whole ledger (docs/cli.md, reap).
-    Ledger::RowFilter every_namespace = filter;
-    every_namespace.namespace_name.reset();
-    every_namespace.in_flight_or_retried = true;
-    every_namespace.after_work_key.reset();
-    scan.live_tokens = scan_claims(*ledger, every_namespace, min_claim_expiry).live_tokens;
-  }
+  const ClaimScan scan = scan_claims_and_live_tokens(*ledger, filter, min_claim_expiry);
   const std::vector<LedgerRow>& candidates = scan.candidates;
   const std::set<std::string>& live_tokens = scan.live_tokens;
   const std::set<std::string>& directories = scan.directories;

@@ -292,7 +292,7 @@ void check_schema_version(const std::string& label, const std::string& backend,
                                          "changed");
   }
   for (const Migration& migration : known) {
-    if (!migration.requires_extension &&
+    if (!migration.requires_extension && migration.readers_need &&
         std::find(applied.begin(), applied.end(), migration.version) == applied.end()) {
       throw Error(ErrorKind::k_ledger,
                   "the ledger " + label + " is at schema version " +
@@ -335,6 +335,7 @@ std::vector<Migration> migrations(const std::string& backend) {
       const size_t end = migration.sql.find_first_of(" \t\r\n", start);
       migration.requires_extension = migration.sql.substr(start, end - start);
     }
+    migration.readers_need = migration.sql.find("-- idem:readers-need-not") == std::string::npos;
     result.push_back(std::move(migration));
   }
   std::sort(result.begin(), result.end(),

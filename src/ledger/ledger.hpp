@@ -93,6 +93,11 @@ struct Migration {
   // Applied only when this extension is installed (e.g. "postgis"); re-checked on every migrate
   // until applied. From a "-- idem:requires-extension NAME" line in the file.
   std::optional<std::string> requires_extension;
+  // Whether this build's read-only commands need it applied (status, verify... refuse a ledger
+  // without it). False from a "-- idem:readers-need-not" line: a migration only the owner's
+  // commands use (the function prune calls), which must not stop a health check between an
+  // upgrade of gdal-idem and the owner's init.
+  bool readers_need = true;
 };
 
 // The migrations of a backend ("sqlite" or "postgresql"), in version order. Throws k_usage for
