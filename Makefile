@@ -25,10 +25,11 @@ test: build
 unit-test:
 	GDAL_DRIVER_PATH=$(PLUGIN_DIR) ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
 
+# The 30 slowest tests are listed at the end: CI's time budget is spent by them.
 PYTEST_FILES ?= autotest
 py-test:
 	GDAL_DRIVER_PATH=$(PLUGIN_DIR) IDEM_BUILD_DIR=$(abspath $(BUILD_DIR)) \
-	  $(PYTHON) -m pytest $(PYTEST_FILES) -q -p no:cacheprovider
+	  $(PYTHON) -m pytest $(PYTEST_FILES) -q -p no:cacheprovider --durations=30
 
 # The C++ sources in the style of .clang-format (Debian 12's clang-format 14): `format` rewrites
 # them, `format-check` lists what differs and fails (CI runs it).

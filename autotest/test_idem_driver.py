@@ -805,3 +805,31 @@ with ThreadPoolExecutor(4) as pool:
         plain = tmp_path / f"plain{i}.tif"
         gdal.Warp(str(plain), src, dstSRS="EPSG:3857", width=64 + i, height=64 + i)
         assert_same_pixels(tmp_path / f"t{i}.tif", plain)
+
+
+MANY_LEDGERS = r"""
+import os, sys
+from osgeo import gdal
+gdal.UseExceptions()
+src, tmp, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def open_files():
+    return len(os.listdir("/proc/self/fd"))
+counts = []
+for i in range(count):
+    gdal.SetConfigOption("IDEM_LEDGER", f"sqlite:{tmp}/ledger{i}.sqlite")
+    gdal.Translate(f"/vsiidem/{tmp}/out{i}.tif", src, format="IDEM")
+    counts.append(open_files())
+print(" ".join(map(str, counts)))
+"""
+
+
+def test_a_process_that_uses_many_ledgers_in_turn_keeps_a_few_open(tmp_path):
+    """A process working into one ledger after another (a test suite, a notebook) keeps the few
+    it used last open, not every one: its open files stop growing (docs/operations.md)."""
+    src = make_source(tmp_path / "scene.tif", size=32, bands=1)
+    proc = run(["/usr/bin/python3", "-c", MANY_LEDGERS, src, tmp_path, "12"], check=True)
+    counts = [int(n) for n in proc.stdout.split()]
+    assert counts[-1] == counts[5], counts  # the same from the fifth ledger on
+    assert counts[4] > counts[0], counts  # the first ones stay open: the test can see growth
+    for i in range(12):
+        assert os.path.exists(tmp_path / f"out{i}.tif")

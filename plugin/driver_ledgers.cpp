@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,9 +25,12 @@ namespace idem {
 namespace {
 
 // One ledger connection per DSN per process: opening (and checking the schema) on every
-// CreateCopy would dominate the cost of a skip. Ledger instances serialise their own calls.
-// After a fork the parent's connections are abandoned, never closed: closing a PostgreSQL
-// connection from the child would end the parent's session.
+// CreateCopy would dominate the cost of a skip. Ledger instances serialise their own calls. The
+// k_kept_ledgers most recently used stay open; one used less recently is closed once the last call
+// using it ends (a process that works into many ledgers in turn keeps a bounded number of files
+// and connections open). After a fork the parent's connections are abandoned, never closed:
+// closing a PostgreSQL connection from the child would end the parent's session.
+constexpr size_t k_kept_ledgers = 4;
 
 // A ledger's digest cache that records nothing in the ledger (a dry run writes nothing there,
 // invariant I4): digests are looked up in the ledger, and those this process computed are kept in
@@ -49,9 +54,12 @@ class LookupOnlyDigestCache final : public DigestCache {
   InMemoryDigestCache m_computed;
 };
 
+// Most recently used first.
+using LedgerList = std::list<std::pair<std::string, std::shared_ptr<Ledger>>>;
+
 struct SharedLedgers {
   std::mutex mutex;
-  std::map<std::string, Ledger*>* ledgers = new std::map<std::string, Ledger*>();
+  LedgerList* ledgers = new LedgerList();
   std::map<std::string, DigestCache*>* lookups = new std::map<std::string, DigestCache*>();
   pid_t owner = getpid();
 };
@@ -75,7 +83,9 @@ void start_opening_ledger_ahead() {
   {
     SharedLedgers& shared = shared_ledgers();
     std::lock_guard<std::mutex> lock(shared.mutex);
-    if (shared.owner == getpid() && shared.ledgers->count(dsn) != 0) {
+    if (shared.owner == getpid() &&
+        std::any_of(shared.ledgers->begin(), shared.ledgers->end(),
+                    [&](const auto& entry) { return entry.first == dsn; })) {
       return;  // open already
     }
   }
@@ -94,7 +104,7 @@ namespace {
 SharedLedgers& own_shared_ledgers() {
   SharedLedgers& shared = shared_ledgers();
   if (shared.owner != getpid()) {
-    shared.ledgers = new std::map<std::string, Ledger*>();
+    shared.ledgers = new LedgerList();  // the parent's, with their connections, left as they are
     shared.lookups = new std::map<std::string, DigestCache*>();
     shared.owner = getpid();
   }
@@ -103,14 +113,21 @@ SharedLedgers& own_shared_ledgers() {
 
 }  // namespace
 
-WorkerLedger& shared_ledger(const std::string& dsn) {
+std::shared_ptr<WorkerLedger> shared_ledger(const std::string& dsn) {
   std::lock_guard<std::mutex> lock(shared_ledgers().mutex);
   SharedLedgers& shared = own_shared_ledgers();
-  auto found = shared.ledgers->find(dsn);
-  if (found == shared.ledgers->end()) {
-    found = shared.ledgers->emplace(dsn, Ledger::open(dsn).release()).first;
+  LedgerList& ledgers = *shared.ledgers;
+  const auto found = std::find_if(ledgers.begin(), ledgers.end(),
+                                  [&](const auto& entry) { return entry.first == dsn; });
+  if (found != ledgers.end()) {
+    ledgers.splice(ledgers.begin(), ledgers, found);
+  } else {
+    ledgers.emplace_front(dsn, std::shared_ptr<Ledger>(Ledger::open(dsn)));
+    while (ledgers.size() > k_kept_ledgers) {
+      ledgers.pop_back();  // closed now, or when the last call using it ends
+    }
   }
-  return *found->second;
+  return ledgers.front().second;
 }
 
 DigestCache& shared_lookup_digest_cache(const std::string& dsn) {

@@ -3,14 +3,16 @@
 // of /vsiidem/, and the ledger rows a user's own delete through /vsiidem/ drops first.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "ledger/ledger.hpp"
 
 namespace idem {
 
-// The process's ledger for `dsn`, opened on first use; it lives for the process.
-WorkerLedger& shared_ledger(const std::string& dsn);
+// The process's ledger for `dsn`, opened on first use and kept open for the next calls while it is
+// one of the few most recently used (driver_ledgers.cpp); the caller holds it for its call.
+std::shared_ptr<WorkerLedger> shared_ledger(const std::string& dsn);
 // The digest cache of the ledger for `dsn` opened read-only (Ledger::open_read_only), for dry
 // runs: digests are looked up, never recorded. Opened on first use; it lives for the process.
 DigestCache& shared_lookup_digest_cache(const std::string& dsn);

@@ -338,6 +338,7 @@ GDALDataset* IdemCreator::run_claimed(const ClaimResult& claim,
   CPLDebug("IDEM", "claimed %s (attempt %lld)", m_work.key.c_str(),
            static_cast<long long>(claim.attempt));
   try {
+    m_source_watch.check_held_files();  // invariant I3, before a pixel is read
     // The directory carries the work's mark: a later worker that takes this work over removes
     // it, as this one removes those of the attempts it replaced.
     const std::string owner = m_work.key.substr(0, 16);

@@ -147,7 +147,7 @@ void IdemCreator::describe_and_key(GDALDataset* source, GDALDriver* format_drive
 
 // The ledger opened, the work described and keyed with its digest cache: the files it reads.
 std::vector<SourceFile> IdemCreator::key_the_work(GDALDataset* source, KeyOptions& key_options) {
-  m_ledger = &shared_ledger(m_options.ledger_dsn);
+  m_ledger = shared_ledger(m_options.ledger_dsn);
   CPLDebug("IDEM", "timing: ledger open %.2f ms", lap_ms(m_lap));
   CountingDigestCache digest_cache(m_ledger->digest_cache());
   key_options.digest_cache = &digest_cache;

@@ -109,7 +109,7 @@ class IdemCreator {
   // publish may then replace (nullopt: no directory there).
   std::optional<std::string> m_recorded_tree;
   bool m_via_vsiidem = false;
-  WorkerLedger* m_ledger = nullptr;  // shared_ledger(): lives for the process
+  std::shared_ptr<WorkerLedger> m_ledger;  // shared_ledger(), held for this call
   WorkDescription m_work;
   KeptSources m_kept_sources;  // opened for the key, reused by the warp
   SourceWatch m_source_watch;  // the key's local source files, as they were read (invariant I3)

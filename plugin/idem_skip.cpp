@@ -52,12 +52,12 @@ GDALDataset* IdemCreator::skip_if_current(const LedgerRow& row, bool waited) {
   std::string store_etag;
   GDALDatasetUniquePtr existing;
   if (completed_output_is_current(row, m_destination, &store_etag, &existing) &&
-      // Creation options that choose the output's grid (TILING_SCHEME, TARGET_SRS: COG's and
-      // GPKG's) choose it, not the work's, and so does gdalwarp when it runs (GDALWarp() rounds
-      // a mosaic's extent its own way); a Zarr of several bands opens as a container of arrays,
-      // without bands.
-      (m_work.cog_grid || cog_grid_options_in(m_options.passthrough) || m_work.runs_gdalwarp ||
-       existing->GetRasterCount() == 0 ||
+      // A format or creation options that choose the output's grid (MBTiles; TILING_SCHEME,
+      // TARGET_SRS: COG's and GPKG's) choose it, not the work's, and so does gdalwarp when it runs
+      // (GDALWarp() rounds a mosaic's extent its own way); a Zarr of several bands opens as a
+      // container of arrays, without bands.
+      (m_work.cog_grid || output_chooses_its_grid(m_options.format, m_options.passthrough) ||
+       m_work.runs_gdalwarp || existing->GetRasterCount() == 0 ||
        (existing->GetRasterXSize() == m_work.grid.x_size &&
         existing->GetRasterYSize() == m_work.grid.y_size))) {
     if (!store_etag.empty() &&

@@ -446,9 +446,12 @@ GDALDatasetUniquePtr warp_direct(GDALDataset* vrt, PreparedWarp& warp, GDALDrive
   if (status != CE_None || relay.cancelled()) {
     throw_gdal_failure(relay, "warp");
   }
-  const bool failed_before = CPLGetLastErrorType() == CE_Failure;
+  // The blocks the warp left in GDAL's cache are written now: a failure to write them fails the
+  // work, whatever the warp reported before (a failure the warp tolerated, of PROJ at a corner,
+  // must not hide one of the writes: MBTiles refuses every block of a grid it did not accept).
+  CPLErrorReset();
   output->FlushCache(false);
-  if (!failed_before && CPLGetLastErrorType() == CE_Failure) {
+  if (CPLGetLastErrorType() == CE_Failure) {
     throw_gdal_failure(relay, "writing the warp output");
   }
   return output;
@@ -470,9 +473,9 @@ GDALDatasetUniquePtr create_copy(GDALDriver* driver, const std::string& path, GD
     output.reset();
     throw_gdal_failure(relay, std::string(driver->GetDescription()) + " CreateCopy");
   }
-  const bool failed_before = CPLGetLastErrorType() == CE_Failure;
+  CPLErrorReset();  // as after a warp: the flush's own failures
   output->FlushCache(false);
-  if (!failed_before && CPLGetLastErrorType() == CE_Failure) {
+  if (CPLGetLastErrorType() == CE_Failure) {
     throw_gdal_failure(relay, std::string("writing ") + path);
   }
   return output;

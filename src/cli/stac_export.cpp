@@ -321,7 +321,9 @@ OutputShape output_shape_of(const LedgerRow& row) {
   OutputShape shape;
   TargetGrid grid;
   grid.has_geotransform = true;
-  if (const auto work = work_grid(row.work_json); work && work->geotransform && work->srs) {
+  // The work's grid, read from its row; the output's own for a format that lays out its own grid.
+  if (const auto work = work_grid(row.work_json);
+      work && work->geotransform && work->srs && !work->output_chooses_grid) {
     grid.x_size = work->x_size;
     grid.y_size = work->y_size;
     for (int i = 0; i < 6; ++i) {

@@ -163,7 +163,8 @@ std::string find_fault(const LedgerRow& row, bool checksum, bool& checksum_missi
   if (!output_members_unchanged(*dataset, uri, recorded)) {
     return "its files (sidecars) are not those recorded at completion";
   }
-  if (const auto grid = work_grid(row.work_json)) {
+  // An output whose driver lays out its own grid (MBTiles) has its size and bands, not the work's.
+  if (const auto grid = work_grid(row.work_json); grid && !grid->output_chooses_grid) {
     if (dataset->GetRasterXSize() != grid->x_size || dataset->GetRasterYSize() != grid->y_size) {
       return "size " + std::to_string(dataset->GetRasterXSize()) + "x" +
              std::to_string(dataset->GetRasterYSize()) + " != expected " +

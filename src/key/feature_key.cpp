@@ -26,6 +26,7 @@
 #include "gdal_utils.h"
 #include "key/command_line.hpp"
 #include "key/crs_normalize.hpp"
+#include "key/source_drivers.hpp"
 #include "key/source_identity.hpp"
 #include "key/work_key.hpp"
 #include "ogrsf_frmts.h"
@@ -284,6 +285,14 @@ JsonValue identity_of_files(GDALDataset* dataset, const std::string& name,
                                          "service source); gdal-idem load keys file-based bundles");
   }
   JsonValue list = JsonValue::array();
+  const DriverReads reads = driver_reads(dataset);
+  if (reads.kind == DriverReads::Kind::k_trusted) {
+    JsonValue entry = JsonValue::object();
+    entry.set("file_list_trusted", JsonValue::string(reads.driver));
+    list.push_back(std::move(entry));
+  } else if (reads.kind != DriverReads::Kind::k_file_list) {
+    refuse_unknown_reads(name, reads.driver);
+  }
   std::set<std::string> seen;
   for (int i = 0; i < files.size(); ++i) {
     const std::string path = files[i];

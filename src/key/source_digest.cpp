@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -332,7 +334,46 @@ std::string content_digest_of_file(const std::string& path) {
   return ParallelContentDigest(fd.get(), path, info.st_size).run();
 }
 
+// Nanoseconds after a file's last change within which a later write may leave its times as they
+// are (docs/keys.md, "Digest cache"): two write() calls within one tick of the kernel's coarse
+// clock, or a write through a memory mapping to a page already dirty, which updates no time until
+// the page is written back (dirty_expire_centisecs + dirty_writeback_centisecs, 35 s by default)
+// and faulted again. IDEM_DIGEST_RACY_SECONDS sets it (0: cache every digest).
+int64_t racy_window_ns() {
+  if (const char* value = CPLGetConfigOption("IDEM_DIGEST_RACY_SECONDS", nullptr);
+      value != nullptr && value[0] != '\0') {
+    char* end = nullptr;
+    const double seconds = CPLStrtod(value, &end);
+    if (end == value || *end != '\0' || !(seconds >= 0) || seconds > 86400 * 365) {
+      throw Error(ErrorKind::k_usage, std::string("IDEM_DIGEST_RACY_SECONDS must be a number "
+                                                  "of seconds from 0 to 31536000, not '") +
+                                          value + "'");
+    }
+    return static_cast<int64_t>(seconds * 1e9);
+  }
+  static const int64_t from_kernel = [] {
+    int64_t centiseconds = 0;
+    for (const char* name :
+         {"/proc/sys/vm/dirty_expire_centisecs", "/proc/sys/vm/dirty_writeback_centisecs"}) {
+      FILE* file = std::fopen(name, "r");
+      long long value = 0;
+      if (file == nullptr || std::fscanf(file, "%lld", &value) != 1 || value < 0) {
+        value = 3000;  // unknown: as long as the default expiry
+      }
+      if (file != nullptr) {
+        std::fclose(file);
+      }
+      centiseconds += value;
+    }
+    return std::max<int64_t>(2'000'000'000, (centiseconds + 100) * 10'000'000);
+  }();
+  return from_kernel;
+}
+
 std::string digest_local_file(const std::string& path, DigestCache* cache, FileIdentity* read_as) {
+  const int64_t window = racy_window_ns();
+  struct timespec started {};
+  ::clock_gettime(CLOCK_REALTIME, &started);
   struct stat info;
   const FileDescriptor fd = open_regular_file(path, info);
   const FileIdentity before = identity_from_stat(info);
@@ -348,7 +389,13 @@ std::string digest_local_file(const std::string& path, DigestCache* cache, FileI
                                          "' changed while IDEM read it; run again once it is "
                                          "written");
   }
-  cache_digest(cache, path, before, digest);
+  // Git's "racy entry": a digest of a file changed within the window before the hash began
+  // serves this key only, since a later write could leave the identity it is cached under as it
+  // is.
+  const int64_t started_ns = int64_t{started.tv_sec} * 1'000'000'000 + started.tv_nsec;
+  if (std::max(before.mtime_ns, before.ctime_ns) < started_ns - window) {
+    cache_digest(cache, path, before, digest);
+  }
   return digest;
 }
 

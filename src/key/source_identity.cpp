@@ -20,6 +20,7 @@
 #include "cpl_vsi.h"
 #include "gdal_priv.h"
 #include "gdal_proxy.h"
+#include "key/source_drivers.hpp"
 #include "key/vrt_reads.hpp"
 #include "ogr_spatialref.h"
 #include "vrtdataset.h"
@@ -202,6 +203,38 @@ bool is_source_element(const CPLXMLNode* node) {
   return node->eType == CXT_Element && CPLGetXMLNode(node, "SourceFilename") != nullptr;
 }
 
+// GDALProxyDataset::RefUnderlyingDataset() is protected, with no public way to the dataset a proxy
+// stands for (3.6 to 3.13). An explicit instantiation may name a protected member (C++17
+// [temp.spec]/6), which this one hands out as a member pointer, checked by the compiler against
+// the header; a call through it dispatches virtually.
+using RefUnderlying = GDALDataset* (GDALProxyDataset::*)() const;
+RefUnderlying ref_underlying_member();
+template <RefUnderlying member>
+struct RefUnderlyingMember {
+  friend RefUnderlying ref_underlying_member() { return member; }
+};
+template struct RefUnderlyingMember<&GDALProxyDataset::RefUnderlyingDataset>;
+
+// The dataset a GDALG pipeline's proxy stands for, which it holds for its own life (its Unref is
+// nothing); nullptr for another dataset.
+GDALDataset* underlying_of_proxy(GDALDataset* dataset) {
+  const auto* proxy = dynamic_cast<GDALProxyDataset*>(dataset);
+  return proxy != nullptr ? (proxy->*ref_underlying_member())() : nullptr;
+}
+
+// NAME of DERIVED_SUBDATASET:FUNCTION:NAME, the dataset a derived subdataset computes from.
+std::string derived_source_name(const std::string& description) {
+  const std::string prefix = "DERIVED_SUBDATASET:";
+  const auto function_end = STARTS_WITH_CI(description.c_str(), prefix.c_str())
+                                ? description.find(':', prefix.size())
+                                : std::string::npos;
+  if (function_end == std::string::npos) {
+    throw Error(ErrorKind::k_source, "the derived dataset '" + description +
+                                         "' is not named DERIVED_SUBDATASET:FUNCTION:NAME");
+  }
+  return description.substr(function_end + 1);
+}
+
 // Whether `path` is a `.aux.xml` that holds nothing but the exact statistics GDAL computes from
 // the pixels and saves beside a source (STATISTICS_MINIMUM, _MAXIMUM, _MEAN, _STDDEV,
 // _VALID_PERCENT, without STATISTICS_APPROXIMATE): a function of the pixels, nodata and mask
@@ -286,6 +319,38 @@ class IdentityCollector {
                                            std::to_string(k_max_vrt_depth) +
                                            " levels deep (or a VRT reads itself): flatten them");
     }
+    // What the dataset reads, as its driver lets the key know it (source_drivers.hpp): a driver
+    // not known to list all it reads is refused here, before any claim.
+    const DriverReads reads = driver_reads(dataset);
+    switch (reads.kind) {
+      case DriverReads::Kind::k_refused:
+        // A source named by the work itself that has no files (a database or a service) is
+        // known by what it holds, as a MEM dataset is (identity_of_dataset).
+        if (depth == 0 && CPLStringList(dataset->GetFileList()).size() == 0) {
+          return;
+        }
+        refuse_unknown_reads(dataset->GetDescription(), reads.driver);
+      case DriverReads::Kind::k_derived:
+        add_source(derived_source_name(dataset->GetDescription()), depth + 1);
+        return;
+      case DriverReads::Kind::k_pipeline:
+        add_pipeline(dataset, depth);
+        return;
+      case DriverReads::Kind::k_no_files:
+        if (depth > 0) {  // opened by its name (MEM:::): known by what it holds
+          m_files.push_back(in_memory_identity(dataset));
+        }
+        return;
+      case DriverReads::Kind::k_trusted: {
+        JsonValue entry = JsonValue::object();
+        entry.set("file_list_trusted", JsonValue::string(reads.driver));
+        m_files.push_back(std::move(entry));
+        break;
+      }
+      case DriverReads::Kind::k_file_list:
+      case DriverReads::Kind::k_vrt:
+        break;
+    }
     // A VRT made in memory has no file of its own, and the names its file list gives for its
     // sources may be of datasets held in memory (GDAL 3.10 lists them whether or not a file of
     // that name exists): its sources are taken from its XML below instead.
@@ -306,8 +371,7 @@ class IdentityCollector {
         add_file(files[i]);
       }
     }
-    GDALDriver* driver = dataset->GetDriver();
-    if (driver != nullptr && EQUAL(driver->GetDescription(), "VRT")) {
+    if (reads.kind == DriverReads::Kind::k_vrt) {
       const std::string xml = vrt_xml_for_key(dataset, m_options.kept_sources);
       if (!xml.empty()) {
         const CPLXMLTreeCloser tree(CPLParseXMLString(xml.c_str()));
@@ -361,6 +425,28 @@ class IdentityCollector {
       return;
     }
     add_dataset(dataset.get(), depth);
+  }
+
+  // A GDALG pipeline (GDAL 3.11+): its file (the command line), and the dataset the pipeline
+  // computes as GDAL opened it, keyed by what that one reads (a VRT made in memory, usually).
+  void add_pipeline(GDALDataset* dataset, int depth) {
+    const CPLStringList files(dataset->GetFileList());
+    for (int i = 0; i < files.size(); ++i) {
+      add_file(files[i]);
+    }
+    GDALDataset* computed = underlying_of_proxy(dataset);
+    if (computed == nullptr) {
+      refuse_unknown_reads(dataset->GetDescription(), "GDALG");
+    }
+    const DriverReads reads = driver_reads(computed);
+    if (is_vrt_in_memory(computed)) {
+      add_vrt_in_memory(computed, depth + 1);
+    } else if (reads.kind == DriverReads::Kind::k_no_files ||
+               CPLStringList(computed->GetFileList()).size() == 0) {
+      m_files.push_back(in_memory_identity(computed));
+    } else {
+      add_dataset(computed, depth + 1);
+    }
   }
 
   // A VRT made in memory has no file that holds its XML: the XML itself is identified, with the

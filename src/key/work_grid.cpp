@@ -7,6 +7,7 @@
 #include "base/canonical_json.hpp"
 #include "cpl_conv.h"
 #include "cpl_string.h"
+#include "key/work_key.hpp"
 
 namespace idem {
 
@@ -67,6 +68,15 @@ std::optional<WorkGrid> work_grid(const std::string& work_json) {
   if (const JsonValue* format = work->find("format")) {
     grid.format = format->text();
   }
+  std::vector<std::pair<std::string, std::string>> creation_options;
+  if (const JsonValue* options = work->find("creation_options");
+      options != nullptr && options->type() == JsonValue::Type::k_object) {
+    for (const auto& [name, value] : options->members()) {
+      creation_options.emplace_back(
+          name, value.type() == JsonValue::Type::k_string ? value.text() : value.dump());
+    }
+  }
+  grid.output_chooses_grid = output_chooses_its_grid(grid.format, creation_options);
   if (const JsonValue* attributes = vrt->find("attr")) {
     if (const JsonValue* x = attributes->find("rasterXSize")) {
       grid.x_size = std::atoi(x->text().c_str());

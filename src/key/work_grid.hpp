@@ -18,6 +18,9 @@ struct WorkBand {
 // bands) and the output's format. Unset fields stay empty.
 struct WorkGrid {
   std::string format;  // the output's driver (FORMAT)
+  // The output's driver lays out its own grid (output_chooses_its_grid): the size of an output
+  // of this work is not the grid's.
+  bool output_chooses_grid = false;
   int x_size = 0;
   int y_size = 0;
   std::vector<WorkBand> bands;

@@ -200,6 +200,11 @@ bool cog_grid_options_in(const std::vector<std::pair<std::string, std::string>>&
   return false;
 }
 
+bool output_chooses_its_grid(const std::string& format,
+                             const std::vector<std::pair<std::string, std::string>>& options) {
+  return EQUAL(canonical_format(format).c_str(), "MBTiles") || cog_grid_options_in(options);
+}
+
 std::string canonical_vrt_text(const std::string& xml, const KeyOptions& options) {
   VrtCanonicalOptions vrt_options;
   vrt_options.sources.policy = options.digest_policy;

@@ -80,6 +80,13 @@ bool looks_materialised(GDALDataset* src, const std::string& destination);
 // TILING_SCHEME other than CUSTOM (the other grid options act only with one of those).
 bool cog_grid_options_in(const std::vector<std::pair<std::string, std::string>>& options);
 
+// Whether the output's driver lays out its own grid instead of the work's, so that an output of
+// another size is still the work's: MBTiles (always the tiles of one web-mercator zoom level), and
+// COG or GPKG under grid options (cog_grid_options_in). The skip and `verify` compare an output's
+// size with the work's grid only when this is false.
+bool output_chooses_its_grid(const std::string& format,
+                             const std::vector<std::pair<std::string, std::string>>& options);
+
 // Whether GDAL writes a warp into `format` as a CreateCopy from the warped VRT, reading its pixels
 // block by block through the VRT: a format whose driver has CreateCopy and no Create, COG aside
 // (docs/internals.md §14). A warp into such a format through IDEM is written the same way, so its

@@ -160,12 +160,9 @@ bool PostgresLedger::complete(const std::string& work_key, const std::string& cl
   ensure_connected();
   m_confirmations.erase(claim_token);
   const CompletionStatement statement = completion_statement();
-  PgResult result =
-      exec_statement(statement.base_name, statement.sql,
-                     {work_key, claim_token, std::to_string(fingerprint.size),
-                      std::to_string(fingerprint.mtime_ns), fingerprint.sha256, fingerprint.etag,
-                      text_param(feature_count), fingerprint.members},
-                     "complete");
+  PgResult result = exec_statement(
+      statement.base_name, statement.sql,
+      completion_params(work_key, claim_token, fingerprint, feature_count), "complete");
   if (std::string(PQgetvalue(result.get(), 0, 0)) == "1") {
     return true;
   }
@@ -242,9 +239,7 @@ bool PostgresLedger::complete_in_transaction(PGconn* connection, const std::stri
     return result;
   };
   PgResult result =
-      run(k_complete_sql, {work_key, claim_token, std::to_string(fingerprint.size),
-                           std::to_string(fingerprint.mtime_ns), fingerprint.sha256,
-                           fingerprint.etag, text_param(feature_count), fingerprint.members});
+      run(k_complete_sql, completion_params(work_key, claim_token, fingerprint, feature_count));
   if (std::string(PQgetvalue(result.get(), 0, 0)) == "1") {
     return true;
   }

@@ -271,6 +271,20 @@ inline std::optional<std::string> text_param(const std::optional<int64_t>& value
   return value ? std::optional<std::string>(std::to_string(*value)) : std::nullopt;
 }
 
+// The parameters of the completion statements ($1 to $8, IDEM_COMPLETE_SQL's order).
+inline Params completion_params(const std::string& work_key, const std::string& claim_token,
+                                const OutputFingerprint& fingerprint,
+                                std::optional<int64_t> feature_count) {
+  return {work_key,
+          claim_token,
+          std::to_string(fingerprint.size),
+          std::to_string(fingerprint.mtime_ns),
+          fingerprint.sha256,
+          fingerprint.etag,
+          text_param(feature_count),
+          fingerprint.members};
+}
+
 inline std::string identity_param(uint64_t value) {
   return std::to_string(static_cast<int64_t>(value));  // unsigned, stored bit for bit
 }

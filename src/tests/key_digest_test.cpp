@@ -150,6 +150,8 @@ TEST(KeyDigest, CacheHitsWhenUnchangedAndMissesOnCtimeChange) {
   const std::string path = dir.file("cached.bin");
   write_random(path, 100000, 7);
   InMemoryDigestCache cache;
+  // The file was written just now: only with no racy window is its digest cached at once.
+  CPLConfigOptionSetter no_window("IDEM_DIGEST_RACY_SECONDS", "0", false);
   const std::string first = digest_local_file(path, &cache);
   EXPECT_EQ(cache.size(), 1u);
   EXPECT_TRUE(cache.get(path, local_file_identity(path)).has_value());
@@ -172,12 +174,48 @@ TEST(KeyDigest, CacheHitsWhenUnchangedAndMissesOnCtimeChange) {
   EXPECT_EQ(second, reference_content_digest(path));
 }
 
+// Git's racy entry: a file changed within the window before its hash began may change again
+// without a new identity (a write through a memory mapping to a page already dirty leaves its
+// times alone), so its digest is not cached; once its times are older than the window, it is.
+TEST(KeyDigest, DigestOfAFileChangedWithinTheRacyWindowIsNotCached) {
+  TempDir dir;
+  const std::string path = dir.file("racy.bin");
+  write_random(path, 100000, 8);
+  InMemoryDigestCache cache;
+  {
+    const std::string digest = digest_local_file(path, &cache);  // the kernel's window, >= 2 s
+    EXPECT_EQ(digest, reference_content_digest(path));
+    EXPECT_EQ(cache.size(), 0u);
+  }
+  {
+    CPLConfigOptionSetter window("IDEM_DIGEST_RACY_SECONDS", "3600", false);
+    digest_local_file(path, &cache);
+    EXPECT_EQ(cache.size(), 0u);
+  }
+  {
+    CPLConfigOptionSetter window("IDEM_DIGEST_RACY_SECONDS", "0", false);
+    digest_local_file(path, &cache);
+    EXPECT_EQ(cache.size(), 1u);
+  }
+  for (const char* bad : {"-1", "soon", "1e12"}) {
+    CPLConfigOptionSetter window("IDEM_DIGEST_RACY_SECONDS", bad, false);
+    try {
+      digest_local_file(path, &cache);
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::k_usage);
+      EXPECT_NE(std::string(error.what()).find("IDEM_DIGEST_RACY_SECONDS"), std::string::npos);
+    }
+  }
+}
+
 // A describe reads its sources' digests ahead (with the CRS memo) and serves them from what it
 // read; a file changed since then must be hashed again, never served the digest read before.
 TEST(KeyDigest, PrefetchedDigestsServeOnlyTheIdentityTheyWereReadFor) {
   TempDir dir;
   const std::string path = dir.file("prefetched.bin");
   write_random(path, 100000, 11);
+  CPLConfigOptionSetter no_window("IDEM_DIGEST_RACY_SECONDS", "0", false);  // written now
   InMemoryDigestCache backing;
   const FileIdentity before = local_file_identity(path);
   // A planted wrong digest as what was read ahead: served while the file is unchanged.
@@ -203,6 +241,7 @@ TEST(KeyDigest, CacheIsKeyedByIdentityNotPathSpelling) {
   TempDir dir;
   const std::string path = dir.file("spelled.bin");
   write_random(path, 1000, 9);
+  CPLConfigOptionSetter no_window("IDEM_DIGEST_RACY_SECONDS", "0", false);  // written now
   InMemoryDigestCache cache;
   digest_local_file(path, &cache);
   const std::string other_spelling = dir.file("./spelled.bin");

@@ -54,6 +54,10 @@ SourceWatch::SourceWatch(const std::vector<SourceFile>& files) {
       m_files.push_back(file);
     }
   }
+  check();
+}
+
+void SourceWatch::check_held_files() const {
   if (m_files.empty()) {
     return;
   }
@@ -67,7 +71,6 @@ SourceWatch::SourceWatch(const std::vector<SourceFile>& files) {
                       "dataset and open the file again, then run again");
     }
   }
-  check();
 }
 
 void SourceWatch::check() const {
