@@ -2,8 +2,7 @@
 #include "key/source_drivers.hpp"
 
 #include <algorithm>
-#include <array>
-#include <string_view>
+#include <iterator>
 
 #include "base/error.hpp"
 #include "cpl_conv.h"
@@ -17,7 +16,7 @@ namespace {
 // GDAL's PAM and overview managers add), checked driver by driver on GDAL 3.6, 3.10 and 3.13.
 // Rasters: one file each, or a header and its data file (ENVI, EHdr), or one database file
 // (GPKG, MBTiles). Vectors (a warp's cutline, a load's bundle): the files of one layer set.
-constexpr std::array<std::string_view, 27> k_known_file_list_drivers = {
+constexpr const char* k_known_file_list_drivers[] = {
     // rasters
     "GTiff", "COG", "PNG", "JPEG", "GIF", "BMP", "WEBP", "JP2OpenJPEG", "netCDF", "HFA", "ENVI",
     "EHdr", "AAIGrid", "XYZ", "SRTMHGT", "GPKG", "MBTiles",
@@ -60,10 +59,8 @@ DriverReads driver_reads(GDALDataset* dataset) {
     result.kind = DriverReads::Kind::k_pipeline;
   } else if (EQUAL(result.driver.c_str(), "MEM")) {
     result.kind = DriverReads::Kind::k_no_files;
-  } else if (std::any_of(k_known_file_list_drivers.begin(), k_known_file_list_drivers.end(),
-                         [&](std::string_view known) {
-                           return EQUAL(std::string(known).c_str(), result.driver.c_str());
-                         })) {
+  } else if (std::any_of(std::begin(k_known_file_list_drivers), std::end(k_known_file_list_drivers),
+                         [&](const char* known) { return EQUAL(known, result.driver.c_str()); })) {
     result.kind = DriverReads::Kind::k_file_list;
   } else if (trusted_by_option(result.driver)) {
     result.kind = DriverReads::Kind::k_trusted;
